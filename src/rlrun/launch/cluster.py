@@ -1,0 +1,113 @@
+"""Ray cluster: start an embedded one or join an existing one, and check it can hold the plan.
+
+The resource check runs before any placement group or actor exists, so a plan that does not fit
+fails in a second with what was asked and what exists, instead of hanging in Ray's scheduler.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+import ray
+
+
+class ResourceError(RuntimeError):
+    """The Ray cluster cannot hold the plan (message says what was asked and what exists)."""
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    node_id: str
+    ip: str
+    cpus: float
+    gpus: float
+
+
+@dataclass
+class Cluster:
+    """A connected Ray cluster; `owned` is True when rlrun started it (and must stop it)."""
+
+    address: str | None
+    owned: bool
+
+    def nodes(self) -> list[NodeResources]:
+        return alive_nodes()
+
+    def shutdown(self) -> None:
+        # Disconnect in both cases; only an embedded cluster's processes die with it.
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def plan_demand(plan) -> list[int]:
+    """Devices (GPU or CPU bundles) the plan puts on each of its nodes, node 0 first."""
+    per_node = Counter(node for node, _ in {(s.node, s.gpu) for s in plan.placement})
+    return [per_node[n] for n in sorted(per_node)]
+
+
+def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Cluster:
+    """Connect to Ray. `address=None` starts an embedded single-node cluster.
+
+    On the cpu profile the embedded cluster gets exactly the logical CPUs the plan's bundles
+    need (plus one for the probe tasks), whatever the machine has: bundles are a bookkeeping
+    unit there, the actors share the real cores. On GPU hardware Ray detects the real GPUs.
+    """
+    if ray.is_initialized():
+        # A test or a notebook already connected us; reuse it but do not own it.
+        return Cluster(address=address, owned=False)
+    common = dict(
+        include_dashboard=False,
+        logging_level="ERROR" if quiet else "INFO",
+        log_to_driver=not quiet,
+        configure_logging=True,
+    )
+    if address:
+        ray.init(address=address, **common)
+        return Cluster(address=address, owned=False)
+    kwargs: dict = {}
+    if vendor == "cpu":
+        kwargs = dict(num_cpus=sum(plan_demand(plan)) + 1, num_gpus=0,
+                      # the object store only carries small batches and the tiny model's weights
+                      object_store_memory=256 * 1024**2)
+    # Keep Ray's temp files out of a shared /tmp root when several runs share a machine.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(**kwargs, **common)
+    return Cluster(address=None, owned=True)
+
+
+def alive_nodes() -> list[NodeResources]:
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        res = n.get("Resources", {})
+        out.append(NodeResources(node_id=n["NodeID"], ip=n["NodeManagerAddress"],
+                                 cpus=float(res.get("CPU", 0.0)), gpus=float(res.get("GPU", 0.0))))
+    return out
+
+
+def check_resources(plan, vendor: str, nodes: list[NodeResources]) -> None:
+    """Raise ResourceError unless each plan node can be given a distinct Ray node that holds it.
+
+    Greedy largest-first matching is exact here: every plan node needs only one resource kind
+    (GPUs, or CPUs on the cpu profile), so matching sorted demands to sorted capacities is optimal.
+    """
+    demand = plan_demand(plan)
+    kind = "CPU" if vendor == "cpu" else "GPU"
+    caps = sorted((int(n.cpus if kind == "CPU" else n.gpus) for n in nodes), reverse=True)
+    if vendor == "cpu" and len(nodes) >= 1:
+        # On the cpu profile a plan node is a bookkeeping unit: all bundles may share one node.
+        fits = sum(demand) <= sum(caps)
+    else:
+        want = sorted(demand, reverse=True)
+        fits = len(want) <= len(caps) and all(w <= c for w, c in zip(want, caps))
+    if fits:
+        return
+    asked = (f"{len(demand)} node(s) with {demand} {kind}s (trainer {plan.trainer_gpus}, rollout "
+             f"{plan.rollout_gpus}, colocate={plan.colocate})")
+    have = f"{len(nodes)} alive node(s) with {caps} {kind}s" if nodes else "no alive nodes"
+    raise ResourceError(
+        f"the plan does not fit the Ray cluster: it needs {asked}; the cluster has {have}. "
+        f"Fix: lower train.num_nodes/train.gpus_per_node or rollout.num_gpus, set cluster.address to a "
+        f"bigger cluster, or add nodes (`rlrun plan ...` shows the placement).")

@@ -1,0 +1,109 @@
+"""Placement on a real Ray cluster of 2 nodes x 8 logical GPUs (ray.cluster_utils.Cluster).
+
+Each slot's options (bundle, GPU/CPU share) are exactly what the runner gives the trainer and
+engine actors; the check runs them as tasks rather than actors because a task reuses a worker
+process, and starting ~40 actor processes would take minutes on the 2-core CI machine. Ray
+places a task and an actor with the same options on the same bundle.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from rlrun.launch.cluster import ResourceError, alive_nodes, check_resources
+from rlrun.launch.placement import Placement
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    node: int
+    gpu: int
+    role: str
+    rank: int
+
+
+@dataclass
+class _Plan:
+    """The fields of rlrun.config.plan.Plan that placement reads (see docs/CONTRACT.md)."""
+    placement: list
+    colocate: bool
+    trainer_gpus: int
+    rollout_gpus: int
+    num_engines: int
+    gpus_per_engine: int
+
+
+def _plan(trainer: int, rollout: int, per_engine: int, colocate: bool, per_node: int = 8) -> _Plan:
+    """Plan.placement as rlrun.config.plan lays it out: trainer from GPU 0, engines from 0
+    (colocate) or right after the trainer (disaggregated), node = global index // per_node."""
+    at = lambda i: (i // per_node, i % per_node)  # noqa: E731
+    slots = [_Slot(*at(r), "trainer", r) for r in range(trainer)]
+    first = 0 if colocate else trainer
+    slots += [_Slot(*at(first + g), "engine", g // per_engine) for g in range(rollout)]
+    return _Plan(slots, colocate, trainer, rollout, rollout // per_engine, per_engine)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 8})
+    cluster.add_node(num_cpus=8, num_gpus=8)
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    cluster.wait_for_nodes()
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@ray.remote
+def _where() -> tuple[str, list[int]]:
+    return ray.get_runtime_context().get_node_id(), [int(g) for g in ray.get_gpu_ids()]
+
+
+def _node_order() -> list[str]:
+    # Both nodes of cluster_utils share 127.0.0.1: hardware order falls back to the node id.
+    return [n.node_id for n in sorted(alive_nodes(), key=lambda n: (n.ip, n.node_id))]
+
+
+def _check_lands_as_planned(plan: _Plan) -> None:
+    check_resources(plan, "cuda", alive_nodes())
+    placement = Placement(plan, "cuda", timeout_s=30)
+    try:
+        order = _node_order()
+        roles = [("trainer", r) for r in range(plan.trainer_gpus)] + [("engine", e) for e in range(plan.num_engines)]
+        got = ray.get([_where.options(**placement.options(role, rank)).remote() for role, rank in roles])
+        for (role, rank), (node_id, gpus) in zip(roles, got):
+            want = sorted((s.node, s.gpu) for s in plan.placement if s.role == role and s.rank == rank)
+            assert node_id == order[want[0][0]], f"{role} {rank} on the wrong node"
+            assert gpus == [want[0][1]], f"{role} {rank} got GPU {gpus}, plan says {want[0]}"
+            # the whole TP group: same node, the GPU ids the plan lists
+            assert {b.node_id for b in placement.bundle_of(role, rank)} == {node_id}
+            assert placement.gpu_ids(role, rank) == [g for _, g in want]
+    finally:
+        placement.remove()
+
+
+def test_colocated_placement_matches_plan(two_nodes):
+    # 16 trainer ranks and 8 engines of TP 2 share the 16 bundles of both nodes.
+    _check_lands_as_planned(_plan(trainer=16, rollout=16, per_engine=2, colocate=True))
+
+
+def test_disaggregated_placement_matches_plan(two_nodes):
+    # trainer on node 0 GPUs 0-5; engines of TP 2 after it: 6-7 on node 0, then node 1 0-7.
+    # The plan is not node-aligned, so node 0 holds 8 bundles and node 1 holds 8.
+    _check_lands_as_planned(_plan(trainer=6, rollout=10, per_engine=2, colocate=False))
+
+
+def test_too_big_plan_fails_fast_with_what_was_asked(two_nodes):
+    plan = _plan(trainer=16, rollout=8, per_engine=4, colocate=False)  # 24 GPUs on 3 nodes
+    start = time.monotonic()
+    with pytest.raises(ResourceError) as err:
+        check_resources(plan, "cuda", alive_nodes())
+    assert time.monotonic() - start < 2
+    msg = str(err.value)
+    assert "3 node(s) with [8, 8, 8] GPUs" in msg and "2 alive node(s) with [8, 8] GPUs" in msg
