@@ -1,0 +1,167 @@
+"""Advantage estimators: grpo, gspo, cispo, reinforce_plus_plus(_baseline), ppo (GAE).
+
+Semantics follow slime so that a run moved from slime gets the same numbers:
+- group reward normalisation: slime/ray/rollout.py `_post_process_rewards` (mean over the group of
+  n, then / (unbiased std + 1e-6) for grpo/gspo/cispo unless std normalisation is off = Dr.GRPO;
+  reinforce_plus_plus_baseline only subtracts the mean);
+- per-token advantages/returns: slime/backends/megatron_utils/loss.py
+  `compute_advantages_and_returns` and slime/utils/ppo_utils.py (`get_grpo_returns`,
+  `get_reinforce_plus_plus_returns`, `get_reinforce_plus_plus_baseline_advantages`,
+  `vanilla_gae`);
+- optional whitening (normalize_advantages) with stats over DP ranks (rlrun.algo.whiten).
+
+Token inputs are padded [B, T] (right padding) or packed 1-D with `cu_seqlens`; recurrences over
+time use a log-depth scan, never a Python loop over tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from rlrun.algo.kl import kl as kl_estimate
+from rlrun.algo.packing import packed_to_padded, padded_to_packed
+from rlrun.algo.whiten import whiten
+
+ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
+_GROUP_NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+
+
+def group_normalize(rewards: torch.Tensor, n_samples_per_prompt: int, normalize_std: bool, eps: float = 1e-6):
+    """Subtract each group's mean reward; optionally divide by (unbiased group std + eps).
+
+    Rewards are laid out group after group (sample i belongs to group i // n). With n == 1 the
+    std is undefined, so std normalisation is skipped (slime turns it off for n == 1 too).
+    """
+    r = rewards.to(torch.float32).reshape(-1)
+    if n_samples_per_prompt < 1 or r.numel() % n_samples_per_prompt != 0:
+        raise ValueError(
+            f"{r.numel()} rewards do not split into groups of rollout.n_samples_per_prompt="
+            f"{n_samples_per_prompt}; pass whole groups"
+        )
+    g = r.view(-1, n_samples_per_prompt)
+    g = g - g.mean(dim=-1, keepdim=True)
+    if normalize_std and n_samples_per_prompt > 1:
+        g = g / (g.std(dim=-1, keepdim=True) + eps)
+    return g.reshape(-1)
+
+
+def discounted_cumsum(x: torch.Tensor, gamma: float) -> torch.Tensor:
+    """y_t = sum_{s >= t} gamma^(s-t) x_s along the last dim, by log2(T) doubling steps.
+
+    After step k, y_t covers x_t .. x_{t+2^k-1}; each step adds the block that starts 2^k later,
+    scaled by gamma^(2^k). Exact for constant gamma, O(T log T) work and fully vectorised.
+    """
+    y = x.clone()
+    t = x.shape[-1]
+    shift, g = 1, float(gamma)
+    while shift < t:
+        y = torch.cat([y[..., :-shift] + g * y[..., shift:], y[..., -shift:]], dim=-1)
+        shift, g = shift * 2, g * g
+    return y
+
+
+def last_token_mask(mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool with True at the last set position of each row (none for empty rows)."""
+    m = mask.bool()
+    t = m.shape[-1]
+    pos = torch.arange(t, device=m.device).expand_as(m)
+    last = torch.where(m, pos, torch.full_like(pos, -1)).max(dim=-1, keepdim=True).values
+    return (pos == last) & m
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lambd: float):
+    """GAE over padded [B, T]; positions outside `mask` count as zero value and reward.
+
+    delta_t = r_t + gamma * V_{t+1} - V_t (V past the response = 0); A = discounted sum of delta
+    with gamma*lambd; returns = A + V (slime `vanilla_gae`).
+    """
+    m = mask.to(torch.float32)
+    v = values.to(torch.float32) * m
+    r = rewards.to(torch.float32) * m
+    next_v = torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], dim=1)
+    delta = (r + gamma * next_v - v) * m
+    adv = discounted_cumsum(delta, gamma * lambd) * m
+    return adv, (adv + v) * m
+
+
+def compute_advantages(
+    estimator: str,
+    rewards: torch.Tensor,
+    n_samples_per_prompt: int,
+    *,
+    loss_mask: torch.Tensor,
+    response_mask: torch.Tensor | None = None,
+    logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_type: str = "low_var_kl",
+    normalize_std: bool = True,
+    normalize_advantages: bool = False,
+    gamma: float = 1.0,
+    lambd: float = 1.0,
+    cu_seqlens: torch.Tensor | None = None,
+    group: dist.ProcessGroup | None = None,
+):
+    """Token-level (advantages, returns) for one rollout batch, laid out like `loss_mask`.
+
+    rewards: raw scalar rewards [B], group after group. loss_mask: tokens that train (may have
+    holes, e.g. tool output). response_mask: every response token (None = loss_mask); pads are 0.
+    logp/ref_logp: log-probs of the response tokens (needed when kl_coef != 0). values: critic
+    values (ppo only). The keyword values mirror the `algo` config section (see docs/algorithms.md).
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"algo.advantage_estimator={estimator!r} is unknown; use one of {', '.join(ESTIMATORS)}")
+    if cu_seqlens is not None:  # packed: compute on a padded view, then pack back
+        pad = lambda t: None if t is None else packed_to_padded(t, cu_seqlens)[0]  # noqa: E731
+        adv, ret = compute_advantages(
+            estimator, rewards, n_samples_per_prompt, loss_mask=pad(loss_mask), response_mask=pad(response_mask),
+            logp=pad(logp), ref_logp=pad(ref_logp), values=pad(values), kl_coef=kl_coef, kl_type=kl_type,
+            normalize_std=normalize_std, normalize_advantages=normalize_advantages, gamma=gamma, lambd=lambd,
+            group=group,
+        )
+        return padded_to_packed(adv, cu_seqlens), padded_to_packed(ret, cu_seqlens)
+
+    lmask = loss_mask.to(torch.float32)
+    rmask = lmask if response_mask is None else response_mask.to(torch.float32)
+    if rewards.numel() != lmask.shape[0]:
+        raise ValueError(f"{rewards.numel()} rewards for {lmask.shape[0]} sequences; they must match")
+    r = rewards.to(torch.float32).reshape(-1).to(lmask.device)
+    if estimator == "ppo" and values is None:
+        raise ValueError("advantage_estimator=ppo needs critic `values` (a critic runs with algo=ppo)")
+    if kl_coef != 0 and (logp is None or ref_logp is None):
+        raise ValueError(f"algo.kl_coef={kl_coef} needs logp and ref_logp (a reference model: checkpoint.ref)")
+    tok_kl = kl_estimate(logp, ref_logp, kl_type) * rmask if kl_coef != 0 else torch.zeros_like(rmask)
+
+    if estimator in _GROUP_NORMALISED:
+        r = group_normalize(r, n_samples_per_prompt, normalize_std and estimator != "reinforce_plus_plus_baseline")
+    if estimator in ("grpo", "gspo", "cispo"):
+        adv = r[:, None] * rmask
+        ret = adv
+    elif estimator == "reinforce_plus_plus_baseline":
+        adv = (r[:, None] - kl_coef * tok_kl) * rmask
+        ret = adv
+    elif estimator == "reinforce_plus_plus":
+        # KL-shaped token rewards on trained tokens, scalar reward at the last trained token.
+        tok_r = -kl_coef * tok_kl * lmask + last_token_mask(lmask) * r[:, None]
+        adv = discounted_cumsum(tok_r, gamma) * rmask
+        ret = adv
+    else:  # ppo: scalar reward at the last response token, GAE with the critic
+        tok_r = -kl_coef * tok_kl + last_token_mask(rmask) * r[:, None]
+        adv, ret = gae(tok_r, values, rmask, gamma, lambd)
+
+    if normalize_advantages:
+        adv = whiten(adv, lmask, group=group) * rmask
+    return adv, ret
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, value_clip: float):
+    """Clipped value loss per token: max((clip(v, v_old +- value_clip) - R)^2, (v - R)^2).
+
+    Source: slime/backends/megatron_utils/loss.py `value_loss_function`. Returns (loss, clipfrac).
+    """
+    clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
+    loss = torch.maximum((clipped - returns).pow(2), (values - returns).pow(2))
+    clipfrac = ((values - old_values).abs() > value_clip).to(values.dtype)
+    return loss, clipfrac

@@ -1,0 +1,112 @@
+"""One call per micro-batch for every trainer backend: `compute_loss(...) -> (loss, metrics)`.
+
+Composition follows slime/backends/megatron_utils/loss.py `policy_loss_function`:
+total = pg_loss - entropy_coef * entropy + kl_loss_coef * kl (the KL term only with use_kl_loss),
+where pg_loss is the PPO-clip / GSPO / CISPO loss (chosen by the advantage estimator), times the
+truncated importance weights when use_tis, and every term is reduced with the same aggregation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from rlrun.algo.kl import kl as kl_estimate
+from rlrun.algo.losses import aggregate, policy_loss, tis_weights
+
+
+@dataclass(frozen=True)
+class AlgoParams:
+    """The algo settings the loss and advantages need; built from the resolved config."""
+
+    advantage_estimator: str
+    eps_clip: float
+    eps_clip_high: float
+    dual_clip_c: float | None
+    use_kl_loss: bool
+    kl_loss_coef: float
+    kl_loss_type: str
+    kl_coef: float
+    entropy_coef: float
+    use_tis: bool
+    tis_clip: float
+    tis_clip_low: float
+    calculate_per_token_loss: bool
+    normalize_std: bool
+    normalize_advantages: bool
+    gamma: float
+    lambd: float
+    value_clip: float
+
+    @classmethod
+    def from_config(cls, cfg) -> AlgoParams:
+        """Build from a RunConfig (or anything with `.algo.<field>` and `.train.calculate_per_token_loss`).
+
+        No defaults here: every value comes from the YAML under conf/ via the validated config.
+        """
+        values = {}
+        for f in fields(cls):
+            section = cfg.train if f.name == "calculate_per_token_loss" else cfg.algo
+            if not hasattr(section, f.name):
+                where = "train" if section is cfg.train else "algo"
+                raise ValueError(f"config has no {where}.{f.name}; AlgoParams needs it (see docs/CONTRACT.md)")
+            values[f.name] = getattr(section, f.name)
+        if values["eps_clip_high"] is None:  # the schema derives it; tolerate an unresolved tree
+            values["eps_clip_high"] = values["eps_clip"]
+        return cls(**values)
+
+    @property
+    def policy_loss_kind(self) -> str:
+        return self.advantage_estimator if self.advantage_estimator in ("gspo", "cispo") else "ppo"
+
+
+def compute_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    rollout_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    entropy: torch.Tensor | None,
+    params: AlgoParams,
+    cu_seqlens: torch.Tensor | None = None,
+    normalizer: float | torch.Tensor | None = None,
+):
+    """Policy loss of one micro-batch and its metrics (plain floats).
+
+    logp: current log-probs (with grad). old_logp: log-probs of the policy that the advantages
+    were computed for (None = logp.detach(), the on-policy case). ref_logp: needed with use_kl_loss.
+    rollout_logp: the engine's log-probs, needed with use_tis. entropy: per-token entropy (needed
+    when entropy_coef != 0, reported when given). `normalizer`: see rlrun.algo.losses.aggregate.
+    """
+    p = params
+    old = logp.detach() if old_logp is None else old_logp
+    reduce = lambda x: aggregate(x, loss_mask, p.calculate_per_token_loss, cu_seqlens, normalizer)  # noqa: E731
+    pg_tok, clipfrac, ppo_kl = policy_loss(
+        p.policy_loss_kind, logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
+    )
+    metrics = {}
+    if p.use_tis:
+        if rollout_logp is None:
+            raise ValueError("algo.use_tis=true needs rollout_logp (the engine's log-probs of the response)")
+        w, ratio, tis_clipfrac = tis_weights(old, rollout_logp, p.tis_clip, p.tis_clip_low)
+        pg_tok = pg_tok * w
+        metrics.update(tis=reduce(ratio), tis_clipfrac=reduce(tis_clipfrac))
+    pg_loss = reduce(pg_tok)
+    loss = pg_loss
+    metrics.update(pg_loss=pg_loss, pg_clipfrac=reduce(clipfrac), ppo_kl=reduce(ppo_kl))
+    if entropy is not None:
+        entropy_loss = reduce(entropy)
+        loss = loss - p.entropy_coef * entropy_loss
+        metrics["entropy_loss"] = entropy_loss
+    elif p.entropy_coef != 0:
+        raise ValueError(f"algo.entropy_coef={p.entropy_coef} needs the per-token entropy; pass `entropy`")
+    if p.use_kl_loss:
+        if ref_logp is None:
+            raise ValueError("algo.use_kl_loss=true needs ref_logp (a reference model: checkpoint.ref)")
+        kl_loss = reduce(kl_estimate(logp, ref_logp, p.kl_loss_type))
+        loss = loss + p.kl_loss_coef * kl_loss
+        metrics["kl_loss"] = kl_loss
+    metrics["loss"] = loss
+    return loss, {k: float(v.detach()) for k, v in metrics.items()}
