@@ -1,0 +1,82 @@
+"""The trainer as a group of Ray actors, one per DP rank, each on the bundle the plan gives it.
+
+The driver calls the group like one backend: it shards batches over the ranks (contiguous
+chunks, so rank order = sample order), runs the collective call on every rank at once and
+gathers the results back in sample order.
+"""
+from __future__ import annotations
+
+import ray
+import torch
+
+from rlrun.launch.env import runtime_env
+from rlrun.launch.placement import Placement
+from rlrun.train.base import TrainBatch
+
+
+def backend_class(name: str):
+    if name == "torch":
+        from rlrun.train.torch_backend import TorchBackend
+
+        return TorchBackend
+    raise ValueError(f"train.backend={name!r} has no implementation in this build yet; use train.backend=torch")
+
+
+class _Rank:
+    """Ray actor body: builds the backend inside the worker process and forwards calls."""
+
+    def __init__(self, backend: str, cfg, rank: int, world_size: int, gpu_id: int | None, total_steps: int):
+        from rlrun.train.torch_backend import set_cpu_threads
+
+        set_cpu_threads()
+        self.impl = backend_class(backend)(cfg, rank=rank, world_size=world_size, gpu_id=gpu_id,
+                                           total_steps=total_steps)
+
+    def call(self, method: str, *args, **kwargs):
+        return getattr(self.impl, method)(*args, **kwargs)
+
+
+class TrainGroup:
+    def __init__(self, cfg, plan, placement: Placement, env: dict[str, str]):
+        if plan.tp * plan.pp * plan.cp != 1 and cfg.train.backend == "torch":
+            raise ValueError(f"train.backend=torch is data-parallel only, but the plan has tp={plan.tp} "
+                             f"pp={plan.pp} cp={plan.cp}; use parallelism=tp1 or train.backend=megatron")
+        self.world = plan.trainer_gpus
+        actor = ray.remote(_Rank)
+        self.actors = []
+        for rank in range(self.world):
+            gpus = placement.gpu_ids("trainer", rank)
+            opts = placement.options("trainer", rank)
+            self.actors.append(actor.options(**opts, runtime_env=runtime_env(env)).remote(
+                cfg.train.backend, cfg, rank, self.world, gpus[0] if gpus else None, plan.total_steps))
+        addr, port = ray.get(self.actors[0].call.remote("master_address"))
+        self._all("init", addr, port)
+
+    def _all(self, method: str, *args) -> list:
+        return ray.get([a.call.remote(method, *args) for a in self.actors])
+
+    def _sharded(self, method: str, batch: TrainBatch, *args) -> list:
+        return ray.get([a.call.remote(method, batch.shard(r, self.world), *args) for r, a in enumerate(self.actors)])
+
+    def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
+        return [lp for shard in self._sharded("compute_log_probs", batch, which) for lp in shard]
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        if len(batch) < self.world:
+            raise ValueError(f"a step of {len(batch)} samples cannot feed {self.world} DP ranks; "
+                             f"raise train.global_batch_size")
+        return self._sharded("train_step", batch)[0]  # metrics are all-reduced: every rank agrees
+
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        return ray.get(self.actors[0].call.remote("state_dict_for_sync"))
+
+    def save(self, path: str) -> None:
+        self._all("save", path)
+
+    def load(self, path: str) -> None:
+        self._all("load", path)
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []

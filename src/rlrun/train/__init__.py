@@ -1,0 +1,1 @@
+"""Trainer backends: one Ray actor per data-parallel rank (see base.TrainerBackend)."""

@@ -1,0 +1,79 @@
+"""The trainer backend interface and the batch it consumes.
+
+A backend is one data-parallel rank (a Ray actor). The driver hands every rank its shard of the
+batch; ranks talk to each other only through torch.distributed. The torch backend implements this
+for CPU and single-host GPU runs; the Megatron backend implements the same five calls.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+
+@dataclass
+class TrainBatch:
+    """Samples for the trainer, one entry per sample (1-D tensors; response-token aligned).
+
+    tokens: prompt + response ids. response_start: index of the first response token in tokens.
+    loss_mask, advantages, old_logp, ref_logp, rollout_logp: one value per response token;
+    None where not (yet) computed.
+    """
+
+    tokens: list[torch.Tensor]
+    response_start: list[int]
+    loss_mask: list[torch.Tensor]
+    advantages: list[torch.Tensor] | None = None
+    old_logp: list[torch.Tensor] | None = None
+    ref_logp: list[torch.Tensor] | None = None
+    rollout_logp: list[torch.Tensor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def select(self, index: list[int] | range) -> TrainBatch:
+        """The samples at `index`, in that order."""
+        pick = lambda xs: None if xs is None else [xs[i] for i in index]  # noqa: E731
+        return TrainBatch(**{f.name: pick(getattr(self, f.name)) for f in fields(self)})
+
+    def shard(self, rank: int, world: int) -> TrainBatch:
+        """Contiguous shard of DP rank `rank`; sizes differ by at most one sample."""
+        n = len(self)
+        start, stop = rank * n // world, (rank + 1) * n // world
+        return self.select(range(start, stop))
+
+    def with_(self, **kw) -> TrainBatch:
+        return replace(self, **kw)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(int(t.numel()) for t in self.tokens)
+
+
+class TrainerBackend(abc.ABC):
+    """One DP rank of a trainer. Every call is collective: all ranks call it with their shard."""
+
+    @abc.abstractmethod
+    def init(self) -> None:
+        """Build the model(s), optimizer and the process group."""
+
+    @abc.abstractmethod
+    def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
+        """Log-probs of the response tokens under the current ('actor') or reference ('ref') policy."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step on this rank's shard of one global batch; metrics are global means."""
+
+    @abc.abstractmethod
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        """Full weights with Hugging Face names, on the CPU, for the rollout engines."""
+
+    @abc.abstractmethod
+    def save(self, path: str) -> None:
+        """Write model, optimizer and scheduler state under directory `path`."""
+
+    @abc.abstractmethod
+    def load(self, path: str) -> None:
+        """Restore what `save` wrote."""

@@ -1,0 +1,55 @@
+"""rlrun `model.*` fields -> a transformers config and causal LM (random init or checkpoint.hf).
+
+The trainer and the hf rollout engine must hold the very same architecture, so both build it
+here. Random init runs under a fixed seed, so every DP rank starts from identical weights
+without a broadcast.
+"""
+from __future__ import annotations
+
+import torch
+import transformers
+
+# rlrun family -> (transformers config class, the architecture name written to config.json)
+_FAMILIES = {
+    "qwen3": (transformers.Qwen3Config, "Qwen3ForCausalLM"),
+    "qwen3_moe": (transformers.Qwen3MoeConfig, "Qwen3MoeForCausalLM"),
+    "llama": (transformers.LlamaConfig, "LlamaForCausalLM"),
+    "glm4": (transformers.Glm4Config, "Glm4ForCausalLM"),
+}
+
+
+def hf_config(model) -> transformers.PretrainedConfig:
+    """Map the resolved `model` section to the transformers config of its family."""
+    if model.family not in _FAMILIES:
+        raise ValueError(f"model.family={model.family!r} has no transformers mapping in the torch backend; "
+                         f"supported: {', '.join(_FAMILIES)} (deepseek_v3 runs on train.backend=megatron)")
+    cls, arch = _FAMILIES[model.family]
+    rope = {"rope_type": "default", "rope_theta": float(model.rotary_base)}
+    if model.rope_scaling_factor != 1.0:
+        # llama3.1-style scaling; the other factors are llama3.1's published values.
+        rope = {"rope_type": "llama3", "rope_theta": float(model.rotary_base), "factor": float(model.rope_scaling_factor),
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    if model.rotary_percent != 1.0:
+        rope["partial_rotary_factor"] = float(model.rotary_percent)
+    kw = dict(
+        vocab_size=model.vocab_size, hidden_size=model.hidden_size, intermediate_size=model.ffn_hidden_size,
+        num_hidden_layers=model.num_layers, num_attention_heads=model.num_attention_heads,
+        num_key_value_heads=model.num_query_groups, head_dim=model.head_dim,
+        max_position_embeddings=model.max_position_embeddings, rms_norm_eps=model.norm_epsilon,
+        tie_word_embeddings=model.tie_word_embeddings, rope_parameters=rope, attention_bias=model.add_qkv_bias,
+        architectures=[arch],
+    )
+    if model.family == "qwen3_moe":
+        moe = model.moe
+        kw.update(num_experts=moe.num_experts, num_experts_per_tok=moe.top_k,
+                  moe_intermediate_size=moe.expert_ffn_hidden_size, norm_topk_prob=True,
+                  mlp_only_layers=list(range(moe.first_k_dense)))
+    return cls(**kw)
+
+
+def build_causal_lm(model, hf_path: str | None, seed: int, dtype: torch.dtype = torch.float32):
+    """checkpoint.hf when given, else random init of the `model` architecture under `seed`."""
+    if hf_path:
+        return transformers.AutoModelForCausalLM.from_pretrained(hf_path, dtype=dtype, attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(hf_config(model), dtype=dtype, attn_implementation="sdpa")
