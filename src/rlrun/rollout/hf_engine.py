@@ -1,0 +1,284 @@
+"""The hf rollout engine: a transformers causal LM behind SGLang's native HTTP API.
+
+HFEngine owns the model and a scheduler thread. Requests arriving within `batch_wait_s` of each
+other are generated as one batch (micro-batching; rows leave the batch as they finish). Weight
+updates take the same lock as a forward step, so they land between decode steps. The HTTP layer
+(hf_server.py) only translates JSON to these methods.
+
+Run standalone:  python -m rlrun.rollout.hf_engine --model-dir DIR --port 0
+In Ray:          hf_engine_actor_class() -> ray.remote(HFEngineActor)
+"""
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from pathlib import Path
+
+import torch
+
+from rlrun.rollout import weights as W
+from rlrun.rollout.api import (DEFAULT_WEIGHT_VERSION, MEMORY_TAGS, GenerateItem, GenerateResult,
+                               RequestError)
+from rlrun.rollout.generation import Sequence, StopChecker, generate
+
+
+class HFEngine:
+    def __init__(self, model, tokenizer, *, model_path: str | None = None, seed: int = 0,
+                 max_batch_size: int = 64, batch_wait_s: float = 0.005,
+                 weight_version: str = DEFAULT_WEIGHT_VERSION):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.weight_version = weight_version
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.released: set[str] = set()
+        cfg = model.config
+        eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
+        self.stop = StopChecker(tokenizer, eos_ids, cfg.max_position_embeddings)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._seeds = torch.Generator().manual_seed(seed)  # per-request seeds when none is given
+        self._weights_lock = threading.RLock()
+        self._cv = threading.Condition()
+        self._queue: list[tuple[Sequence, Future]] = []
+        self._running: dict[str, Sequence] = {}
+        self._abort_rids: set[str] = set()
+        self._pause_mode: str | None = None
+        self._stopping = False
+        self._groups: dict[str, object] = {}
+        self._thread = threading.Thread(target=self._loop, name="hf-engine-scheduler", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, **kwargs) -> "HFEngine":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        return cls(model, tokenizer, model_path=str(model_dir), **kwargs)
+
+    # ------------------------------------------------------------------ generation
+    def new_rid(self) -> str:
+        return uuid.uuid4().hex
+
+    def submit(self, items: list[GenerateItem]) -> list[Future]:
+        if self.released & {"weights", "kv_cache"}:
+            raise RequestError(f"memory {sorted(self.released)} is released; call "
+                               f"/resume_memory_occupation before /generate")
+        futures = []
+        with self._cv:
+            for item in items:
+                ids = item.input_ids if item.input_ids is not None else self.tokenizer(item.text)["input_ids"]
+                if not ids:
+                    raise RequestError(f"request {item.rid}: the prompt is empty")
+                seed = item.sampling.sampling_seed
+                if seed is None:
+                    seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
+                seq = Sequence(item.rid, list(ids), item.sampling, torch.Generator().manual_seed(seed),
+                               return_logprob=item.return_logprob)
+                fut: Future = Future()
+                self._queue.append((seq, fut))
+                futures.append(fut)
+            self._cv.notify_all()
+        return futures
+
+    def _result(self, seq: Sequence) -> GenerateResult:
+        return GenerateResult(rid=seq.rid, text=self.stop.output_text(seq), output_ids=seq.output_ids,
+                              prompt_tokens=len(seq.prompt_ids), finish=seq.finish,
+                              logprobs=seq.logprobs if seq.return_logprob else None,
+                              weight_version=self.weight_version)
+
+    def _take_batch(self) -> list[tuple[Sequence, Future]]:
+        with self._cv:
+            while not self._stopping and (not self._queue or self._pause_mode is not None):
+                self._cv.wait()
+            if self._stopping:
+                return []
+        time.sleep(self.batch_wait_s)  # let concurrent requests of one rollout join this batch
+        with self._cv:
+            batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size:]
+            self._running = {seq.rid: seq for seq, _ in batch}
+        return batch
+
+    def _between_steps(self, active: list[Sequence]) -> None:
+        with self._cv:
+            while self._pause_mode == "in_place" and not self._stopping:
+                self._cv.wait()  # weight updates run now; requests continue afterwards
+            for seq in active:
+                if seq.rid in self._abort_rids or self._pause_mode in ("abort", "retract") or self._stopping:
+                    seq.abort("Aborted by /abort_request or /pause_generation")
+
+    def _run_step(self, fn):
+        with self._weights_lock:
+            return fn()
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                return
+            try:
+                generate(self.model, [s for s, _ in batch], self.stop, self.pad_id,
+                         self._run_step, self._between_steps)
+            except Exception as exc:  # a failed batch fails its requests, never the scheduler
+                for _, fut in batch:
+                    fut.set_exception(exc)
+            else:
+                for seq, fut in batch:
+                    fut.set_result(self._result(seq))
+            with self._cv:
+                for seq, _ in batch:
+                    self._abort_rids.discard(seq.rid)
+                self._running = {}
+
+    def abort(self, rid: str | None = None, abort_all: bool = False) -> None:
+        with self._cv:
+            keep = []
+            for seq, fut in self._queue:
+                if abort_all or seq.rid == rid:
+                    seq.abort("Aborted by /abort_request")
+                    fut.set_result(self._result(seq))
+                else:
+                    keep.append((seq, fut))
+            self._queue = keep
+            self._abort_rids |= set(self._running) if abort_all else ({rid} & set(self._running))
+
+    def pause(self, mode: str) -> None:
+        with self._cv:
+            self._pause_mode = mode
+        if mode in ("abort", "retract"):
+            self.abort(abort_all=True)
+
+    def resume(self) -> None:
+        with self._cv:
+            self._pause_mode = None
+            self._cv.notify_all()
+
+    def busy(self) -> bool:
+        with self._cv:
+            return bool(self._running or self._queue)
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ weights
+    def _set_version(self, version: str | None) -> None:
+        if version is not None:
+            self.weight_version = str(version)
+
+    def load_named(self, named, version: str | None) -> int:
+        with self._weights_lock:
+            count = W.load_into(self.model, named)
+            self._set_version(version)
+        return count
+
+    def update_from_disk(self, model_path: str, version: str | None) -> int:
+        count = self.load_named(W.load_hf_dir(model_path), version)
+        self.model_path = model_path
+        return count
+
+    def update_from_tensor(self, payloads: list[str], load_format: str | None, version: str | None) -> int:
+        # SGLang sends one payload per TP rank; the hf engine is one rank: all must agree, use [0].
+        if len(payloads) != 1:
+            raise RequestError(f"serialized_named_tensors has {len(payloads)} entries; the hf engine "
+                               f"has tp_size 1 and expects exactly 1")
+        return self.load_named(W.deserialize_named_tensors(payloads[0], load_format), version)
+
+    def init_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                   group_name: str, backend: str) -> None:
+        # One process = one rank of the weight-sync group (SGLang: rank_offset + tp_rank).
+        self._groups[group_name] = W.new_broadcast_group(master_address, master_port, rank_offset,
+                                                         world_size, group_name, backend)
+
+    def update_from_distributed(self, names, dtypes, shapes, group_name: str, version: str | None) -> int:
+        if group_name not in self._groups:
+            raise RequestError(f"weight update group {group_name!r} does not exist; call "
+                               f"/init_weights_update_group first (known: {sorted(self._groups)})")
+        device = next(self.model.parameters()).device
+        tensors = [torch.empty(shape, dtype=W.dtype_from_name(dt), device=device)
+                   for dt, shape in zip(dtypes, shapes)]
+        W.broadcast_tensors(self._groups[group_name], tensors)
+        return self.load_named(list(zip(names, tensors)), version)
+
+    def destroy_group(self, group_name: str) -> None:
+        if self._groups.pop(group_name, None) is None:
+            raise RequestError(f"weight update group {group_name!r} does not exist")
+
+    def checksum(self) -> str:
+        with self._weights_lock:
+            return W.checksum(self.model.state_dict())
+
+    def weights_by_name(self, name: str, truncate_size: int) -> list:
+        state = self.model.state_dict()
+        if name not in state:
+            raise RequestError(f"no parameter named {name!r}")
+        return state[name].detach().flatten()[:truncate_size].tolist()
+
+    def release(self, tags: list[str] | None) -> None:
+        # CPU: nothing to free; the state is kept so that misuse (generate while released) is caught.
+        self.released |= set(tags or MEMORY_TAGS)
+
+    def resume_memory(self, tags: list[str] | None) -> None:
+        self.released -= set(tags or MEMORY_TAGS)
+
+
+class HFEngineActor:
+    """Ray actor body: builds the engine and serves it on a free port of the actor's node."""
+
+    def __init__(self, model_dir: str, *, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
+                 weight_version: str = DEFAULT_WEIGHT_VERSION, max_batch_size: int = 64):
+        from rlrun.rollout.hf_server import ThreadedServer
+
+        self.engine = HFEngine.from_dir(model_dir, seed=seed, weight_version=weight_version,
+                                        max_batch_size=max_batch_size)
+        self.server = ThreadedServer(self.engine, host, port)
+
+    def start(self) -> str:
+        return self.server.start()
+
+    def url(self) -> str:
+        return self.server.url
+
+    def checksum(self) -> str:
+        return self.engine.checksum()
+
+    def shutdown(self) -> None:
+        self.server.stop()
+        self.engine.shutdown()
+
+
+def hf_engine_actor_class():
+    import ray
+
+    return ray.remote(HFEngineActor)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m rlrun.rollout.hf_engine",
+                                description="Serve a transformers causal LM with SGLang's native HTTP API.")
+    p.add_argument("--model-dir", required=True, help="HF model dir (config.json, safetensors, tokenizer)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 = a free port (printed as 'READY <url>')")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--weight-version", default=DEFAULT_WEIGHT_VERSION)
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from rlrun.rollout.hf_server import serve_forever
+
+    engine = HFEngine.from_dir(args.model_dir, seed=args.seed, weight_version=args.weight_version,
+                               max_batch_size=args.max_batch_size)
+    serve_forever(engine, args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()

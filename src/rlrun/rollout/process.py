@@ -1,0 +1,117 @@
+"""A child server process (sglang-router, SGLang, an hf engine) that never outlives rlrun.
+
+- own process group (start_new_session) so that stop() kills the server and its children;
+- PR_SET_PDEATHSIG=SIGKILL (Linux) so that a SIGKILLed parent still takes the server down;
+- atexit + stop() for the normal and the SIGTERM/SIGINT paths (the runner turns signals into
+  SystemExit, which runs atexit);
+- stdout+stderr to a log file whose tail goes into every startup error.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+_LIVE: set["ServerProcess"] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass  # not Linux: atexit and stop() still apply
+
+
+def log_tail(path: str | Path, lines: int = 40) -> str:
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log written)"
+    return "\n".join(text[-lines:])
+
+
+class ServerProcess:
+    def __init__(self, name: str, argv: list[str], log_path: str | Path, env: dict | None = None):
+        self.name, self.argv, self.log_path = name, argv, Path(log_path)
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ServerProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
+        log.close()
+        _LIVE.add(self)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, url: str, timeout_s: float, interval_s: float = 0.2) -> None:
+        """Polls url until 200; raises with the log tail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode} before {url} was "
+                                   f"healthy. Command: {' '.join(self.argv)}\n--- last lines of "
+                                   f"{self.log_path} ---\n{log_tail(self.log_path)}")
+            try:
+                r = requests.get(url, timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+                if r.status_code == 200:
+                    return
+                last = f"HTTP {r.status_code}"
+            except requests.RequestException as exc:
+                last = type(exc).__name__
+            time.sleep(interval_s)
+        self.stop()
+        raise TimeoutError(f"{self.name} not healthy at {url} after {timeout_s:.0f}s (last: {last}); "
+                           f"raise the timeout if the model is large.\n--- last lines of {self.log_path} ---\n"
+                           f"{log_tail(self.log_path)}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signals the whole process group (used by fault-injection tests and stop())."""
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self.proc is None:
+            return
+        self.kill(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+            self.proc.wait(timeout=grace_s)
+        try:  # children left in the group (e.g. SGLang's scheduler processes)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _LIVE.discard(self)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop(grace_s=2.0)

@@ -1,0 +1,116 @@
+"""The real sglang-router (sglang-router==0.3.2, Rust) as a child process of rlrun.
+
+Flags checked with `sglang-router launch --help` (0.3.2): --host --port --worker-urls --policy
+--request-timeout-secs --health-check-interval-secs --health-failure-threshold
+--prometheus-port ... Workers are added/removed at runtime through POST /workers {"url": ...}
+(answers 202: registration runs in the background, after the router's own /health probe of the
+worker) and DELETE /workers/{worker_id}; GET /workers lists {"workers": [{"id", "url", ...}]}.
+The older /add_worker and /remove_worker routes do not exist in this version.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from rlrun.rollout.process import ServerProcess, free_port
+
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+
+
+class Router:
+    def __init__(self, *, policy: str = "round_robin", host: str = "127.0.0.1", port: int | None = None,
+                 request_timeout_s: float = 600.0, health_check_interval_s: int = 5,
+                 health_failure_threshold: int = 2, retry_max_retries: int = 3,
+                 log_dir: str | Path = "/tmp/rlrun-router", worker_urls: list[str] | None = None):
+        if policy not in POLICIES:
+            raise ValueError(f"rollout.router.policy={policy!r} unknown; sglang-router 0.3.2 offers {POLICIES}")
+        self.policy, self.host = policy, host
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        self.initial_workers = list(worker_urls or [])
+        argv = [
+            sys.executable, "-m", "sglang_router.launch_router",
+            "--host", host, "--port", str(self.port), "--policy", policy,
+            "--request-timeout-secs", str(int(request_timeout_s)),
+            "--health-check-interval-secs", str(int(health_check_interval_s)),
+            "--health-failure-threshold", str(int(health_failure_threshold)),
+            "--health-success-threshold", "1",
+            "--retry-max-retries", str(int(retry_max_retries)),
+            "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "1000",
+            # The circuit breaker would keep a restarted engine at the same URL blocked for
+            # cb-timeout (60 s); rlrun's own health tracking removes dead engines instead.
+            "--disable-circuit-breaker",
+            "--prometheus-port", str(free_port(host)),  # default 29000 collides between routers
+            "--log-level", "warn",
+        ]
+        if self.initial_workers:
+            argv += ["--worker-urls", *self.initial_workers]
+        self.process = ServerProcess("sglang-router", argv, Path(log_dir) / f"router-{self.port}.log")
+
+    @classmethod
+    def from_config(cls, rollout_cfg, log_dir: str | Path) -> "Router":
+        r = rollout_cfg.router
+        return cls(policy=r.policy, host=r.host, port=r.port, request_timeout_s=r.request_timeout_s,
+                   log_dir=log_dir)
+
+    def start(self, timeout_s: float = 60.0) -> "Router":
+        self.process.start()
+        self.process.wait_healthy(f"{self.url}/health", timeout_s)
+        if self.initial_workers:
+            self.wait_for_workers(self.initial_workers, timeout_s)
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __enter__(self) -> "Router":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ workers
+    def workers(self) -> dict[str, str]:
+        """url -> worker id of the workers registered now."""
+        r = requests.get(f"{self.url}/workers", timeout=10)
+        r.raise_for_status()
+        return {w["url"]: w["id"] for w in r.json()["workers"]}
+
+    def add_worker(self, url: str, wait_s: float = 60.0) -> None:
+        r = requests.post(f"{self.url}/workers", json={"url": url}, timeout=10)
+        if r.status_code not in (200, 201, 202):
+            raise RuntimeError(f"sglang-router refused worker {url}: HTTP {r.status_code} {r.text}")
+        if wait_s:
+            self.wait_for_workers([url], wait_s)
+
+    def wait_for_workers(self, urls: list[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            missing = set(urls) - set(self.workers())
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"sglang-router did not register {sorted(missing)} within {timeout_s:.0f}s "
+                                   f"(it probes each worker's /health first).\n--- router log ---\n"
+                                   f"{self.log_tail()}")
+            time.sleep(0.1)
+
+    def remove_worker(self, url: str) -> bool:
+        worker_id = self.workers().get(url)
+        if worker_id is None:
+            return False
+        r = requests.delete(f"{self.url}/workers/{worker_id}", timeout=10)
+        if r.status_code >= 400 and r.status_code != 404:
+            raise RuntimeError(f"sglang-router could not remove worker {url}: HTTP {r.status_code} {r.text}")
+        deadline = time.monotonic() + 30
+        while url in self.workers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return True
+
+    def log_tail(self) -> str:
+        from rlrun.rollout.process import log_tail
+
+        return log_tail(self.process.log_path)

@@ -1,0 +1,130 @@
+"""Moving weights into a rollout engine: serialisation, bucketing, checksums, broadcast groups.
+
+Three transports, the same three SGLang offers:
+  from_tensor       SGLang: base64(MultiprocessingSerializer([(name, tensor)])) = CUDA IPC handles,
+                    valid only between processes on the same GPU. CPU stand-in used by the hf
+                    engine: base64(torch.save([(name, tensor)])) (load_format=None, bytes travel in
+                    the HTTP body) or a path to such a file (load_format="rlrun_file", bytes stay
+                    on local disk). Same endpoint, same bucketing, different payload encoding.
+  from_distributed  torch.distributed broadcast from trainer rank 0 to every engine (gloo on CPU,
+                    nccl on GPU) in a process group made only for weight sync.
+  from_disk         an HF checkpoint directory (safetensors).
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import difflib
+import hashlib
+import io
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+
+FILE_LOAD_FORMAT = "rlrun_file"
+
+
+def serialize_named_tensors(named: list[tuple[str, torch.Tensor]]) -> str:
+    buf = io.BytesIO()
+    torch.save([(n, t.detach().cpu().contiguous()) for n, t in named], buf)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def deserialize_named_tensors(payload: str, load_format: str | None) -> list[tuple[str, torch.Tensor]]:
+    if load_format == FILE_LOAD_FORMAT:
+        return torch.load(payload, map_location="cpu", weights_only=True)
+    if load_format is not None:
+        raise ValueError(f"load_format={load_format!r} is not supported by the hf engine "
+                         f"(None: base64 torch.save bytes, {FILE_LOAD_FORMAT!r}: a local file path)")
+    return torch.load(io.BytesIO(base64.b64decode(payload)), map_location="cpu", weights_only=True)
+
+
+def buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Groups tensors into lists of at most bucket_bytes (a larger single tensor gets its own)."""
+    bucket, size = [], 0
+    for name, tensor in named:
+        nbytes = tensor.numel() * tensor.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def checksum(named: dict[str, torch.Tensor]) -> str:
+    """sha256 over sorted (name, dtype, shape, bytes): equal iff the weights are bit-identical."""
+    h = hashlib.sha256()
+    for name in sorted(named):
+        t = named[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def load_into(model: torch.nn.Module, named: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """Copies tensors into the model's parameters/buffers by HF name; returns how many."""
+    state = model.state_dict()  # tensors share storage with the parameters: copy_ updates the model
+    count = 0
+    for name, tensor in named:
+        if name not in state:
+            close = difflib.get_close_matches(name, list(state), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise KeyError(f"weight {name!r} is not a parameter of the engine's model{hint}")
+        target = state[name]
+        if tuple(target.shape) != tuple(tensor.shape):
+            raise ValueError(f"weight {name!r}: engine shape {tuple(target.shape)} != sent "
+                             f"{tuple(tensor.shape)}")
+        target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+        count += 1
+    return count
+
+
+def load_hf_dir(path: str | Path) -> list[tuple[str, torch.Tensor]]:
+    from safetensors.torch import load_file
+
+    files = sorted(Path(path).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {path} (update_weights_from_disk needs an HF "
+                                f"checkpoint dir, e.g. written by save_pretrained)")
+    return [item for f in files for item in load_file(str(f)).items()]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # SGLang sends "bfloat16", "float32", ...
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r} in update_weights_from_distributed")
+    return dtype
+
+
+def new_broadcast_group(master_address: str, master_port: int, rank: int, world_size: int,
+                        group_name: str, backend: str, timeout_s: float = 120.0):
+    """A process group used only for weight sync, outside the default group (as SGLang does), so
+    trainer ranks and engines that already have their own groups can join it. Rank 0 hosts the
+    TCPStore (the trainer)."""
+    from torch import distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0,
+                          timeout=timeout, wait_for_workers=False)
+    store = dist.PrefixStore(group_name, store)
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+    if backend == "nccl":
+        opts = dist.ProcessGroupNCCL.Options()
+        opts._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world_size, opts)
+    raise ValueError(f"weight-sync backend {backend!r} unknown (gloo on CPU, nccl on GPU)")
+
+
+def broadcast_tensors(group, tensors: list[torch.Tensor]) -> None:
+    """One broadcast per tensor from rank 0, in order (the receive side posts the same list)."""
+    for t in tensors:
+        group.broadcast(t, 0).wait()
