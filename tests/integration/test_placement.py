@@ -8,45 +8,27 @@ places a task and an actor with the same options on the same bundle.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-
 import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from rlrun.config import load
+from rlrun.config.plan import make_plan
 from rlrun.launch.cluster import ResourceError, alive_nodes, check_resources
 from rlrun.launch.placement import Placement
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@dataclass(frozen=True)
-class _Slot:
-    node: int
-    gpu: int
-    role: str
-    rank: int
-
-
-@dataclass
-class _Plan:
-    """The fields of rlrun.config.plan.Plan that placement reads (see docs/CONTRACT.md)."""
-    placement: list
-    colocate: bool
-    trainer_gpus: int
-    rollout_gpus: int
-    num_engines: int
-    gpus_per_engine: int
-
-
-def _plan(trainer: int, rollout: int, per_engine: int, colocate: bool, per_node: int = 8) -> _Plan:
-    """Plan.placement as rlrun.config.plan lays it out: trainer from GPU 0, engines from 0
-    (colocate) or right after the trainer (disaggregated), node = global index // per_node."""
-    at = lambda i: (i // per_node, i % per_node)  # noqa: E731
-    slots = [_Slot(*at(r), "trainer", r) for r in range(trainer)]
-    first = 0 if colocate else trainer
-    slots += [_Slot(*at(first + g), "engine", g // per_engine) for g in range(rollout)]
-    return _Plan(slots, colocate, trainer, rollout, rollout // per_engine, per_engine)
+def _plan(trainer: int, rollout: int, per_engine: int, colocate: bool):
+    """The real Plan for 8-GPU nodes (hardware=h100), laid out by rlrun.config.plan.make_plan."""
+    nodes = -(-(trainer if colocate else trainer + rollout) // 8)
+    ov = ["hardware=h100", f"cluster.num_nodes={nodes}", f"train.num_nodes={-(-trainer // 8)}",
+          f"train.gpus_per_node={min(trainer, 8)}", f"train.colocate={str(colocate).lower()}",
+          f"rollout.gpus_per_engine={per_engine}"]
+    if not colocate:
+        ov.append(f"rollout.num_gpus={rollout}")
+    return make_plan(load(ov))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +52,7 @@ def _node_order() -> list[str]:
     return [n.node_id for n in sorted(alive_nodes(), key=lambda n: (n.ip, n.node_id))]
 
 
-def _check_lands_as_planned(plan: _Plan) -> None:
+def _check_lands_as_planned(plan) -> None:
     check_resources(plan, "cuda", alive_nodes())
     placement = Placement(plan, "cuda", timeout_s=30)
     try:
