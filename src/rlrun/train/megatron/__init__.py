@@ -1,0 +1,11 @@
+"""Megatron-core pieces of the `megatron` trainer backend (CUDA only).
+
+Nothing here imports megatron-core at package import time: `rlrun plan` and the CPU test suite
+must work where megatron-core is absent. Each module imports it where it is used.
+
+    layers.py      norm with sequence-parallel grads, post-norm linear (GLM-4), SDPA core attention
+    layer_spec.py  the local (no Transformer Engine) layer spec built from those layers
+    model.py       RunConfig -> TransformerConfig -> GPTModel, parallel state
+    weights.py     Hugging Face <-> Megatron parameter mapping (per architecture, TP-aware)
+    packing.py     samples -> packed THD micro-batches bounded by max_tokens_per_gpu
+"""

@@ -1,0 +1,73 @@
+"""The transformer block spec of the `megatron` backend: megatron-core's local modules with the
+norm, post-norm and attention of layers.py plugged into the same slots.
+
+Transformer Engine is not used even where it is installed: one code path, the same on the lent
+GPUs (no TE wheel for their torch) and on AMD machines without TE.
+"""
+from __future__ import annotations
+
+from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
+from megatron.core.models.backends import LocalSpecProvider
+from megatron.core.models.gpt.gpt_layer_specs import get_mlp_module_spec_for_backend
+from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules, \
+    get_transformer_layer_offset
+
+from rlrun.train.megatron.layers import PostNormRowParallelLinear, RMSNorm, SDPAttention
+
+
+class RlrunSpecProvider(LocalSpecProvider):
+    """LocalSpecProvider with SP-capable RMSNorm, SDPA attention and (GLM-4) post-norms."""
+
+    def __init__(self, post_norms: bool = False):
+        self.post_norms = post_norms
+
+    def row_parallel_linear(self):
+        return PostNormRowParallelLinear if self.post_norms else super().row_parallel_linear()
+
+    def layer_norm(self, rms_norm: bool = False, for_qk: bool = False, has_residual: bool = False):
+        if not rms_norm:
+            raise ValueError("rlrun's megatron layer spec implements RMSNorm only (every supported family uses it)")
+        return RMSNorm
+
+    def core_attention(self):
+        return SDPAttention
+
+
+def _layer_spec(config, moe: bool, post_norms: bool) -> ModuleSpec:
+    if moe and post_norms:
+        raise ValueError("model.post_norms with MoE layers is not implemented in the megatron layer spec")
+    backend = RlrunSpecProvider(post_norms=post_norms)
+    norm = backend.layer_norm(rms_norm=True)
+    mlp = get_mlp_module_spec_for_backend(backend=backend, num_experts=config.num_moe_experts if moe else None,
+                                          moe_grouped_gemm=False)
+    return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
+        input_layernorm=norm,
+        self_attention=ModuleSpec(module=SelfAttention, params={"attn_mask_type": AttnMaskType.causal},
+                                  submodules=SelfAttentionSubmodules(
+                                      linear_qkv=backend.column_parallel_linear(),
+                                      core_attention=backend.core_attention(),
+                                      linear_proj=backend.row_parallel_linear(),
+                                      q_layernorm=norm if config.qk_layernorm else IdentityOp,
+                                      k_layernorm=norm if config.qk_layernorm else IdentityOp)),
+        self_attn_bda=get_bias_dropout_add,
+        pre_mlp_layernorm=norm,
+        mlp=mlp,
+        mlp_bda=get_bias_dropout_add,
+    ))
+
+
+def block_spec(config, post_norms: bool, first_k_dense: int = 0, vp_stage=None) -> TransformerBlockSubmodules:
+    """Layer specs of this pipeline stage (dense for the first `first_k_dense` global layers
+    when the model has experts) and the final norm."""
+    n = get_num_layers_to_build(config, vp_stage=vp_stage)
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    moe = config.num_moe_experts is not None
+    dense = _layer_spec(config, moe=False, post_norms=post_norms)
+    expert = _layer_spec(config, moe=True, post_norms=post_norms) if moe else None
+    layers = [expert if moe and offset + i >= first_k_dense else dense for i in range(n)]
+    return TransformerBlockSubmodules(layer_specs=layers, layer_norm=RMSNorm)

@@ -1,0 +1,114 @@
+"""Resolved rlrun config sections -> megatron-core TransformerConfig and GPTModel.
+
+Every architecture flag comes from `model.*` (the same section the torch backend turns into a
+transformers config), every layout from `parallelism.*`, and memory/speed switches from
+`train.*`; nothing is read from environment variables or defaults hidden here.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# model.family -> rope flavour megatron-core must use to match the HF implementation of that family.
+_INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False}
+
+
+def fused_grad_accumulation_available() -> bool:
+    """Megatron's gradient-accumulation fusion needs Apex's fused_weight_gradient_mlp_cuda (or TE)."""
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, cpu_init: bool = False):
+    """megatron-core TransformerConfig for `model` under `parallelism` (and `train`'s recompute and
+    fusion switches when given; None = inference/verification use, nothing recomputed)."""
+    from megatron.core.transformer import TransformerConfig
+
+    if model.family not in _INTERLEAVED_ROPE:
+        raise ValueError(f"model.family={model.family!r} is not built by the megatron backend yet; "
+                         f"supported: {', '.join(_INTERLEAVED_ROPE)}")
+    if model.mla is not None:
+        raise ValueError("model.mla: multi-latent attention is not built by the megatron backend yet")
+    if not model.swiglu:
+        raise ValueError("model.swiglu=false: only gated-SiLU MLPs are mapped (every supported family uses them)")
+    kw = dict(
+        num_layers=model.num_layers, hidden_size=model.hidden_size, ffn_hidden_size=model.ffn_hidden_size,
+        num_attention_heads=model.num_attention_heads, num_query_groups=model.num_query_groups,
+        kv_channels=model.head_dim, normalization="RMSNorm", layernorm_epsilon=model.norm_epsilon,
+        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, add_qkv_bias=model.add_qkv_bias,
+        qk_layernorm=model.qk_layernorm, rotary_interleaved=_INTERLEAVED_ROPE[model.family],
+        hidden_dropout=0.0, attention_dropout=0.0,
+        # No TE/Apex: the unfused paths (fusions here are jit/TE kernels we do not have).
+        apply_rope_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
+        bias_activation_fusion=False, persist_layer_norm=False,
+        bf16=dtype == torch.bfloat16, params_dtype=dtype, pipeline_dtype=dtype,
+        use_cpu_initialization=cpu_init,
+        tensor_model_parallel_size=parallelism.tp, pipeline_model_parallel_size=parallelism.pp,
+        context_parallel_size=parallelism.cp, expert_model_parallel_size=parallelism.ep,
+        sequence_parallel=bool(parallelism.sequence_parallel and parallelism.tp > 1),
+        # Packed micro-batches change length from one to the next; PP must exchange shapes.
+        variable_seq_lengths=parallelism.pp > 1, deallocate_pipeline_outputs=True,
+        moe_token_dispatcher_type="alltoall",  # the dispatcher that accepts variable lengths
+        gradient_accumulation_fusion=False,
+    )
+    if model.moe is not None:
+        moe = model.moe
+        if moe.router != "softmax":
+            raise ValueError(f"model.moe.router={moe.router!r}: only the softmax (Qwen3-MoE) router is mapped")
+        kw.update(num_moe_experts=moe.num_experts, moe_router_topk=moe.top_k, moe_ffn_hidden_size=moe.expert_ffn_hidden_size,
+                  # Qwen3-MoE: softmax over all experts, top-k, renormalise (norm_topk_prob) ==
+                  # megatron's softmax over the top-k logits (moe_router_pre_softmax=False).
+                  moe_router_pre_softmax=False, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
+                  moe_router_dtype="fp32", moe_grouped_gemm=False,
+                  moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size or None)
+    if train is not None:
+        rc = train.recompute
+        kw.update(recompute_granularity=rc.granularity, recompute_method=rc.method, recompute_num_layers=rc.num_layers)
+        if train.gradient_accumulation_fusion:
+            if not fused_grad_accumulation_available():
+                raise ValueError(
+                    "train.gradient_accumulation_fusion=true needs Apex's fused_weight_gradient_mlp_cuda (or "
+                    "Transformer Engine), which this machine lacks: set train.gradient_accumulation_fusion=false")
+            kw["gradient_accumulation_fusion"] = True
+    return TransformerConfig(**kw)
+
+
+def init_parallel(parallelism, seed: int) -> None:
+    """megatron-core's TP/PP/CP/EP groups over the already-initialised default process group."""
+    from megatron.core import parallel_state, tensor_parallel
+
+    if not torch.distributed.is_initialized():
+        raise RuntimeError("init_parallel: torch.distributed must be initialised first (the backend does it)")
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=parallelism.tp, pipeline_model_parallel_size=parallelism.pp,
+            context_parallel_size=parallelism.cp, expert_model_parallel_size=parallelism.ep)
+    if torch.cuda.is_available():
+        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+
+
+def build_gpt(model, config, *, vp_stage=None):
+    """The GPTModel of this rank's pipeline stage, on the current device, in config.params_dtype."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+
+    from rlrun.train.megatron.layer_spec import block_spec
+
+    tp = config.tensor_model_parallel_size
+    if model.vocab_size % tp:
+        raise ValueError(f"model.vocab_size={model.vocab_size} is not divisible by parallelism.tp={tp}; "
+                         "the vocab-parallel embedding needs equal shards (padding would change the softmax)")
+    first_k_dense = model.moe.first_k_dense if model.moe is not None else 0
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=block_spec(config, post_norms=model.post_norms, first_k_dense=first_k_dense,
+                                          vp_stage=vp_stage),
+        vocab_size=model.vocab_size, max_sequence_length=model.max_position_embeddings,
+        pre_process=parallel_state.is_pipeline_first_stage(), post_process=parallel_state.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=model.tie_word_embeddings, parallel_output=True,
+        position_embedding_type="rope", rotary_percent=model.rotary_percent, rotary_base=int(model.rotary_base),
+        rope_scaling=model.rope_scaling_factor != 1.0, rope_scaling_factor=model.rope_scaling_factor,
+    )

@@ -1,0 +1,199 @@
+"""Hugging Face <-> Megatron parameter mapping for the dense families (Qwen3, Llama 3.x, GLM-4).
+
+Written here rather than taken from mbridge: mbridge 0.15.1 builds its models with the Transformer
+Engine layer spec only (its names, e.g. `linear_qkv.layer_norm_weight`, are TE's fused-norm names)
+and has no dense GLM-4 bridge; docs/megatron.md has the evaluation.
+
+Three layers, each a pure function of tensors so it is testable without megatron-core or a GPU:
+1. name and layout: one Megatron parameter (full, un-sharded) <-> its HF tensors
+   (qkv interleaved by query group; gate/up fused into linear_fc1);
+2. TP: the shard of a full tensor on one TP rank, and the full tensor from all shards;
+3. streaming: walk a model's local parameters, gather TP shards, yield HF-named tensors in
+   buckets of at most `bucket_bytes` (weight sync and HF export never hold the whole model twice).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+import torch
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+
+# Megatron per-layer suffix -> HF per-layer suffix, for the 1:1 tensors.
+_ONE_TO_ONE = {
+    "input_layernorm.weight": "input_layernorm.weight",
+    "self_attention.q_layernorm.weight": "self_attn.q_norm.weight",
+    "self_attention.k_layernorm.weight": "self_attn.k_norm.weight",
+    "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
+    "self_attention.linear_proj.post_norm.weight": "post_self_attn_layernorm.weight",
+    "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+    "mlp.linear_fc2.weight": "mlp.down_proj.weight",
+    "mlp.linear_fc2.post_norm.weight": "post_mlp_layernorm.weight",
+}
+_GLOBAL = {
+    "embedding.word_embeddings.weight": "model.embed_tokens.weight",
+    "decoder.final_layernorm.weight": "model.norm.weight",
+    "output_layer.weight": "lm_head.weight",
+}
+# Column-parallel (split along output rows) and row-parallel (split along input columns) params.
+_COLUMN = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias", "mlp.linear_fc1.weight",
+           "embedding.word_embeddings.weight", "output_layer.weight")
+_ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
+
+
+# ---------------------------------------------------------------- 1. names and layouts
+def interleave_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, groups: int) -> torch.Tensor:
+    """HF q/k/v (weight [rows, hidden] or bias [rows]) -> Megatron linear_qkv rows, grouped per
+    query group as [q heads of group g | k_g | v_g] for g in groups."""
+    tail = q.shape[1:]
+    q, k, v = (x.reshape(groups, -1, *tail) for x in (q, k, v))
+    return torch.cat([q, k, v], dim=1).reshape(-1, *tail)
+
+
+def split_qkv(qkv: torch.Tensor, groups: int, heads: int, head_dim: int):
+    """Inverse of interleave_qkv: Megatron linear_qkv -> (q, k, v) in HF layout."""
+    tail = qkv.shape[1:]
+    per_group = heads // groups * head_dim
+    g = qkv.reshape(groups, per_group + 2 * head_dim, *tail)
+    q, k, v = g.split([per_group, head_dim, head_dim], dim=1)
+    return tuple(x.reshape(-1, *tail) for x in (q, k, v))
+
+
+def hf_names(model, name: str, layer_offset: int = 0) -> list[str]:
+    """HF tensor names that make up Megatron parameter `name` (local layer index + offset)."""
+    if name in _GLOBAL:
+        return [_GLOBAL[name]]
+    m = _LAYER.match(name)
+    if not m:
+        raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
+    layer, suffix = int(m.group(1)) + layer_offset, m.group(2)
+    pre = f"model.layers.{layer}."
+    if suffix in _ONE_TO_ONE:
+        return [pre + _ONE_TO_ONE[suffix]]
+    if suffix.startswith("self_attention.linear_qkv."):
+        kind = suffix.rsplit(".", 1)[1]
+        return [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
+    if suffix == "mlp.linear_fc1.weight":
+        # GLM-4 stores gate and up fused already, in the same [gate; up] order as Megatron.
+        return [pre + "mlp.gate_up_proj.weight"] if model.family == "glm4" else \
+            [pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"]
+    raise KeyError(f"no HF mapping for Megatron parameter {name!r} (family {model.family})")
+
+
+def to_megatron(model, name: str, hf: list[torch.Tensor]) -> torch.Tensor:
+    """Full Megatron tensor from its HF tensors (in hf_names order)."""
+    if ".linear_qkv." in name:
+        return interleave_qkv(*hf, groups=model.num_query_groups)
+    return hf[0] if len(hf) == 1 else torch.cat(hf, dim=0)
+
+
+def to_hf(model, name: str, full: torch.Tensor, layer_offset: int = 0) -> list[tuple[str, torch.Tensor]]:
+    """HF (name, tensor) pairs from one full Megatron tensor."""
+    names = hf_names(model, name, layer_offset)
+    if ".linear_qkv." in name:
+        parts = split_qkv(full, model.num_query_groups, model.num_attention_heads, model.head_dim)
+    elif len(names) == 2:  # gate_proj, up_proj
+        parts = full.chunk(2, dim=0)
+    else:
+        parts = (full,)
+    return list(zip(names, parts))
+
+
+# ---------------------------------------------------------------- 2. tensor parallelism
+def _split_dim(name: str) -> int | None:
+    if name.endswith(_COLUMN):
+        return 0
+    if name.endswith(_ROW):
+        return 1
+    return None
+
+
+def tp_shard(name: str, full: torch.Tensor, rank: int, size: int) -> torch.Tensor:
+    """This TP rank's slice of a full Megatron tensor (norms and other replicated params whole).
+
+    linear_fc1 is [gate; up]: each rank holds [gate_r; up_r], so the two halves split separately.
+    linear_qkv splits as plain row chunks: groups are contiguous, and megatron-core gathers and
+    re-slices itself when TP exceeds the number of query groups."""
+    dim = _split_dim(name)
+    if dim is None or size == 1:
+        return full
+    if name.endswith("mlp.linear_fc1.weight"):
+        gate, up = full.chunk(2, dim=0)
+        return torch.cat([gate.chunk(size, 0)[rank], up.chunk(size, 0)[rank]], dim=0)
+    if full.shape[dim] % size:
+        raise ValueError(f"{name}: dim {dim} of size {full.shape[dim]} does not split over TP={size}")
+    return full.chunk(size, dim=dim)[rank]
+
+
+def tp_unshard(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
+    """Inverse of tp_shard over all ranks' shards (in TP-rank order)."""
+    dim = _split_dim(name)
+    if dim is None or len(shards) == 1:
+        return shards[0]
+    if name.endswith("mlp.linear_fc1.weight"):
+        halves = [s.chunk(2, dim=0) for s in shards]
+        return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
+    return torch.cat(shards, dim=dim)
+
+
+# ---------------------------------------------------------------- 3. whole models
+def _local_params(gpt) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """Named parameters of a GPTModel, unwrapped from DDP/Float16 wrappers ('module.' prefixes)."""
+    while hasattr(gpt, "module"):
+        gpt = gpt.module
+    yield from gpt.named_parameters()
+
+
+def _tp():
+    from megatron.core import parallel_state as ps
+    return ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size(), \
+        ps.get_tensor_model_parallel_group()
+
+
+@torch.no_grad()
+def load_hf(gpt, model, get: Callable[[str], torch.Tensor], layer_offset: int = 0) -> int:
+    """Copy HF weights (fetched one by one through `get(hf_name)`) into this rank's shards of
+    `gpt`. Returns the number of parameters loaded; every local parameter must be covered."""
+    rank, size, _ = _tp()
+    n = 0
+    for name, p in _local_params(gpt):
+        names = hf_names(model, name, layer_offset)
+        if name == "output_layer.weight" and model.tie_word_embeddings:
+            names = [_GLOBAL["embedding.word_embeddings.weight"]]  # last PP stage's copy of the tied weight
+        full = to_megatron(model, name, [get(h) for h in names])
+        shard = tp_shard(name, full, rank, size)
+        if shard.shape != p.shape:
+            raise ValueError(f"{name}: HF {names} give shard {tuple(shard.shape)} on TP rank {rank}/{size}, "
+                             f"model expects {tuple(p.shape)}: model.* does not match the checkpoint")
+        p.copy_(shard.to(device=p.device, dtype=p.dtype))
+        n += 1
+    return n
+
+
+@torch.no_grad()
+def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None
+              ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Yield this PP stage's weights with HF names, TP-gathered, in buckets of <= bucket_bytes
+    (one oversize tensor makes its own bucket). Collective over the TP group: every TP rank must
+    iterate it; all of them receive the same full tensors (on the GPU)."""
+    rank, size, group = _tp()
+    bucket, used = [], 0
+    for name, p in _local_params(gpt):
+        if name == "output_layer.weight" and model.tie_word_embeddings:
+            continue  # HF keeps a tied lm_head as embed_tokens only
+        t = p.detach()
+        if _split_dim(name) is not None and size > 1:
+            shards = [torch.empty_like(t) for _ in range(size)]
+            torch.distributed.all_gather(shards, t.contiguous(), group=group)
+            t = tp_unshard(name, shards)
+        for hf_name, x in to_hf(model, name, t, layer_offset):
+            x = x if dtype is None else x.to(dtype)
+            nbytes = x.numel() * x.element_size()
+            if bucket and used + nbytes > bucket_bytes:
+                yield bucket
+                bucket, used = [], 0
+            bucket.append((hf_name, x.contiguous()))
+            used += nbytes
+    if bucket:
+        yield bucket

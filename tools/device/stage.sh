@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install rlrun's GPU-side Python deps on a lent device machine (no registry there) from wheels
+# carried in the git-ignored folders .wA/ (megatron-core, hydra, omegaconf, antlr4 sdist, pydantic)
+# and .wB/ (ray, split in parts because one call carries at most 64 MiB; see tools/device/README.md).
+#
+#   source tools/device/stage.sh          # in the device command, from the repo root
+#
+# Installs into /tmp/site (kept while the machine stays warm) and exports PYTHONPATH=src:/tmp/site.
+set -e
+SITE=/tmp/site
+STAGE=$HOME/stage
+mkdir -p "$SITE" "$STAGE"
+# Ray's wheel comes in parts (.wB/NAME.whl.part-aa, -ab, ... and NAME.whl.nparts), possibly over
+# two calls: keep what came in $HOME/stage, join once every part is there.
+for p in .wB/*; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
+for n in "$STAGE"/*.nparts; do
+  [ -e "$n" ] || continue
+  whl="${n%.nparts}"
+  if [ ! -e "$whl" ] && [ "$(ls "$whl".part-* 2>/dev/null | wc -l)" = "$(cat "$n")" ]; then
+    cat "$whl".part-* > "$whl"
+  fi
+done
+pkgs=()
+for f in .wA/*.whl .wA/*.tar.gz "$STAGE"/*.whl; do [ -e "$f" ] && pkgs+=("$f"); done
+marker="$SITE/.staged-$(printf '%s\n' "${pkgs[@]}" | md5sum | cut -c1-8)"
+if [ ! -e "$marker" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-build-isolation --target "$SITE" "${pkgs[@]}"
+  touch "$marker"
+fi
+export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)"
