@@ -1,0 +1,306 @@
+"""The rlrun <-> slime mapping, as data: one row per rlrun setting that slime (or Megatron/SGLang through
+slime) has a flag for, the bash array slime's scripts put it in, and what slime does when it is absent.
+
+Read by slime_codec.py (both directions) and rendered into docs/slime.md. Facts come from slime's
+`slime/utils/arguments.py` (flag names, defaults, derivations in `slime_validate_args`), Megatron-LM's
+arguments (model/optimizer flags and their defaults) and sglang-router's RouterArgs. A test checks that
+every leaf of the resolved config appears here exactly once, either as a row, a special codec or a
+NO_FLAG entry, so a new config field cannot be silently left out of the export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# Order in which slime's scripts splice the arrays into the train.py command line.
+ARRAYS = (
+    "MODEL_ARGS", "CKPT_ARGS", "ROLLOUT_ARGS", "OPTIMIZER_ARGS", "GRPO_ARGS",
+    "PERF_ARGS", "EVAL_ARGS", "SGLANG_ARGS", "MISC_ARGS",
+)
+LAUNCH = "LAUNCH"  # flags written inline on the `python3 train.py` line, as slime's scripts do
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+# slime's default for a flag is unknown or meaningless for rlrun (a path, a required value): an absent
+# flag leaves rlrun's own value in place on import.
+KEEP: Any = _Keep()
+Derived = Callable[[dict], Any]  # slime derives the value from others (keys: rlrun dotted paths)
+
+# Kinds: value `--f V` | true: present <=> True | false: present <=> False | bool: `--f`/`--no-f`
+#        | list: `--f V1 V2 ...` (argparse nargs="+")
+
+
+@dataclass(frozen=True)
+class Row:
+    path: str
+    flag: str
+    array: str
+    kind: str = "value"
+    type: type = str
+    default: Any = KEEP  # what slime uses when the flag is absent (a value, a Derived, or KEEP)
+    path_like: bool = False  # a filesystem path: round trips compare it modulo its text
+    always: bool = False  # export it even when it equals slime's default (the seed scripts spell it out)
+    values: tuple[tuple[Any, str], ...] = ()  # rlrun value <-> slime value, where they differ
+    section: str | None = None  # an optional config section (model.moe, model.mla) the row lives in
+
+
+def _colocated(v: dict) -> bool:
+    return bool(v["train.colocate"])
+
+
+def _steps_per_rollout(v: dict) -> int:
+    gbs = v.get("train.global_batch_size")
+    samples = v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"]
+    return samples // gbs if gbs else 1
+
+
+def _gbs(v: dict) -> int:
+    return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+
+
+_CHECK_NONZERO_STD = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+
+ROWS: tuple[Row, ...] = (
+    # ---- inline on the train.py line (slime's Ray placement) -----------------------------------------
+    Row("train.num_nodes", "--actor-num-nodes", LAUNCH, type=int, default=1, always=True),
+    Row("train.gpus_per_node", "--actor-num-gpus-per-node", LAUNCH, type=int, default=8, always=True),
+    Row("train.colocate", "--colocate", LAUNCH, "true", default=False),
+    Row("rollout.num_gpus", "--rollout-num-gpus", LAUNCH, type=int,
+        default=lambda v: v["train.num_nodes"] * v["train.gpus_per_node"] if _colocated(v) else None),
+    Row("train.offload", "--offload-train", LAUNCH, "bool", default=_colocated),
+    Row("rollout.offload", "--offload-rollout", LAUNCH, "bool", default=_colocated),
+    Row("hardware.gpus_per_node", "--num-gpus-per-node", LAUNCH, type=int, default=8),
+    # ---- MODEL_ARGS (Megatron; the architecture must be spelled out, Megatron cannot read HF configs) ----
+    Row("model.num_layers", "--num-layers", "MODEL_ARGS", type=int, always=True),
+    Row("model.hidden_size", "--hidden-size", "MODEL_ARGS", type=int, always=True),
+    Row("model.ffn_hidden_size", "--ffn-hidden-size", "MODEL_ARGS", type=int, always=True),
+    Row("model.num_attention_heads", "--num-attention-heads", "MODEL_ARGS", type=int, always=True),
+    Row("model.head_dim", "--kv-channels", "MODEL_ARGS", type=int, always=True),
+    Row("model.vocab_size", "--vocab-size", "MODEL_ARGS", type=int, always=True),
+    Row("model.rotary_base", "--rotary-base", "MODEL_ARGS", type=float, default=10000.0, always=True),
+    Row("model.rotary_percent", "--rotary-percent", "MODEL_ARGS", type=float, default=1.0),
+    Row("model.max_position_embeddings", "--max-position-embeddings", "MODEL_ARGS", type=int),
+    Row("model.norm_epsilon", "--norm-epsilon", "MODEL_ARGS", type=float, default=1e-5, always=True),
+    Row("model.tie_word_embeddings", "--untie-embeddings-and-output-weights", "MODEL_ARGS", "false", default=True),
+    Row("model.qk_layernorm", "--qk-layernorm", "MODEL_ARGS", "true", default=False),
+    Row("model.add_qkv_bias", "--add-qkv-bias", "MODEL_ARGS", "true", default=False),
+    Row("model.swiglu", "--swiglu", "MODEL_ARGS", "true", default=False),
+    Row("model.moe.num_experts", "--num-experts", "MODEL_ARGS", type=int, section="model.moe"),
+    Row("model.moe.top_k", "--moe-router-topk", "MODEL_ARGS", type=int, default=2, section="model.moe",
+        always=True),
+    Row("model.moe.expert_ffn_hidden_size", "--moe-ffn-hidden-size", "MODEL_ARGS", type=int,
+        section="model.moe"),
+    Row("model.moe.shared_expert_ffn_hidden_size", "--moe-shared-expert-intermediate-size", "MODEL_ARGS",
+        type=int, default=0, section="model.moe"),
+    Row("model.moe.router", "--moe-router-score-function", "MODEL_ARGS", default="softmax",
+        section="model.moe", always=True),
+    Row("model.moe.n_group", "--moe-router-num-groups", "MODEL_ARGS", type=int, default=1, section="model.moe"),
+    Row("model.moe.topk_group", "--moe-router-group-topk", "MODEL_ARGS", type=int, default=1,
+        section="model.moe"),
+    Row("model.mla.q_lora_rank", "--q-lora-rank", "MODEL_ARGS", type=int, default=None, section="model.mla"),
+    Row("model.mla.kv_lora_rank", "--kv-lora-rank", "MODEL_ARGS", type=int, default=512, section="model.mla"),
+    Row("model.mla.qk_nope_head_dim", "--qk-head-dim", "MODEL_ARGS", type=int, default=128, section="model.mla",
+        always=True),
+    Row("model.mla.qk_rope_head_dim", "--qk-pos-emb-head-dim", "MODEL_ARGS", type=int, default=64,
+        section="model.mla", always=True),
+    Row("model.mla.v_head_dim", "--v-head-dim", "MODEL_ARGS", type=int, default=128, section="model.mla",
+        always=True),
+    # ---- CKPT_ARGS ------------------------------------------------------------------------------------
+    Row("checkpoint.hf", "--hf-checkpoint", "CKPT_ARGS", path_like=True),
+    Row("checkpoint.ref", "--ref-load", "CKPT_ARGS", path_like=True),
+    Row("checkpoint.load", "--load", "CKPT_ARGS", path_like=True, default=None),
+    Row("checkpoint.save", "--save", "CKPT_ARGS", path_like=True),
+    Row("checkpoint.save_interval", "--save-interval", "CKPT_ARGS", type=int, default=None),
+    # ---- ROLLOUT_ARGS ---------------------------------------------------------------------------------
+    Row("data.prompt_data", "--prompt-data", "ROLLOUT_ARGS", path_like=True),
+    Row("data.input_key", "--input-key", "ROLLOUT_ARGS", default="input", always=True),
+    Row("data.label_key", "--label-key", "ROLLOUT_ARGS", default=None),
+    Row("data.metadata_key", "--metadata-key", "ROLLOUT_ARGS", default="metadata"),
+    Row("data.apply_chat_template", "--apply-chat-template", "ROLLOUT_ARGS", "true", default=False),
+    Row("data.shuffle", "--rollout-shuffle", "ROLLOUT_ARGS", "true", default=False),
+    Row("data.rm_type", "--rm-type", "ROLLOUT_ARGS"),
+    Row("data.max_prompt_len", "--rollout-max-prompt-len", "ROLLOUT_ARGS", type=int, default=None),
+    Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int),
+    Row("rollout.num_rollout", "--num-rollout", "ROLLOUT_ARGS", type=int, always=True),
+    Row("rollout.rollout_batch_size", "--rollout-batch-size", "ROLLOUT_ARGS", type=int, always=True),
+    Row("rollout.n_samples_per_prompt", "--n-samples-per-prompt", "ROLLOUT_ARGS", type=int, default=1,
+        always=True),
+    Row("rollout.max_response_len", "--rollout-max-response-len", "ROLLOUT_ARGS", type=int, always=True),
+    Row("rollout.temperature", "--rollout-temperature", "ROLLOUT_ARGS", type=float, default=1.0, always=True),
+    Row("rollout.top_p", "--rollout-top-p", "ROLLOUT_ARGS", type=float, default=1.0),
+    Row("rollout.top_k", "--rollout-top-k", "ROLLOUT_ARGS", type=int, default=-1),
+    Row("rollout.stop", "--rollout-stop", "ROLLOUT_ARGS", "list", default=[]),
+    Row("rollout.over_sampling_batch_size", "--over-sampling-batch-size", "ROLLOUT_ARGS", type=int,
+        default=lambda v: v["rollout.rollout_batch_size"]),
+    Row("rollout.dynamic_sampling", "--dynamic-sampling-filter-path", "ROLLOUT_ARGS", default=None,
+        values=(("nonzero_std", _CHECK_NONZERO_STD),)),
+    Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
+    Row("rollout.context_length", "--rollout-max-context-len", "ROLLOUT_ARGS", type=int),
+    Row("train.global_batch_size", "--global-batch-size", "ROLLOUT_ARGS", type=int, default=_gbs, always=True),
+    Row("train.num_steps_per_rollout", "--num-steps-per-rollout", "ROLLOUT_ARGS", type=int,
+        default=_steps_per_rollout),
+    Row("rollout.balance_data", "--balance-data", "ROLLOUT_ARGS", "true", default=False),
+    # ---- EVAL_ARGS (slime falls back to the rollout's sampling settings) ------------------------------
+    Row("eval.interval", "--eval-interval", "EVAL_ARGS", type=int, default=None),
+    Row("eval.n_samples_per_prompt", "--n-samples-per-eval-prompt", "EVAL_ARGS", type=int, default=1),
+    Row("eval.max_response_len", "--eval-max-response-len", "EVAL_ARGS", type=int,
+        default=lambda v: v["rollout.max_response_len"]),
+    Row("eval.top_p", "--eval-top-p", "EVAL_ARGS", type=float, default=lambda v: v["rollout.top_p"]),
+    Row("eval.temperature", "--eval-temperature", "EVAL_ARGS", type=float,
+        default=lambda v: v["rollout.temperature"]),
+    # ---- PERF_ARGS ------------------------------------------------------------------------------------
+    Row("parallelism.tp", "--tensor-model-parallel-size", "PERF_ARGS", type=int, default=1, always=True),
+    Row("parallelism.sequence_parallel", "--sequence-parallel", "PERF_ARGS", "true", default=False),
+    Row("parallelism.pp", "--pipeline-model-parallel-size", "PERF_ARGS", type=int, default=1, always=True),
+    Row("parallelism.cp", "--context-parallel-size", "PERF_ARGS", type=int, default=1, always=True),
+    Row("parallelism.ep", "--expert-model-parallel-size", "PERF_ARGS", type=int, default=1, always=True),
+    Row("train.recompute.granularity", "--recompute-granularity", "PERF_ARGS", default=None),
+    Row("train.recompute.method", "--recompute-method", "PERF_ARGS", default=None),
+    Row("train.recompute.num_layers", "--recompute-num-layers", "PERF_ARGS", type=int, default=None),
+    Row("train.micro_batch_size", "--micro-batch-size", "PERF_ARGS", type=int, default=1),
+    Row("train.use_dynamic_batch_size", "--use-dynamic-batch-size", "PERF_ARGS", "true", default=False),
+    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int),
+    Row("train.log_probs_max_tokens_per_gpu", "--log-probs-max-tokens-per-gpu", "PERF_ARGS", type=int,
+        default=lambda v: v["train.max_tokens_per_gpu"]),
+    # ---- GRPO_ARGS ------------------------------------------------------------------------------------
+    Row("algo.advantage_estimator", "--advantage-estimator", "GRPO_ARGS", default="grpo", always=True),
+    Row("algo.normalize_std", "--disable-grpo-std-normalization", "GRPO_ARGS", "false", default=True),
+    Row("algo.normalize_advantages", "--normalize-advantages", "GRPO_ARGS", "true", default=False),
+    Row("algo.use_kl_loss", "--use-kl-loss", "GRPO_ARGS", "true", default=False),
+    Row("algo.kl_loss_coef", "--kl-loss-coef", "GRPO_ARGS", type=float, default=0.0, always=True),
+    Row("algo.kl_loss_type", "--kl-loss-type", "GRPO_ARGS", default="k1", always=True),
+    Row("algo.kl_coef", "--kl-coef", "GRPO_ARGS", type=float, default=0.0),
+    Row("algo.entropy_coef", "--entropy-coef", "GRPO_ARGS", type=float, default=0.0, always=True),
+    Row("algo.eps_clip", "--eps-clip", "GRPO_ARGS", type=float, default=0.2, always=True),
+    Row("algo.eps_clip_high", "--eps-clip-high", "GRPO_ARGS", type=float, default=lambda v: v["algo.eps_clip"]),
+    Row("algo.dual_clip_c", "--eps-clip-c", "GRPO_ARGS", type=float, default=None),
+    Row("algo.gamma", "--gamma", "GRPO_ARGS", type=float, default=1.0),
+    Row("algo.lambd", "--lambd", "GRPO_ARGS", type=float, default=1.0),
+    Row("algo.value_clip", "--value-clip", "GRPO_ARGS", type=float, default=0.2),
+    Row("algo.use_tis", "--use-tis", "GRPO_ARGS", "true", default=False),
+    Row("algo.tis_clip", "--tis-clip", "GRPO_ARGS", type=float, default=2.0),
+    Row("algo.tis_clip_low", "--tis-clip-low", "GRPO_ARGS", type=float, default=0.0),
+    Row("algo.use_rollout_logprobs", "--use-rollout-logprobs", "GRPO_ARGS", "true", default=False),
+    Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
+    # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
+    Row("optim.optimizer", "--optimizer", "OPTIMIZER_ARGS", default="adam", always=True),
+    Row("optim.lr", "--lr", "OPTIMIZER_ARGS", type=float, default=1e-6, always=True),
+    Row("optim.min_lr", "--min-lr", "OPTIMIZER_ARGS", type=float, default=0.0),
+    Row("optim.lr_decay_style", "--lr-decay-style", "OPTIMIZER_ARGS", default="linear", always=True),
+    Row("optim.lr_warmup_iters", "--lr-warmup-iters", "OPTIMIZER_ARGS", type=int, default=0),
+    Row("optim.weight_decay", "--weight-decay", "OPTIMIZER_ARGS", type=float, default=0.01, always=True),
+    Row("optim.adam_beta1", "--adam-beta1", "OPTIMIZER_ARGS", type=float, default=0.9, always=True),
+    Row("optim.adam_beta2", "--adam-beta2", "OPTIMIZER_ARGS", type=float, default=0.999, always=True),
+    Row("optim.adam_eps", "--adam-eps", "OPTIMIZER_ARGS", type=float, default=1e-8),
+    Row("optim.clip_grad", "--clip-grad", "OPTIMIZER_ARGS", type=float, default=1.0),
+    # ---- SGLANG_ARGS ----------------------------------------------------------------------------------
+    Row("rollout.gpus_per_engine", "--rollout-num-gpus-per-engine", "SGLANG_ARGS", type=int, default=1,
+        always=True),
+    Row("rollout.mem_fraction_static", "--sglang-mem-fraction-static", "SGLANG_ARGS", type=float),
+    Row("rollout.max_concurrency", "--sglang-server-concurrency", "SGLANG_ARGS", type=int, default=512),
+    Row("rollout.request_timeout_s", "--sglang-router-request-timeout-secs", "SGLANG_ARGS", type=int,
+        default=14400),
+    Row("rollout.router.policy", "--router-policy", "SGLANG_ARGS", default="cache_aware"),
+    Row("rollout.router.request_timeout_s", "--router-request-timeout-secs", "SGLANG_ARGS", type=int),
+    # ---- MISC_ARGS ------------------------------------------------------------------------------------
+    Row("run.seed", "--seed", "MISC_ARGS", type=int, default=1234),
+    Row("train.gradient_accumulation_fusion", "--no-gradient-accumulation-fusion", "MISC_ARGS", "false",
+        default=True),
+    Row("logging.tensorboard", "--use-tensorboard", "MISC_ARGS", "true", default=False),
+)
+
+# Settings with a codec of their own in slime_codec.py (one flag is not one setting there).
+SPECIAL: dict[str, str] = {
+    "model.num_query_groups": "`--group-query-attention --num-query-groups N` (absent: N = heads)",
+    "model.rope_scaling_factor": "`--rotary-scaling-factor F` (llama family adds `--use-rope-scaling`); absent: 1",
+    "model.post_norms": "`--post-self-attn-layernorm --post-mlp-layernorm` (GLM-4)",
+    "model.family": "family flags: GLM-4 `--spec slime_plugins.models.glm4 get_glm_spec --rotary-interleaved "
+    "--no-rope-fusion`",
+    "model.moe": "`--num-experts` present <=> MoE; MoE runtime flags (grouped GEMM, alltoall, fp32 router)",
+    "model.moe.first_k_dense": "`--moe-layer-freq \"[0]*K+[1]*(L-K)\"` (absent: every layer MoE)",
+    "model.mla": "`--multi-latent-attention` present <=> MLA",
+    "eval.datasets": "`--eval-prompt-data NAME PATH [NAME PATH ...]` (rm_type: slime uses --rm-type for eval)",
+    "logging.wandb.mode": "disabled: no flag; offline/online: `--use-wandb --wandb-mode MODE`",
+    "logging.wandb.project": "`--wandb-project` (only with wandb on)",
+    "logging.wandb.entity": "`--wandb-team` (only with wandb on)",
+    "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag",
+    "train.async_train": "entry point `train_async.py` instead of `train.py`",
+    "hardware.env": "`export VAR=value` lines before `ray job submit`",
+    "cluster.address": "the `ray job submit --address` (a `ray://`/`http://` address; default the local head)",
+}
+
+# Settings slime has no flag for: printed as comments by the export, left to rlrun's groups on import.
+NO_FLAG: dict[str, str] = {
+    "run.name": "slime names runs through wandb (--wandb-group)",
+    "run.output_dir": "slime writes to --save and wandb",
+    "run.resume": "slime resumes whenever --load holds a checkpoint",
+    "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
+    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`)",
+    "hardware.name": "hardware is implied by the env exports",
+    "hardware.vendor": "implied by the env exports (HIP_* on ROCm)",
+    "hardware.memory_gib": "used by rlrun's memory plan only",
+    "hardware.peak_bf16_tflops": "used by rlrun's plan (MFU) only",
+    "hardware.defaults.offload_train": "exported as the resolved --offload-train",
+    "hardware.defaults.offload_rollout": "exported as the resolved --offload-rollout",
+    "hardware.defaults.gradient_accumulation_fusion": "exported as the resolved gradient-accumulation fusion",
+    "model.name": "slime identifies the model by its flags and --hf-checkpoint",
+    "train.backend": "slime trains with Megatron (rlrun's torch backend has no slime equivalent)",
+    "rollout.engine": "slime always serves rollouts with SGLang",
+    "rollout.max_retries": "slime's rollout client does not retry failed requests",
+    "rollout.router.host": "slime starts its own router; --sglang-router-ip would point it at an external one",
+    "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
+    "data.name": "a label for rlrun's data group",
+    "logging.progress": "slime logs to stdout/wandb",
+}
+
+# Flags rlrun's export always writes with these values (Megatron settings rlrun fixes rather than exposes).
+# An imported script that spells them the same way loses nothing; a different value is reported.
+CONSTANT_FLAGS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("MODEL_ARGS", "--use-rotary-position-embeddings", ()),
+    ("MODEL_ARGS", "--disable-bias-linear", ()),
+    ("MODEL_ARGS", "--normalization", ("RMSNorm",)),
+    ("PERF_ARGS", "--expert-tensor-parallel-size", ("1",)),
+    ("MISC_ARGS", "--attention-dropout", ("0.0",)),
+    ("MISC_ARGS", "--hidden-dropout", ("0.0",)),
+    ("MISC_ARGS", "--accumulate-allreduce-grads-in-fp32", ()),
+    ("MISC_ARGS", "--attention-softmax-in-fp32", ()),
+)
+# `--attention-backend flash` does not apply to MLA, as slime's scripts note.
+ATTENTION_BACKEND = ("MISC_ARGS", "--attention-backend", ("flash",))
+FAMILY_FLAGS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "glm4": (("--spec", ("slime_plugins.models.glm4", "get_glm_spec")), ("--rotary-interleaved", ()),
+             ("--no-rope-fusion", ())),
+    "deepseek_v3": (("--no-rope-fusion", ()),),
+}
+MOE_FLAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("--moe-grouped-gemm", ()), ("--moe-token-dispatcher-type", ("alltoall",)), ("--moe-router-dtype", ("fp32",)),
+    ("--moe-permute-fusion", ()), ("--moe-aux-loss-coeff", ("0",)),
+)
+# Spellings that mean the same to Megatron; the key is canonicalised to the value.
+ALIASES: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {
+    ("--position-embedding-type", ("rope",)): ("--use-rotary-position-embeddings", ()),
+}
+# Flags whose value must never be copied into a file (a credential).
+SECRET_FLAGS = frozenset({"--wandb-key"})
+
+ENTRY_SYNC = "train.py"
+ENTRY_ASYNC = "train_async.py"
+DEFAULT_SUBMIT_ADDRESS = "http://127.0.0.1:8265"
+# Env vars of the script's own plumbing, not of the hardware: not imported into hardware.env.
+PLUMBING_ENV = frozenset({
+    "PYTHONUNBUFFERED", "PYTHONPATH", "MASTER_ADDR", "SLIME_DIR", "MODEL_DIR", "DATA_DIR", "BASE_DIR",
+    "no_proxy", "LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE",
+})
+
+
+def rows_by_flag() -> dict[str, Row]:
+    return {r.flag: r for r in ROWS}
+
+
+def rows_by_path() -> dict[str, Row]:
+    return {r.path: r for r in ROWS}
