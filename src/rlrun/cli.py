@@ -1,0 +1,180 @@
+"""rlrun's command line. Hydra's compose API does the composing; argv is parsed here because
+@hydra.main does not do sub-commands:
+
+    rlrun [run] [overrides]        validate, plan, prepare the run dir, run (the default: tiny CPU job)
+    rlrun plan [overrides] [--json] [--out FILE]
+    rlrun validate [overrides]
+    rlrun diff A B [--format text|json|md]
+    rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
+    rlrun export|import ...        slime interop
+    --cfg job                      print the resolved config (Hydra's flag) and exit
+    --config-dir DIR               an extra config dir (e.g. DIR/experiment/mine.yaml)
+
+Exit codes: 0 ok, 1 diff found differences / run failed, 2 invalid config or usage."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from rlrun.config.errors import ConfigError
+
+COMMANDS = ("run", "plan", "validate", "diff", "export", "import")
+USAGE = __doc__.split("\n\n", 1)[1]
+
+
+@dataclass
+class Args:
+    command: str = "run"
+    overrides: list[str] = field(default_factory=list)
+    positional: list[str] = field(default_factory=list)
+    json: bool = False
+    out: Optional[str] = None
+    cfg: Optional[str] = None
+    multirun: bool = False
+    config_dir: Optional[str] = None
+    format: str = "text"
+    help: bool = False
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse(argv: Sequence[str]) -> Args:
+    argv = list(argv)
+    a = Args()
+    if argv and argv[0] in COMMANDS:
+        a.command = argv.pop(0)
+    valued = {"--out": "out", "--cfg": "cfg", "-c": "cfg", "--config-dir": "config_dir", "-cd": "config_dir",
+              "--format": "format"}
+    while argv:
+        tok = argv.pop(0)
+        name, eq, val = tok.partition("=")
+        if tok in ("-h", "--help"):
+            a.help = True
+        elif tok == "--json":
+            a.json = True
+        elif tok in ("-m", "--multirun"):
+            a.multirun = True
+        elif name in valued and name.startswith("-"):
+            if not eq:
+                if not argv:
+                    raise UsageError(f"{name} needs a value")
+                val = argv.pop(0)
+            setattr(a, valued[name], val)
+        elif tok.startswith("-"):
+            raise UsageError(f"unknown option {tok!r}")
+        elif "=" in tok or tok.startswith("~"):
+            a.overrides.append(tok)
+        else:
+            a.positional.append(tok)
+    return a
+
+
+def _fail(err: ConfigError, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(err.to_dict(), indent=2))
+    else:
+        print(err.render(), file=sys.stderr)
+    return 2
+
+
+def _load(a: Args):
+    from rlrun.config import load_with_choices
+    from rlrun.config.plan import make_plan
+
+    cfg, composed = load_with_choices(a.overrides, a.config_dir)
+    return cfg, make_plan(cfg, composed.choices)
+
+
+def cmd_print_cfg(a: Args) -> int:
+    import yaml
+
+    from rlrun.config.compose import compose
+
+    if a.cfg not in ("job", "all"):
+        raise UsageError(f"--cfg {a.cfg}: rlrun prints the job config only (use --cfg job)")
+    print(yaml.safe_dump(compose(a.overrides, a.config_dir).raw, sort_keys=False), end="")
+    return 0
+
+
+def cmd_validate(a: Args) -> int:
+    _load(a)
+    print("valid" if not a.json else json.dumps({"valid": True}))
+    return 0
+
+
+def cmd_plan(a: Args) -> int:
+    from rlrun.config.render import plan_text
+
+    _, plan = _load(a)
+    doc = json.dumps(plan.to_dict(), indent=2)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(doc + "\n")
+    print(doc if a.json else plan_text(plan))
+    return 0
+
+
+def cmd_run(a: Args) -> int:
+    from rlrun.config.render import summary_lines
+    from rlrun.config.rundir import prepare_run_dir
+
+    cfg, plan = _load(a)
+    print("\n".join(summary_lines(plan)))
+    run_dir = prepare_run_dir(cfg, plan, a.overrides)
+    print(f"run dir: {run_dir}")
+    if cfg.run.dry_run:
+        return 0
+    from rlrun import runner  # lazy: torch and ray load only when a job really runs
+
+    runner.run(cfg, plan, run_dir)
+    return 0
+
+
+def cmd_interop(a: Args, argv: Sequence[str]) -> int:
+    from rlrun.interop import slime
+
+    return int(slime.cli_main(list(argv)[1:]))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `rlrun plan | head` is not an error
+        sys.stdout = None  # type: ignore[assignment]  # keep the interpreter from flushing into the pipe
+        return 0
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        a = parse(argv)
+        if a.command in ("export", "import"):
+            return cmd_interop(a, argv)
+        if a.help:
+            print(USAGE)
+            return 0
+        if a.cfg:
+            return cmd_print_cfg(a)
+        if a.multirun:
+            from rlrun.config.sweep import sweep_main
+
+            return sweep_main(a)
+        if a.command == "diff":
+            from rlrun.config.diff import diff_main
+
+            return diff_main(a)
+        if a.positional:
+            raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
+        return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate}[a.command](a)
+    except ConfigError as e:
+        return _fail(e, a.json if "a" in locals() else False)
+    except UsageError as e:
+        print(f"rlrun: {e}\n\n{USAGE}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

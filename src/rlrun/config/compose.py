@@ -1,0 +1,138 @@
+"""Hydra composition: overrides -> a plain, resolved dict (plus the group choices that produced it).
+
+The conf/ tree lives at the top of the repository (found relative to this file); a user may add a
+config dir of their own (its groups extend or shadow ours, e.g. conf/experiment/my-run.yaml). Hydra's
+own errors (unknown key, unknown group option, bad override syntax) become Problems with a
+did-you-mean, so that they are reported like every other config problem."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlrun.config.errors import ConfigError, Problem, closest, did_you_mean
+
+# src/rlrun/config/compose.py -> repo root is three levels above the package directory.
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+PRIMARY = "config"
+GROUPS = ("model", "algo", "hardware", "parallelism", "data", "experiment")
+
+
+@dataclass(frozen=True)
+class Composed:
+    raw: dict[str, Any]          # resolved tree, before validation and derivation
+    choices: dict[str, str | None]  # group -> option picked (e.g. {"model": "qwen3-4b", ...})
+    overrides: tuple[str, ...]
+
+
+def conf_dir() -> Path:
+    if not (CONF_DIR / f"{PRIMARY}.yaml").is_file():
+        raise ConfigError([Problem("", f"rlrun's config tree is missing: {CONF_DIR}/{PRIMARY}.yaml not found",
+                                   "run rlrun from its source checkout (pip install -e .)")])
+    return CONF_DIR
+
+
+def _search_path_override(config_dir: str | os.PathLike | None) -> list[str]:
+    if config_dir is None:
+        return []
+    d = Path(config_dir).resolve()
+    if not d.is_dir():
+        raise ConfigError([Problem("--config-dir", f"extra config dir {str(d)!r} does not exist",
+                                   "pass an existing directory holding group folders such as experiment/")])
+    return [f"hydra.searchpath=[file://{d}]"]
+
+
+class Composer:
+    """Keeps one Hydra initialisation for many compositions (a sweep composes thousands of points)."""
+
+    def __init__(self, config_dir: str | os.PathLike | None = None):
+        from hydra import initialize_config_dir  # lazy: keeps `import rlrun.config` light
+        from hydra.core.global_hydra import GlobalHydra
+
+        self._extra = _search_path_override(config_dir)
+        self._extra_dir = config_dir
+        GlobalHydra.instance().clear()
+        self._ctx = initialize_config_dir(config_dir=str(conf_dir()), version_base=None)
+        self._ctx.__enter__()
+
+    def close(self) -> None:
+        self._ctx.__exit__(None, None, None)
+
+    def __enter__(self) -> "Composer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def compose(self, overrides: Sequence[str]) -> Composed:
+        from hydra import compose
+        from hydra.errors import HydraException
+        from omegaconf import OmegaConf, open_dict
+        from omegaconf.errors import OmegaConfBaseException
+
+        overrides = tuple(overrides)
+        try:
+            cfg = compose(PRIMARY, overrides=list(overrides) + self._extra, return_hydra_config=True)
+        except (HydraException, OmegaConfBaseException) as e:
+            raise ConfigError([self._problem_from_hydra(e, overrides)]) from None
+        choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
+        with open_dict(cfg):
+            del cfg["hydra"]
+        try:
+            raw = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as e:
+            key = getattr(e, "full_key", "") or ""
+            raise ConfigError([Problem(str(key), f"cannot resolve an interpolation: {e.msg if hasattr(e, 'msg') else e}",
+                                       "point ${...} at an existing key, e.g. ${model.name}")]) from None
+        return Composed(raw=raw, choices=choices, overrides=overrides)
+
+    def _problem_from_hydra(self, e: Exception, overrides: Sequence[str]) -> Problem:
+        msg = str(e)
+        m = re.search(r"Could not override '([^']+)'", msg)
+        if m:  # a key that does not exist (Hydra's struct mode)
+            path = m.group(1)
+            parent, _, leaf = path.rpartition(".")
+            keys = self._keys_at(parent, overrides)
+            best = closest(leaf, keys)
+            where = f" under {parent}" if parent else ""
+            fix = (f"write {'.'.join(filter(None, [parent, best]))}" if best else
+                   f"use one of the keys{where}: {', '.join(keys)}" if keys else "check the key's spelling")
+            return Problem(path, f"unknown key {leaf!r}{where}{did_you_mean(leaf, keys)}",
+                           fix + " (`rlrun --cfg job` prints the whole tree)", value=path)
+        m = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
+        if m:  # an unknown option of a config group
+            group, option = m.group(1), m.group(2)
+            options = self.group_options(group)
+            return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}",
+                           f"pick one of: {', '.join(options)}", value=option)
+        m = re.search(r"Could not find '([^']+)'", msg)
+        if m:
+            return Problem("", f"unknown config {m.group(1)!r}", "check the override's spelling", value=m.group(1))
+        first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
+        return Problem("", f"cannot compose the config: {first}",
+                       "check the override syntax: key=value, group=option, +new.key=value", value=list(overrides))
+
+    def _keys_at(self, parent: str, overrides: Sequence[str]) -> list[str]:
+        """Keys under `parent` in the default composition, for did-you-mean on unknown keys."""
+        from hydra import compose
+        from omegaconf import OmegaConf
+
+        safe = [o for o in overrides if "=" in o and o.split("=", 1)[0].lstrip("+~") in GROUPS]
+        try:
+            node = compose(PRIMARY, overrides=safe + self._extra)
+            node = OmegaConf.select(node, parent) if parent else node
+        except Exception:  # only a suggestion: never mask the real problem
+            return []
+        return list(node.keys()) if OmegaConf.is_dict(node) else []
+
+    def group_options(self, group: str) -> list[str]:
+        from hydra.core.global_hydra import GlobalHydra
+
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None) -> Composed:
+    with Composer(config_dir) as c:
+        return c.compose(overrides)

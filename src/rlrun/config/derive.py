@@ -1,0 +1,103 @@
+"""Fill the values the YAML leaves null on purpose ("null = derived") before validation, so that the
+frozen RunConfig holds concrete values. Works on the plain composed dict and never guesses: when the
+inputs of a derivation have the wrong type it leaves the value alone (the schema reports the type);
+when a value cannot be derived it reports a Problem (e.g. slime's TypeError when a disaggregated run
+gives no rollout GPU count)."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from rlrun.config.errors import Problem
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _sec(raw: dict, name: str) -> dict:
+    v = raw.get(name)
+    return v if isinstance(v, dict) else {}
+
+
+def _default(sec: dict, key: str, value: Any) -> None:
+    """sec[key] = value when the YAML left it null (and the section and value make sense)."""
+    if key in sec and sec[key] is None and value is not None:
+        sec[key] = value
+
+
+def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    raw = copy.deepcopy(raw)
+    problems: list[Problem] = []
+    train, rollout, algo = _sec(raw, "train"), _sec(raw, "rollout"), _sec(raw, "algo")
+    hw_defaults = _sec(_sec(raw, "hardware"), "defaults")
+    problems += _batch_identity(train, rollout)
+
+    # Vendor defaults: e.g. offload on for NVIDIA colocation, off on AMD (the seed recipe's choice).
+    _default(train, "offload", hw_defaults.get("offload_train"))
+    _default(rollout, "offload", hw_defaults.get("offload_rollout"))
+    _default(train, "gradient_accumulation_fusion", hw_defaults.get("gradient_accumulation_fusion"))
+
+    if _int(train.get("num_nodes")) and _int(train.get("gpus_per_node")) and train["num_nodes"] > 0 < train["gpus_per_node"]:
+        trainer_gpus = train["num_nodes"] * train["gpus_per_node"]
+        if train.get("colocate") is True:
+            _default(rollout, "num_gpus", trainer_gpus)  # colocated engines share the trainer's GPUs
+        elif train.get("colocate") is False and rollout.get("num_gpus", 0) is None:
+            problems.append(Problem(
+                "rollout.num_gpus", "is null but train.colocate is false: a disaggregated run needs its own "
+                "rollout GPU count (slime crashes with a TypeError here)",
+                "set rollout.num_gpus (a multiple of rollout.gpus_per_engine), or train.colocate=true", None))
+
+    _default(rollout, "over_sampling_batch_size", rollout.get("rollout_batch_size"))
+    _default(rollout, "context_length", _sec(raw, "model").get("max_position_embeddings"))
+    _default(train, "log_probs_max_tokens_per_gpu", train.get("max_tokens_per_gpu"))
+    _default(algo, "eps_clip_high", algo.get("eps_clip"))
+    if rollout.get("n_samples_per_prompt") == 1 and "normalize_std" in algo:
+        algo["normalize_std"] = False  # the std of a group of one is undefined (slime turns it off too)
+
+    ev = _sec(raw, "eval")
+    for key in ("max_response_len", "top_p", "temperature"):
+        _default(ev, key, rollout.get(key))
+    ckpt = _sec(raw, "checkpoint")
+    _default(ckpt, "ref", ckpt.get("hf"))
+    return raw, problems
+
+
+def _batch_identity(train: dict, rollout: dict) -> list[Problem]:
+    """rollout_batch_size * n_samples_per_prompt == global_batch_size * num_steps_per_rollout:
+    derive the missing side as slime does; consistency of two given values is checked in rules."""
+    rbs, n = rollout.get("rollout_batch_size"), rollout.get("n_samples_per_prompt")
+    gbs, steps = train.get("global_batch_size"), train.get("num_steps_per_rollout")
+    if not (_int(rbs) and _int(n) and rbs > 0 and n > 0):
+        return []
+    samples = rbs * n
+    if gbs is None and steps is None:
+        return [Problem("train.global_batch_size",
+                        "both train.global_batch_size and train.num_steps_per_rollout are null",
+                        f"set train.num_steps_per_rollout (e.g. 1 -> global_batch_size {samples}) "
+                        f"or train.global_batch_size (samples per optimizer step)")]
+    if gbs is None and _int(steps) and steps > 0:
+        if samples % steps:
+            return [Problem("train.num_steps_per_rollout",
+                            f"rollout_batch_size * n_samples_per_prompt = {rbs} * {n} = {samples} samples do not "
+                            f"split into {steps} equal optimizer steps", _divisor_fix("train.num_steps_per_rollout",
+                                                                                     samples, steps), steps)]
+        train["global_batch_size"] = samples // steps
+    elif steps is None and _int(gbs) and gbs > 0:
+        if samples % gbs:
+            return [Problem("train.global_batch_size",
+                            f"rollout_batch_size * n_samples_per_prompt = {rbs} * {n} = {samples} samples per "
+                            f"rollout is not a multiple of global_batch_size {gbs}",
+                            _divisor_fix("train.global_batch_size", samples, gbs), gbs)]
+        train["num_steps_per_rollout"] = samples // gbs
+    return []
+
+
+def _divisor_fix(path: str, samples: int, value: int) -> str:
+    divisors = [d for d in range(1, samples + 1) if samples % d == 0]
+    near = sorted(divisors, key=lambda d: (abs(d - value), d))[:2]
+    return f"set {path} to a divisor of {samples}, e.g. {' or '.join(map(str, sorted(near)))}"

@@ -1,0 +1,155 @@
+"""The plan: everything derived from a valid RunConfig that the runner needs and a user wants to see
+before a GPU is taken: batch math, rank layout, placement of trainer ranks and engines on (node, GPU),
+env. Pure arithmetic (no torch, no ray): `rlrun plan` prints it and every run dir saves it."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from math import ceil
+from typing import Any, Literal
+
+from rlrun.config.schema import RunConfig
+
+
+@dataclass(frozen=True)
+class Slot:
+    node: int
+    gpu: int
+    role: Literal["trainer", "engine"]
+    rank: int          # trainer rank, or engine id for role "engine"
+
+
+@dataclass(frozen=True)
+class RankCoord:
+    """Megatron-core's rank order tp-cp-ep-dp-pp: rank = tp + TP*(cp + CP*(dp + DP*pp)); the expert
+    grid reuses the same ranks as tp-ep-edp-pp, so ep = (rank // TP) % EP."""
+    rank: int
+    node: int
+    gpu: int
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    world_size: int            # trainer ranks = tp * pp * cp * dp
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    ep: int
+    colocate: bool
+    num_nodes: int             # nodes the placement uses (trainer and engines)
+    gpus_per_node: int         # GPUs per node of the hardware profile
+    trainer_gpus: int
+    rollout_gpus: int
+    num_engines: int
+    gpus_per_engine: int
+    prompts_per_rollout: int
+    samples_per_rollout: int
+    steps_per_rollout: int
+    global_batch_size: int
+    samples_per_dp_rank: int   # per optimizer step
+    micro_batches_per_step: int  # per DP rank; an upper bound with dynamic batching
+    dynamic_batching: bool
+    num_rollout: int
+    total_steps: int
+    total_samples: int
+    offload_train: bool
+    offload_rollout: bool
+    env: dict[str, str]
+    placement: list[Slot]
+    ranks: list[RankCoord]
+    choices: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def engine_slots(self, engine: int) -> list[Slot]:
+        return [s for s in self.placement if s.role == "engine" and s.rank == engine]
+
+    def trainer_slot(self, rank: int) -> Slot:
+        return next(s for s in self.placement if s.role == "trainer" and s.rank == rank)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def trainer_slots(cfg: RunConfig) -> list[Slot]:
+    gpn = cfg.train.gpus_per_node
+    return [Slot(r // gpn, r % gpn, "trainer", r) for r in range(cfg.train.num_gpus)]
+
+
+def engine_slots(cfg: RunConfig) -> list[Slot]:
+    """Colocated: engine e shares the GPUs of trainer ranks [e*g, (e+1)*g). Disaggregated: engines fill
+    the GPUs the trainer leaves free, node by node (hardware.gpus_per_node, not an assumed 8: slime's
+    gap), never splitting an engine across nodes."""
+    g = cfg.rollout.gpus_per_engine
+    if cfg.train.colocate:
+        return [Slot(s.node, s.gpu, "engine", s.rank // g) for s in trainer_slots(cfg)[: cfg.rollout.num_gpus]]
+    per_node = cfg.hardware.gpus_per_node
+    used = {(s.node, s.gpu) for s in trainer_slots(cfg)}
+    slots, node, gpu = [], 0, 0
+    for engine in range(cfg.rollout.num_engines):
+        while True:
+            block = [(node, gpu + i) for i in range(g)]
+            if gpu + g <= per_node and not used.intersection(block):
+                break
+            gpu += 1
+            if gpu + g > per_node:
+                node, gpu = node + 1, 0
+        slots += [Slot(n, k, "engine", engine) for n, k in block]
+        gpu += g
+    return slots
+
+
+def rank_layout(cfg: RunConfig, world: int) -> list[RankCoord]:
+    p = cfg.parallelism
+    dp = max(world // (p.tp * p.pp * p.cp), 1)
+    out = []
+    for s in trainer_slots(cfg):
+        r = s.rank
+        out.append(RankCoord(r, s.node, s.gpu, tp=r % p.tp, cp=(r // p.tp) % p.cp,
+                             dp=(r // (p.tp * p.cp)) % dp, pp=r // (p.tp * p.cp * dp), ep=(r // p.tp) % p.ep))
+    return out
+
+
+def sample_tokens(cfg: RunConfig) -> int:
+    """Upper bound of one sample's tokens (prompt + response); the prompt bound is the context when
+    data.max_prompt_len is null."""
+    prompt = cfg.data.max_prompt_len
+    if prompt is None:
+        prompt = max(cfg.rollout.context_length - cfg.rollout.max_response_len, 0)
+    return prompt + cfg.rollout.max_response_len
+
+
+def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
+    p, t, r = cfg.parallelism, cfg.train, cfg.rollout
+    world = t.num_gpus
+    dp = max(world // (p.tp * p.pp * p.cp), 1)
+    notes: list[str] = []
+    per_rank = max(t.global_batch_size // dp, 1)
+    if t.use_dynamic_batch_size and t.max_tokens_per_gpu:
+        # With CP a micro-batch holds max_tokens_per_gpu * cp tokens split over the CP ranks (slime's rule).
+        per_mb_tokens = t.max_tokens_per_gpu * p.cp
+        micro = ceil(per_rank * sample_tokens(cfg) / per_mb_tokens)
+        micro = min(max(micro, 1), per_rank)
+        notes.append("micro_batches_per_step is an upper bound: dynamic batching packs by actual lengths")
+    else:
+        micro = ceil(per_rank / t.micro_batch_size)
+    if cfg.data.max_prompt_len is None:
+        notes.append("data.max_prompt_len is null: prompt length bounded by rollout.context_length")
+    placement = trainer_slots(cfg) + engine_slots(cfg)
+    samples = r.rollout_batch_size * r.n_samples_per_prompt
+    return Plan(
+        world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
+        num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
+        trainer_gpus=world, rollout_gpus=r.num_gpus, num_engines=r.num_engines, gpus_per_engine=r.gpus_per_engine,
+        prompts_per_rollout=r.rollout_batch_size, samples_per_rollout=samples,
+        steps_per_rollout=t.num_steps_per_rollout, global_batch_size=t.global_batch_size,
+        samples_per_dp_rank=per_rank, micro_batches_per_step=micro,
+        dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
+        total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
+        offload_train=t.offload, offload_rollout=r.offload, env=dict(cfg.hardware.env),
+        placement=placement, ranks=rank_layout(cfg, world), choices=dict(choices or {}), notes=notes,
+    )

@@ -1,0 +1,270 @@
+"""The resolved config tree as frozen pydantic models (field names: docs/CONTRACT.md).
+
+Types, enums and single-field ranges live here; defaults live in conf/ (every field is required, so a
+key missing from the YAML is a bug we see at once); null-means-derived values are filled by
+rlrun.config.derive before validation, so a RunConfig always holds concrete values. Cross-field rules
+live in rlrun.config.rules."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class Section(BaseModel):
+    # extra="forbid": a typo is an error (with a did-you-mean), never silently ignored as in slime.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSection(Section):
+    name: Annotated[str, Field(min_length=1)]
+    seed: int
+    output_dir: str
+    resume: Literal["never", "auto", "must"]
+    dry_run: bool
+
+
+class ClusterSection(Section):
+    address: Optional[str]
+    num_nodes: PosInt
+
+
+class HardwareDefaults(Section):
+    offload_train: bool
+    offload_rollout: bool
+    gradient_accumulation_fusion: bool
+
+
+class HardwareSection(Section):
+    name: str
+    vendor: Literal["cpu", "cuda", "rocm"]
+    gpus_per_node: PosInt
+    memory_gib: PosFloat
+    peak_bf16_tflops: PosFloat
+    env: dict[str, str]
+    defaults: HardwareDefaults
+
+
+class MoESection(Section):
+    num_experts: PosInt
+    top_k: PosInt
+    expert_ffn_hidden_size: PosInt
+    shared_expert_ffn_hidden_size: NonNegInt  # 0 = no shared expert
+    first_k_dense: NonNegInt                 # leading dense layers before the MoE layers
+    router: Literal["softmax", "sigmoid"]
+    n_group: PosInt                          # 1 = no group-limited routing
+    topk_group: PosInt
+
+
+class MLASection(Section):
+    q_lora_rank: Optional[PosInt]       # null = full-rank q projection
+    kv_lora_rank: PosInt
+    qk_rope_head_dim: PosInt
+    qk_nope_head_dim: PosInt
+    v_head_dim: PosInt
+
+
+class ModelSection(Section):
+    name: str
+    family: Literal["qwen3", "qwen3_moe", "llama", "glm4", "deepseek_v3"]
+    num_layers: PosInt
+    hidden_size: PosInt
+    ffn_hidden_size: PosInt
+    num_attention_heads: PosInt
+    num_query_groups: PosInt
+    head_dim: PosInt
+    vocab_size: PosInt
+    rotary_base: PosFloat
+    rotary_percent: Annotated[float, Field(gt=0, le=1)]
+    rope_scaling_factor: Annotated[float, Field(ge=1)]       # 1.0 = no rope scaling
+    max_position_embeddings: PosInt
+    norm_epsilon: PosFloat
+    tie_word_embeddings: bool
+    qk_layernorm: bool
+    add_qkv_bias: bool
+    swiglu: bool
+    post_norms: bool
+    moe: Optional[MoESection]
+    mla: Optional[MLASection]
+
+
+class CheckpointSection(Section):
+    hf: Optional[str]
+    ref: Optional[str]         # derived: null -> hf (still null when hf is null: the random-init policy)
+    load: Optional[str]
+    save: Optional[str]        # null = {run dir}/checkpoints (decided when the run dir exists)
+    save_interval: Optional[PosInt]
+
+
+class ParallelismSection(Section):
+    tp: PosInt
+    pp: PosInt
+    cp: PosInt
+    ep: PosInt
+    sequence_parallel: bool
+
+
+class RecomputeSection(Section):
+    granularity: Optional[Literal["full", "selective"]]
+    method: Optional[Literal["uniform", "block"]]
+    num_layers: Optional[PosInt]
+
+
+class TrainSection(Section):
+    backend: Literal["torch", "megatron"]
+    num_nodes: PosInt
+    gpus_per_node: PosInt
+    colocate: bool
+    offload: bool                                   # derived from hardware.defaults.offload_train
+    global_batch_size: PosInt                 # derived from the batch identity
+    num_steps_per_rollout: PosInt             # derived from the batch identity
+    micro_batch_size: PosInt
+    use_dynamic_batch_size: bool
+    max_tokens_per_gpu: Optional[PosInt]
+    log_probs_max_tokens_per_gpu: Optional[PosInt]  # derived: null -> max_tokens_per_gpu
+    recompute: RecomputeSection
+    gradient_accumulation_fusion: bool              # derived from the hardware default
+    calculate_per_token_loss: bool
+    async_train: bool
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+class RouterSection(Section):
+    policy: Literal["cache_aware", "round_robin", "random", "power_of_two"]
+    host: str
+    port: Optional[Annotated[int, Field(gt=0, lt=65536)]]     # null = a free port at launch
+    request_timeout_s: PosFloat
+
+
+class RolloutSection(Section):
+    engine: Literal["hf", "sglang"]
+    num_rollout: PosInt
+    rollout_batch_size: PosInt
+    n_samples_per_prompt: PosInt
+    over_sampling_batch_size: PosInt          # derived: null -> rollout_batch_size
+    max_response_len: PosInt
+    temperature: float
+    top_p: float
+    top_k: int
+    stop: list[str]
+    num_gpus: PosInt                          # derived: colocated -> trainer GPUs
+    gpus_per_engine: PosInt
+    mem_fraction_static: float
+    context_length: PosInt                    # derived: null -> model.max_position_embeddings
+    offload: bool                                   # derived from hardware.defaults.offload_rollout
+    dynamic_sampling: Optional[Literal["nonzero_std"]]
+    partial_rollout: bool
+    max_concurrency: PosInt
+    request_timeout_s: PosFloat
+    max_retries: NonNegInt
+    balance_data: bool
+    router: RouterSection
+    sglang: dict[str, Any]
+
+    @property
+    def num_engines(self) -> int:
+        return self.num_gpus // self.gpus_per_engine
+
+
+class EvalDataset(Section):
+    name: str
+    path: str
+    rm_type: str
+
+
+class EvalSection(Section):
+    interval: Optional[PosInt]
+    n_samples_per_prompt: PosInt
+    max_response_len: PosInt                  # derived: null -> rollout.max_response_len
+    top_p: float                                    # derived: null -> rollout.top_p
+    temperature: float                              # derived: null -> rollout.temperature
+    datasets: list[EvalDataset]
+
+
+class DataSection(Section):
+    name: str
+    prompt_data: Optional[str]                      # null = the packaged toy task
+    input_key: str
+    label_key: Optional[str]
+    metadata_key: Optional[str]
+    apply_chat_template: bool
+    rm_type: str
+    max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
+    shuffle: bool
+    num_epochs: PosInt
+
+
+class AlgoSection(Section):
+    name: str
+    advantage_estimator: Literal["grpo", "gspo", "cispo", "reinforce_plus_plus",
+                                 "reinforce_plus_plus_baseline", "ppo"]
+    normalize_std: bool                             # derived: forced off when n_samples_per_prompt == 1
+    normalize_advantages: bool
+    eps_clip: PosFloat
+    eps_clip_high: PosFloat              # derived: null -> eps_clip
+    dual_clip_c: Optional[float]
+    use_kl_loss: bool
+    kl_loss_coef: NonNegFloat
+    kl_loss_type: Literal["k1", "k2", "k3", "low_var_kl"]
+    kl_coef: NonNegFloat
+    entropy_coef: NonNegFloat
+    gamma: Fraction
+    lambd: Fraction
+    value_clip: PosFloat
+    use_tis: bool
+    tis_clip: PosFloat
+    tis_clip_low: NonNegFloat
+    use_rollout_logprobs: bool
+
+
+class OptimSection(Section):
+    optimizer: Literal["adam"]
+    lr: PosFloat
+    min_lr: NonNegFloat
+    lr_decay_style: Literal["constant", "linear", "cosine"]
+    lr_warmup_iters: NonNegInt
+    weight_decay: NonNegFloat
+    adam_beta1: Annotated[float, Field(ge=0, lt=1)]
+    adam_beta2: Annotated[float, Field(ge=0, lt=1)]
+    adam_eps: PosFloat
+    clip_grad: NonNegFloat                  # 0 = no clipping
+
+
+class WandbSection(Section):
+    mode: Literal["offline", "online", "disabled"]
+    project: str
+    entity: Optional[str]
+
+
+class LoggingSection(Section):
+    wandb: WandbSection
+    tensorboard: bool
+    progress: bool
+
+
+class RunConfig(Section):
+    run: RunSection
+    cluster: ClusterSection
+    hardware: HardwareSection
+    model: ModelSection
+    checkpoint: CheckpointSection
+    parallelism: ParallelismSection
+    train: TrainSection
+    rollout: RolloutSection
+    eval: EvalSection
+    data: DataSection
+    algo: AlgoSection
+    optim: OptimSection
+    logging: LoggingSection
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
