@@ -1,0 +1,163 @@
+"""The rollout client: SGLang's /generate over HTTP (through sglang-router), asyncio + aiohttp.
+
+Bounded concurrency (one semaphore per client), a per-request timeout, retries with exponential
+backoff and jitter on transport errors, timeouts and 5xx/429 answers (a dead engine shows up as a
+connection error or a router 5xx; the retry lands on another engine), no retry on other 4xx
+(the request itself is wrong: raised with the server's message). Generation requests are
+idempotent, so retrying a request whose engine died mid-way is safe.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import aiohttp
+
+from rlrun.rollout import api
+
+# finish_reason.type -> Sample status (slime's Sample.Status values)
+STATUS_BY_FINISH = {"stop": "completed", "length": "truncated", "abort": "aborted"}
+
+
+class RolloutError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling for a rollout, from rollout.* (temperature, top_p, top_k, max_response_len, stop)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    # RL wants the text to match the tokens the trainer sees (slime sends the same two flags).
+    skip_special_tokens: bool = False
+    no_stop_trim: bool = True
+
+    @classmethod
+    def from_config(cls, rollout_cfg) -> "Sampling":
+        return cls(max_new_tokens=rollout_cfg.max_response_len, temperature=rollout_cfg.temperature,
+                   top_p=rollout_cfg.top_p, top_k=rollout_cfg.top_k, stop=tuple(rollout_cfg.stop or ()))
+
+    def to_json(self, seed: int | None = None) -> dict:
+        out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
+               "top_k": self.top_k, "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids),
+               "skip_special_tokens": self.skip_special_tokens, "no_stop_trim": self.no_stop_trim}
+        if seed is not None:
+            out["sampling_seed"] = seed
+        return out
+
+
+class RolloutClient:
+    def __init__(self, url: str, *, max_concurrency: int = 64, request_timeout_s: float = 300.0,
+                 max_retries: int = 5, backoff_s: float = 0.25, max_backoff_s: float = 4.0):
+        self.url = url.rstrip("/")
+        self.max_concurrency = max_concurrency
+        self.request_timeout_s = request_timeout_s
+        self.max_retries = max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.retries = 0  # total retries performed (a metric and a test hook)
+        self._sem: asyncio.Semaphore | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    def from_config(cls, url: str, rollout_cfg) -> "RolloutClient":
+        return cls(url, max_concurrency=rollout_cfg.max_concurrency,
+                   request_timeout_s=rollout_cfg.request_timeout_s, max_retries=rollout_cfg.max_retries)
+
+    async def __aenter__(self) -> "RolloutClient":
+        self._sem = asyncio.Semaphore(self.max_concurrency)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.max_concurrency),
+            timeout=aiohttp.ClientTimeout(total=self.request_timeout_s))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._session.close()
+        self._session = None
+
+    def _delay(self, attempt: int) -> float:
+        return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random())
+
+    async def post(self, path: str, body: dict, *, url: str | None = None) -> Any:
+        """POST with retries; returns the decoded JSON (or None for an empty 200)."""
+        if self._session is None:
+            raise RolloutError("RolloutClient used outside `async with RolloutClient(...)`")
+        target = f"{(url or self.url).rstrip('/')}{path}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.retries += 1
+                await asyncio.sleep(self._delay(attempt - 1))
+            try:
+                async with self._sem, self._session.post(target, json=body) as resp:
+                    text = await resp.text()
+                    if resp.status == 200:
+                        return await resp.json(content_type=None) if text else None
+                    last = f"HTTP {resp.status}: {text[:300]}"
+                    if 400 <= resp.status < 500 and resp.status != 429:
+                        raise RolloutError(f"POST {target} rejected: {last}")
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+        raise RolloutError(f"POST {target} failed after {self.max_retries + 1} attempts (last: {last}); "
+                           f"are the engines behind the router alive? (rollout.max_retries, "
+                           f"rollout.request_timeout_s)")
+
+    async def generate(self, *, text: str | None = None, input_ids: list[int] | None = None,
+                       sampling: Sampling, rid: str | None = None, seed: int | None = None) -> dict:
+        body = {"sampling_params": sampling.to_json(seed), "return_logprob": True,
+                "rid": rid or uuid.uuid4().hex}
+        if input_ids:
+            body["input_ids"] = list(input_ids)
+        else:
+            body["text"] = text
+        return await self.post("/generate", body)
+
+    async def generate_group(self, prompt: str | list[int], n: int, sampling: Sampling) -> list[dict]:
+        """n samples of one prompt (a GRPO group), as n concurrent requests."""
+        kwargs = {"input_ids": prompt} if isinstance(prompt, list) else {"text": prompt}
+        return list(await asyncio.gather(*(self.generate(sampling=sampling, **kwargs) for _ in range(n))))
+
+    async def generate_batch(self, samples: Iterable, sampling: Sampling) -> list:
+        """Generates one response per sample and fills the samples in place (see fill_sample)."""
+        samples = list(samples)
+
+        async def one(sample):
+            out = await self.generate(text=sample.prompt, input_ids=sample.prompt_tokens or None,
+                                      sampling=sampling)
+            fill_sample(sample, out)
+            return sample
+
+        return list(await asyncio.gather(*(one(s) for s in samples)))
+
+    async def abort_all(self, engine_urls: list[str]) -> None:
+        """/abort_request to every engine (the router forwards a request to one engine only)."""
+        await asyncio.gather(*(self.post("/abort_request", api.abort_request_body(abort_all=True), url=u)
+                               for u in engine_urls))
+
+
+def fill_sample(sample, out: dict) -> None:
+    """Writes an SGLang /generate answer into an rlrun.data.Sample (names: docs/CONTRACT.md)."""
+    meta = out["meta_info"]
+    tokens = list(out["output_ids"])
+    logprobs = [lp for lp, _tok, _txt in meta.get("output_token_logprobs", [])]
+    if len(logprobs) != len(tokens):
+        raise RolloutError(f"request {meta.get('id')}: {len(tokens)} output ids but {len(logprobs)} "
+                           f"log-probs; send return_logprob=true")
+    sample.response = out["text"]
+    sample.response_tokens = tokens
+    sample.rollout_logprobs = logprobs
+    sample.loss_mask = [1] * len(tokens)
+    sample.weight_version = meta["weight_version"]
+    status = STATUS_BY_FINISH[meta["finish_reason"]["type"]]
+    status_type = getattr(type(sample), "Status", None)  # rlrun.data.Sample may use an enum
+    sample.status = status_type(status) if status_type is not None else status
+    if getattr(sample, "metadata", None) is None:
+        sample.metadata = {}
+    sample.metadata["finish_reason"] = meta["finish_reason"]

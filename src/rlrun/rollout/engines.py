@@ -1,0 +1,215 @@
+"""A group of rollout engines behind one sglang-router: registration, weight sync, fault tolerance.
+
+An engine is anything with `.url`, `.alive()` and `.stop()`: HFEngineProcess below (a local
+subprocess), or the runner's wrapper around a Ray actor (HFEngineActor / SGLangEngineActor).
+EngineGroup keeps the latest weights it pushed (version + payloads), so that an engine that dies
+and is restarted from the base checkpoint is brought to the current weights before the router
+sends it traffic again:
+
+    dead (process gone, or /health failing `failure_threshold` times in a row)
+      -> DELETE it from the router -> restart(i) (a callable from the runner) -> push current
+         weights -> POST /workers -> back in rotation
+Requests that were running on the dead engine fail at the client, which retries them through the
+router on the remaining engines, so the rollout step completes with every sample.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import requests
+
+from rlrun.rollout import api
+from rlrun.rollout import weights as W
+from rlrun.rollout.process import ServerProcess, free_port
+from rlrun.rollout.router import Router
+
+
+class HFEngineProcess:
+    """`python -m rlrun.rollout.hf_engine` as a child process on this machine."""
+
+    def __init__(self, model_dir: str | Path, *, seed: int = 0, log_dir: str | Path = "/tmp/rlrun-engines",
+                 host: str = "127.0.0.1", threads: int = 1, max_batch_size: int = 64):
+        self.port = free_port(host)
+        self.url = f"http://{host}:{self.port}"
+        argv = [sys.executable, "-m", "rlrun.rollout.hf_engine", "--model-dir", str(model_dir),
+                "--host", host, "--port", str(self.port), "--seed", str(seed), "--threads", str(threads),
+                "--max-batch-size", str(max_batch_size)]
+        self.process = ServerProcess(f"hf engine {self.url}", argv, Path(log_dir) / f"hf-engine-{self.port}.log")
+
+    def start(self, timeout_s: float = 120.0) -> "HFEngineProcess":
+        self.process.start()
+        return self
+
+    def wait_healthy(self, timeout_s: float = 120.0) -> "HFEngineProcess":
+        self.process.wait_healthy(f"{self.url}/health", timeout_s)
+        return self
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+def _post(url: str, path: str, body: dict, timeout_s: float = 600.0) -> dict | None:
+    r = requests.post(f"{url}{path}", json=body, timeout=timeout_s)
+    if r.status_code != 200:
+        raise RuntimeError(f"POST {url}{path} failed: HTTP {r.status_code} {r.text[:500]}")
+    data = r.json() if r.content else None
+    if isinstance(data, dict) and data.get("success") is False:
+        raise RuntimeError(f"POST {url}{path} failed: {data.get('message')}")
+    return data
+
+
+class EngineGroup:
+    def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
+                 health_interval_s: float = 0.5, failure_threshold: int = 2, health_timeout_s: float = 5.0):
+        self.router = router
+        self.engines = list(engines)
+        self.restart_fn = restart
+        self.health_interval_s = health_interval_s
+        self.failure_threshold = failure_threshold
+        self.health_timeout_s = health_timeout_s
+        self.restarts = 0
+        self.weight_version = api.DEFAULT_WEIGHT_VERSION
+        self._payloads: list[str] | None = None  # latest from_tensor buckets, replayed on restart
+        self._disk_path: str | None = None  # or the latest checkpoint dir pushed from disk
+        self._failures = [0] * len(self.engines)
+        self._lock = threading.RLock()  # weight pushes and replacements never interleave
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, name="engine-monitor", daemon=True)
+        self._pool = ThreadPoolExecutor(max_workers=max(4, len(self.engines)))
+
+    @property
+    def urls(self) -> list[str]:
+        return [e.url for e in self.engines]
+
+    def start(self, register_timeout_s: float = 60.0) -> "EngineGroup":
+        for url in self.urls:
+            self.router.add_worker(url, wait_s=0)
+        self.router.wait_for_workers(self.urls, register_timeout_s)
+        self._monitor.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._monitor.is_alive():
+            self._monitor.join(timeout=10)
+        for engine in self.engines:
+            engine.stop()
+        self._pool.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ weights
+    def _each(self, fn: Callable[[str], object], urls: list[str] | None = None) -> list:
+        return list(self._pool.map(fn, urls if urls is not None else self.urls))
+
+    def _push(self, url: str, payloads: list[str], version: str) -> None:
+        _post(url, "/pause_generation", api.pause_generation_body("in_place"))
+        try:
+            for i, payload in enumerate(payloads):  # version is set by the last bucket only
+                last = i == len(payloads) - 1
+                _post(url, "/update_weights_from_tensor", api.update_weights_from_tensor_body(
+                    [payload], version if last else None, flush_cache=last))
+        finally:
+            _post(url, "/continue_generation", {})
+
+    def update_weights_from_tensor(self, named: list[tuple[str, "object"]], version: str,
+                                   bucket_bytes: int = 256 << 20) -> None:
+        """Pushes a full state (HF names) to every engine, bucketed; remembered for restarts."""
+        payloads = [W.serialize_named_tensors(b) for b in W.buckets(named, bucket_bytes)]
+        with self._lock:
+            self._each(lambda url: self._push(url, payloads, str(version)))
+            self._payloads, self._disk_path, self.weight_version = payloads, None, str(version)
+
+    def update_weights_from_disk(self, model_path: str, version: str) -> None:
+        with self._lock:
+            self._each(lambda url: _post(url, "/update_weights_from_disk",
+                                         api.update_weights_from_disk_body(model_path, str(version))))
+            self._payloads, self._disk_path, self.weight_version = None, model_path, str(version)
+
+    def checksums(self) -> dict[str, str]:
+        return dict(zip(self.urls, self._each(
+            lambda url: requests.get(f"{url}/rlrun/weights_checksum", timeout=60).json()["checksum"])))
+
+    def versions(self) -> dict[str, str]:
+        return dict(zip(self.urls, self._each(
+            lambda url: requests.get(f"{url}/model_info", timeout=30).json()["weight_version"])))
+
+    # ------------------------------------------------------------------ fault tolerance
+    def _healthy(self, engine) -> bool:
+        if not engine.alive():
+            return False
+        try:
+            return requests.get(f"{engine.url}/health", timeout=self.health_timeout_s).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.health_interval_s):
+            for i, engine in enumerate(list(self.engines)):
+                if self._stop.is_set():
+                    return
+                self._failures[i] = 0 if self._healthy(engine) else self._failures[i] + 1
+                if self._failures[i] >= self.failure_threshold:
+                    try:
+                        self.replace(i)
+                    except Exception as exc:  # noqa: BLE001 - keep watching; retried next round
+                        print(f"[rlrun] restarting engine {i} failed: {exc}", file=sys.stderr, flush=True)
+
+    def replace(self, i: int) -> None:
+        """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it."""
+        with self._lock:
+            old = self.engines[i]
+            self.router.remove_worker(old.url)
+            old.stop()
+            new = self.restart_fn(i)
+            if self._payloads is not None:
+                self._push(new.url, self._payloads, self.weight_version)
+            elif self._disk_path is not None:
+                _post(new.url, "/update_weights_from_disk",
+                      api.update_weights_from_disk_body(self._disk_path, self.weight_version))
+            self.engines[i] = new
+            self._failures[i] = 0
+            self.router.add_worker(new.url)
+            self.restarts += 1
+
+
+def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
+                      master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
+                      group_name: str = "weight_update_group") -> dict:
+    """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = 1+i},
+    then per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
+    bucket's tensors in the same order. Returns timing and bytes for bandwidth reports."""
+    world = 1 + len(engine_urls)
+    pool = ThreadPoolExecutor(max_workers=max(1, len(engine_urls)))
+    try:
+        joins = [pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
+            master_address, master_port, 1 + i, world, group_name=group_name, backend=backend))
+            for i, url in enumerate(engine_urls)]
+        group = W.new_broadcast_group(master_address, master_port, 0, world, group_name, backend)
+        for j in joins:
+            j.result()
+        t0, nbytes = time.perf_counter(), 0
+        for bucket in W.buckets(named, bucket_bytes):
+            body = api.update_weights_from_distributed_body(
+                [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
+                [list(t.shape) for _, t in bucket], str(version), group_name=group_name)
+            posts = [pool.submit(_post, url, "/update_weights_from_distributed", body) for url in engine_urls]
+            W.broadcast_tensors(group, [t.contiguous() for _, t in bucket])
+            for p in posts:
+                p.result()
+            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        seconds = time.perf_counter() - t0
+        for url in engine_urls:
+            _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name))
+    finally:
+        pool.shutdown(wait=False)
+    return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}

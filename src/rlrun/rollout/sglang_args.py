@@ -1,0 +1,137 @@
+"""SGLang server arguments from the typed rollout config + the free-form `rollout.sglang` mapping.
+
+Pure Python (no torch/ray/sglang): the config layer calls check_sglang_mapping() at validation
+time, long before a GPU is touched. Field names, types, CLI flags and argparse actions come from
+the pinned sglang's ServerArgs (sglang_server_args.json, see sglang_schema.py).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rlrun.config.errors import Problem, did_you_mean
+from rlrun.rollout.sglang_schema import server_args_schema
+
+# ServerArgs fields that rlrun sets from typed config; setting them in rollout.sglang is an error
+# because two sources of truth for one value drift apart.
+TYPED_FIELDS = {
+    "model_path": "checkpoint.hf", "tokenizer_path": "checkpoint.hf",
+    "tp_size": "rollout.gpus_per_engine", "mem_fraction_static": "rollout.mem_fraction_static",
+    "context_length": "rollout.context_length", "random_seed": "run.seed",
+    "enable_memory_saver": "rollout.offload", "host": "rollout.router.host",
+    "port": "(chosen by rlrun per engine)", "nccl_port": "(chosen by rlrun per engine)",
+    "base_gpu_id": "(from the placement plan)", "dist_init_addr": "(chosen by rlrun per engine)",
+}
+
+
+def _type_ok(annotation: str, value: Any) -> bool:
+    """A light check of a YAML value against the ServerArgs annotation (Optional/List/Union aware)."""
+    if value is None:
+        return "Optional" in annotation or "None" in annotation
+    base = re.sub(r"Optional\[(.*)\]", r"\1", annotation)
+    if base.startswith(("List", "list")):
+        return isinstance(value, (list, tuple))
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base == "str" or base.startswith("Literal"):
+        return isinstance(value, str)
+    return True  # Union/Dict/custom types: SGLang's own parser decides
+
+
+def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") -> list[Problem]:
+    fields = server_args_schema()["fields"]
+    version = server_args_schema()["sglang_version"]
+    problems = []
+    for key, value in mapping.items():
+        where = f"{path}.{key}"
+        if key not in fields:
+            problems.append(Problem(where, f"{key!r} is not a field of sglang {version} ServerArgs"
+                                           f"{did_you_mean(key, fields)}",
+                                    "use a ServerArgs field name (snake_case, as in `python -m "
+                                    "sglang.launch_server --help` with dashes -> underscores)", value))
+            continue
+        if key in TYPED_FIELDS:
+            problems.append(Problem(where, f"{key} is set by rlrun from {TYPED_FIELDS[key]}",
+                                    f"remove {where} and set {TYPED_FIELDS[key]} instead", value))
+            continue
+        facts = fields[key]
+        if facts["cli"] is None:
+            problems.append(Problem(where, f"{key} has no command-line flag in sglang {version}",
+                                    f"remove {where}", value))
+        elif not _type_ok(facts["type"], value):
+            problems.append(Problem(where, f"{key} must be {facts['type']}, got {value!r}",
+                                    f"give a value of type {facts['type']}", value))
+        elif isinstance(facts["cli"]["choices"], list) and value not in facts["cli"]["choices"]:
+            problems.append(Problem(where, f"{key}={value!r} is not one of {facts['cli']['choices']}",
+                                    f"pick one of {facts['cli']['choices']}", value))
+    return problems
+
+
+@dataclass(frozen=True)
+class EngineSlot:
+    """Where one engine runs: its rank, first GPU (CUDA index on the node) and ports."""
+
+    rank: int
+    base_gpu_id: int
+    port: int
+    nccl_port: int
+
+
+def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[str, Any]:
+    """ServerArgs fields (name -> value) for one engine, typed values first, then rollout.sglang."""
+    r = cfg.rollout
+    problems = check_sglang_mapping(r.sglang)
+    if problems:
+        from rlrun.config.errors import ConfigError
+
+        raise ConfigError(problems)
+    model_path = model_path or cfg.checkpoint.hf
+    if model_path is None:
+        raise ValueError("engine=sglang needs checkpoint.hf (an HF model dir SGLang can load); random "
+                         "init is only available with rollout.engine=hf")
+    args = {
+        "model_path": model_path,
+        "host": r.router.host,
+        "port": slot.port,
+        "nccl_port": slot.nccl_port,
+        "tp_size": r.gpus_per_engine,
+        "base_gpu_id": slot.base_gpu_id,
+        "mem_fraction_static": r.mem_fraction_static,
+        "context_length": r.context_length,
+        "random_seed": cfg.run.seed + slot.rank,  # as slime: distinct sampling streams per engine
+    }
+    if r.offload:
+        args["enable_memory_saver"] = True  # needed for /release_memory_occupation to free memory
+    args.update(r.sglang)
+    return args
+
+
+def to_argv(args: dict[str, Any]) -> list[str]:
+    """ServerArgs fields -> `python -m sglang.launch_server` flags, by each field's argparse action."""
+    fields = server_args_schema()["fields"]
+    argv: list[str] = []
+    for name, value in args.items():
+        cli = fields[name]["cli"]
+        flag, action = cli["flag"], cli["action"]
+        if action == "store_true":
+            if value:
+                argv.append(flag)
+            continue
+        if action == "argparse.BooleanOptionalAction":
+            argv.append(flag if value else "--no-" + flag.removeprefix("--"))
+            continue
+        if value is None:
+            continue
+        if isinstance(value, dict):
+            argv += [flag, json.dumps(value)]
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv

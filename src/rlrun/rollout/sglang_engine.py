@@ -1,0 +1,68 @@
+"""The sglang engine kind: one `python -m sglang.launch_server` per engine, owned by a Ray actor
+placed on the engine's placement-group bundle.
+
+GPU pinning: actors run with RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1 (hardware env), so the
+server sees every GPU of the node and `--base-gpu-id` (the engine's first GPU in the plan) plus
+`--tp-size` pick its GPUs, as slime does. Startup waits for /health_generate (a real one-token
+generation) and fails with the server's log tail.
+
+Not executable in this workplace (sglang 0.5.10.post1 pins torch==2.9.1): docs/sglang.md lists what
+was run for real (the same HTTP calls against the hf engine, the argv against the pinned
+ServerArgs) and what is verified by contract only.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from rlrun.rollout.process import ServerProcess, free_port
+from rlrun.rollout.sglang_args import EngineSlot, server_args, to_argv
+
+LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
+
+
+def engine_slot(rank: int, gpus: list[int], host: str = "127.0.0.1") -> EngineSlot:
+    """gpus: the engine's GPU ids on its node, from Plan.placement (role 'engine', rank = engine id)."""
+    return EngineSlot(rank=rank, base_gpu_id=min(gpus), port=free_port(host), nccl_port=free_port(host))
+
+
+class SGLangEngine:
+    def __init__(self, args: dict, *, log_dir: str | Path, env: dict[str, str] | None = None,
+                 launcher: tuple[str, ...] = LAUNCHER):
+        self.args = dict(args)
+        self.url = f"http://{args['host']}:{args['port']}"
+        self.argv = [*launcher, *to_argv(self.args)]
+        self.process = ServerProcess(f"sglang engine {self.url}", self.argv,
+                                     Path(log_dir) / f"sglang-{args['port']}.log",
+                                     env={**os.environ, **(env or {})})
+
+    @classmethod
+    def from_config(cls, cfg, rank: int, gpus: list[int], log_dir: str | Path, env: dict | None = None,
+                    model_path: str | None = None) -> "SGLangEngine":
+        slot = engine_slot(rank, gpus, cfg.rollout.router.host)
+        return cls(server_args(cfg, slot, model_path), log_dir=log_dir, env=env)
+
+    def start(self, timeout_s: float = 900.0) -> str:
+        self.process.start()
+        self.process.wait_healthy(f"{self.url}/health_generate", timeout_s, interval_s=1.0)
+        return self.url
+
+    def alive(self) -> bool:
+        return self.process.alive()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class SGLangEngineActor(SGLangEngine):
+    """Ray actor body (ray.remote(SGLangEngineActor) via sglang_engine_actor_class)."""
+
+    def get_url(self) -> str:
+        return self.url
+
+
+def sglang_engine_actor_class():
+    import ray
+
+    return ray.remote(SGLangEngineActor)
