@@ -29,7 +29,7 @@ def build_model(seed: int = 0, vocab_size: int | None = None):
     vocab_size = vocab_size or len(SPECIALS) + len(WORDS)
     config = Qwen3Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                         max_position_embeddings=256, tie_word_embeddings=True,
+                         max_position_embeddings=2048, tie_word_embeddings=True,
                          pad_token_id=0, eos_token_id=1, bos_token_id=None)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)

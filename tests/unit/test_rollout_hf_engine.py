@@ -1,0 +1,138 @@
+"""The hf engine over HTTP (in-process uvicorn thread): SGLang endpoints, weight updates, pause/abort."""
+import threading
+import time
+
+import pytest
+import requests
+import torch
+
+from rlrun.rollout import api
+from rlrun.rollout import weights as W
+from rlrun.rollout.hf_engine import HFEngine
+from rlrun.rollout.hf_server import ThreadedServer
+from rlrun.rollout.tiny_model import build_model, save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    engine = HFEngine.from_dir(model_dir, seed=7, batch_wait_s=0.02)
+    srv = ThreadedServer(engine)
+    srv.start()
+    yield engine, srv.url
+    srv.stop()
+    engine.shutdown()
+
+
+def gen(url, **body):
+    r = requests.post(f"{url}/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_generate_single_and_batch(server):
+    engine, url = server
+    out = gen(url, text="the cat sat", sampling_params={"max_new_tokens": 4, "ignore_eos": True},
+              return_logprob=True, rid="abc")
+    meta = out["meta_info"]
+    assert meta["id"] == "abc" and meta["prompt_tokens"] == 3 and meta["completion_tokens"] == 4
+    assert meta["finish_reason"] == {"type": "length", "length": 4}
+    assert [t for _, t, _ in meta["output_token_logprobs"]] == out["output_ids"]
+    assert all(lp <= 0 for lp, _, _ in meta["output_token_logprobs"])
+    batch = gen(url, input_ids=[[3, 4], [5]], sampling_params={"max_new_tokens": 2, "ignore_eos": True})
+    assert isinstance(batch, list) and [b["meta_info"]["prompt_tokens"] for b in batch] == [2, 1]
+    assert "output_token_logprobs" not in batch[0]["meta_info"]
+
+
+def test_same_sampling_seed_gives_same_sample(server):
+    _, url = server
+    body = dict(input_ids=[3, 4, 5], sampling_params={"max_new_tokens": 8, "sampling_seed": 42, "ignore_eos": True})
+    assert gen(url, **body)["output_ids"] == gen(url, **body)["output_ids"]
+
+
+def test_bad_request_is_400_with_message(server):
+    _, url = server
+    r = requests.post(f"{url}/generate", json={"text": "a", "sampling_params": {"max_tokens": 3}})
+    assert r.status_code == 400 and "max_new_tokens" in r.json()["error"]["message"]
+
+
+def test_info_health_and_flush(server):
+    _, url = server
+    info = requests.get(f"{url}/model_info").json()
+    assert info["architectures"] == ["Qwen3ForCausalLM"] and info["is_generation"] is True
+    assert requests.get(f"{url}/health_generate").status_code == 200
+    assert requests.post(f"{url}/flush_cache").status_code == 200
+
+
+def test_update_weights_from_tensor_changes_checksum_and_version(server, model_dir):
+    engine, url = server
+    before = requests.get(f"{url}/rlrun/weights_checksum").json()["checksum"]
+    new_state = build_model(seed=123).state_dict()
+    payload = W.serialize_named_tensors(list(new_state.items()))
+    r = requests.post(f"{url}/update_weights_from_tensor",
+                      json=api.update_weights_from_tensor_body([payload], "v2"))
+    assert r.json()["success"], r.text
+    after = requests.get(f"{url}/rlrun/weights_checksum").json()
+    assert after == {"checksum": W.checksum(new_state), "weight_version": "v2"} and after["checksum"] != before
+    out = gen(url, input_ids=[3], sampling_params={"max_new_tokens": 1})
+    assert out["meta_info"]["weight_version"] == "v2"
+    first = requests.post(f"{url}/get_weights_by_name", json={"name": "model.norm.weight", "truncate_size": 3}).json()
+    assert first == pytest.approx(new_state["model.norm.weight"][:3].tolist())
+    # back to the checkpoint on disk
+    r = requests.post(f"{url}/update_weights_from_disk", json=api.update_weights_from_disk_body(str(model_dir), "v3"))
+    assert r.json()["success"], r.text
+    assert requests.get(f"{url}/rlrun/weights_checksum").json()["checksum"] == before
+
+
+def test_update_with_a_wrong_name_fails_without_500(server):
+    _, url = server
+    payload = W.serialize_named_tensors([("model.norm.weigth", torch.zeros(32))])
+    r = requests.post(f"{url}/update_weights_from_tensor", json=api.update_weights_from_tensor_body([payload], "x"))
+    assert r.status_code == 400 and r.json()["success"] is False
+    assert "did you mean 'model.norm.weight'" in r.json()["message"]
+
+
+def _generate_in_thread(url, results, **body):
+    t = threading.Thread(target=lambda: results.append(gen(url, **body)))
+    t.start()
+    return t
+
+
+def test_abort_request_finishes_with_abort(server):
+    engine, url = server
+    results = []
+    t = _generate_in_thread(url, results, input_ids=[3], rid="long",
+                            sampling_params={"max_new_tokens": 100000, "ignore_eos": True})
+    while not engine.busy():
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert requests.post(f"{url}/abort_request", json=api.abort_request_body(rid="long")).status_code == 200
+    t.join(timeout=30)
+    assert results[0]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert 0 < results[0]["meta_info"]["completion_tokens"] < 100000
+
+
+def test_pause_in_place_holds_requests_until_continue(server):
+    engine, url = server
+    assert requests.post(f"{url}/pause_generation", json={"mode": "in_place"}).json()["status"] == "ok"
+    results = []
+    t = _generate_in_thread(url, results, input_ids=[3], sampling_params={"max_new_tokens": 2})
+    time.sleep(0.3)
+    assert results == []  # held while paused
+    requests.post(f"{url}/continue_generation", json={})
+    t.join(timeout=30)
+    assert results and results[0]["meta_info"]["finish_reason"]["type"] in ("length", "stop")
+
+
+def test_release_and_resume_memory(server):
+    _, url = server
+    assert requests.post(f"{url}/release_memory_occupation", json={"tags": ["kv_cache"]}).status_code == 200
+    r = requests.post(f"{url}/generate", json={"input_ids": [3], "sampling_params": {"max_new_tokens": 1}})
+    assert r.status_code == 400 and "resume_memory_occupation" in r.json()["error"]["message"]
+    assert requests.post(f"{url}/resume_memory_occupation", json={}).status_code == 200
+    assert requests.get(f"{url}/server_info").json()["released_memory"] == []
+    assert requests.post(f"{url}/release_memory_occupation", json={"tags": ["kv"]}).status_code == 400

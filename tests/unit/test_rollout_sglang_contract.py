@@ -1,0 +1,116 @@
+"""rlrun's view of SGLang (ServerArgs fields, request dataclasses) against the pinned sglang source.
+
+The committed JSON snapshots are re-extracted from the sglang wheel when it is available
+(RLRUN_SGLANG_WHEEL=path, or the pip download location used by the docs) and must be identical.
+"""
+import inspect
+import os
+from pathlib import Path
+
+import pytest
+
+from rlrun.config import load
+from rlrun.rollout import api, sglang_schema
+from rlrun.rollout.sglang_args import EngineSlot, check_sglang_mapping, server_args, to_argv
+
+WHEEL_CANDIDATES = [os.environ.get("RLRUN_SGLANG_WHEEL", ""),
+                    "/tmp/rollout_h/wheel/sglang-0.5.10.post1-py3-none-any.whl"]
+
+
+def _wheel():
+    for c in WHEEL_CANDIDATES:
+        if c and Path(c).is_file():
+            return c
+    pytest.skip("sglang wheel not present: `pip download sglang==0.5.10.post1 --no-deps -d DIR` and set "
+                "RLRUN_SGLANG_WHEEL=DIR/sglang-0.5.10.post1-py3-none-any.whl")
+
+
+def test_snapshots_equal_a_fresh_extraction_from_the_wheel():
+    server_args_now, io_now = sglang_schema.extract_from_wheel(_wheel())
+    assert server_args_now == sglang_schema.server_args_schema()
+    assert io_now == sglang_schema.io_struct_schema()
+
+
+def test_snapshot_has_the_fields_rlrun_relies_on():
+    fields = sglang_schema.server_args_schema()["fields"]
+    assert len(fields) > 300  # ~350 in 0.5.10.post1
+    assert fields["tp_size"]["cli"]["flag"] == "--tp-size"  # dest differs: --tensor-parallel-size
+    assert fields["enable_memory_saver"]["cli"]["action"] == "store_true"
+    assert fields["mem_fraction_static"]["type"] == "Optional[float]"
+
+
+@pytest.mark.parametrize("endpoint", sorted(api.BODY_BUILDERS))
+def test_weight_sync_bodies_match_sglang_request_dataclasses(endpoint):
+    builder, cls_name = api.BODY_BUILDERS[endpoint]
+    schema = sglang_schema.io_struct_schema()["classes"][cls_name]["fields"]
+    # call each builder with placeholder values for its required parameters
+    params = inspect.signature(builder).parameters
+    samples = {"model_path": "/m", "weight_version": "3", "serialized_named_tensors": ["x"],
+               "master_address": "h", "master_port": 1, "rank_offset": 1, "world_size": 2,
+               "names": ["w"], "dtypes": ["float32"], "shapes": [[2]]}
+    args = {n: samples[n] for n, p in params.items() if p.default is inspect.Parameter.empty
+            and p.kind != p.VAR_KEYWORD}
+    body = builder(**args) if endpoint != "/abort_request" else builder(abort_all=True)
+    unknown = set(body) - set(schema)
+    assert not unknown, f"{endpoint}: {unknown} are not fields of sglang's {cls_name}"
+    missing = {n for n, f in schema.items() if f["required"]} - set(body)
+    assert not missing, f"{endpoint}: required {cls_name} fields {missing} are missing"
+
+
+def test_generate_request_fields_the_client_sends_exist_in_sglang():
+    fields = sglang_schema.io_struct_schema()["classes"]["GenerateReqInput"]["fields"]
+    for name in ("text", "input_ids", "sampling_params", "return_logprob", "rid", "stream"):
+        assert name in fields
+
+
+def test_unknown_sglang_key_fails_with_did_you_mean():
+    problems = check_sglang_mapping({"cuda_graph_max_bz": 64, "chunked_prefill_size": 4096})
+    assert [p.path for p in problems] == ["rollout.sglang.cuda_graph_max_bz"]
+    assert 'did you mean "cuda_graph_max_bs"' in problems[0].message
+
+
+def test_typed_fields_cannot_be_set_twice_and_types_are_checked():
+    problems = check_sglang_mapping({"tp_size": 4, "disable_radix_cache": "yes", "log_level": "info"})
+    assert {p.path: p.fix for p in problems} == {
+        "rollout.sglang.tp_size": "remove rollout.sglang.tp_size and set rollout.gpus_per_engine instead",
+        "rollout.sglang.disable_radix_cache": "give a value of type bool",
+    }
+
+
+def _argv_fields(argv):
+    return {a for a in argv if a.startswith("--")}
+
+
+def test_server_args_for_the_seed_recipe_on_mi300x():
+    cfg = load(["experiment=qwen3-4b-grpo-mi300x"])
+    args = server_args(cfg, EngineSlot(rank=3, base_gpu_id=6, port=31000, nccl_port=31001))
+    assert args == {"model_path": "/root/Qwen3-4B", "host": "127.0.0.1", "port": 31000, "nccl_port": 31001,
+                    "tp_size": 2, "base_gpu_id": 6, "mem_fraction_static": 0.7,
+                    "context_length": cfg.rollout.context_length, "random_seed": 1234 + 3}
+    assert "enable_memory_saver" not in args  # offload is off on AMD (hardware profile)
+    fields = sglang_schema.server_args_schema()["fields"]
+    argv = to_argv(args)
+    for name, value in args.items():  # every flag is the pinned ServerArgs' flag, followed by its value
+        i = argv.index(fields[name]["cli"]["flag"])
+        assert argv[i + 1] == str(value)
+
+
+def test_server_args_for_a_disaggregated_h100_config_with_offload_and_extras():
+    cfg = load(["hardware=h100", "model=qwen3-4b", "checkpoint.hf=/ckpt/qwen3-4b", "train.colocate=false",
+                "rollout.num_gpus=4", "rollout.gpus_per_engine=2", "rollout.offload=true",
+                "+rollout.sglang.cuda_graph_max_bs=64", "+rollout.sglang.disable_radix_cache=true",
+                "+rollout.sglang.attention_backend=fa3"])
+    args = server_args(cfg, EngineSlot(rank=1, base_gpu_id=2, port=32000, nccl_port=32001))
+    assert args["tp_size"] == 2 and args["base_gpu_id"] == 2 and args["enable_memory_saver"] is True
+    argv = to_argv(args)
+    assert argv[argv.index("--cuda-graph-max-bs") + 1] == "64"
+    assert "--disable-radix-cache" in argv and "--enable-memory-saver" in argv
+    assert argv[argv.index("--attention-backend") + 1] == "fa3"
+    assert _argv_fields(argv) <= {f["cli"]["flag"] for f in sglang_schema.server_args_schema()["fields"].values()
+                                  if f["cli"]}
+
+
+def test_store_true_false_is_omitted_and_lists_expand():
+    assert to_argv({"disable_radix_cache": False, "log_level": None}) == []
+    argv = to_argv({"cuda_graph_bs": [1, 2, 4]})
+    assert argv == ["--cuda-graph-bs", "1", "2", "4"]
