@@ -132,6 +132,8 @@ def _encode_row(row: Row, value: Any, values: dict[str, Any]) -> list[str] | Non
     if not row.always and default is not KEEP and same(value, default):
         return None
     to_slime = dict(row.values)
+    if row.type is int and isinstance(value, float):  # e.g. a float timeout for an int-typed slime flag
+        value = math.ceil(value)
     if row.kind == "value":
         return [row.flag, fmt(to_slime.get(value, value))]
     if row.kind == "true":
@@ -405,6 +407,8 @@ class _Decoder:
                 continue
             v[row.path] = row.default
         for row in pending:
+            if row.section and v.get(row.section, 0) is None:
+                continue
             if callable(row.default):
                 value = slime_default(row, v)
                 if value is not KEEP:

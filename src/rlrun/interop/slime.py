@@ -1,0 +1,79 @@
+"""`rlrun export slime [overrides]` and `rlrun import slime SCRIPT.sh [--out conf/experiment/NAME.yaml]`.
+
+The CLI hands over its argv from the verb on: `cli_main(["export", "slime", "model=qwen3-4b", ...])` or
+`cli_main(["import", "slime", "run.sh", "--out", "conf/experiment/x.yaml"])`. Exit codes: 0 ok, 1 the
+config (exported or imported) does not validate, 2 bad usage or unreadable script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence, TextIO
+
+from rlrun.interop.bash_lexer import BashSyntaxError
+from rlrun.interop.bash_script import ScriptError
+
+USAGE = """\
+rlrun export slime [--config-dir DIR] [overrides ...]
+    print the slime launch (env exports, flag arrays, ray job submit line) for the resolved config
+rlrun import slime SCRIPT.sh [--out conf/experiment/NAME.yaml] [--name NAME] [--config-dir DIR]
+                             [--model M] [--algo A] [--hardware H] [--parallelism P] [--data D]
+    read a slime run script (without running it) and write an rlrun experiment that reproduces it"""
+
+
+def _export(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    from rlrun.config import ConfigError
+    from rlrun.interop.slime_export import export_config
+
+    parser = argparse.ArgumentParser(prog="rlrun export slime", add_help=True)
+    parser.add_argument("--config-dir", default=None, help="an extra config dir (e.g. one holding experiment/)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for `rlrun plan`")
+    args = parser.parse_args(argv)
+    try:
+        out.write(export_config(args.overrides, args.config_dir))
+    except ConfigError as exc:
+        err.write(f"rlrun export slime: the config does not validate, nothing exported:\n{exc}\n")
+        return 1
+    return 0
+
+
+def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    from rlrun.interop.slime_import import experiment_name, import_script
+
+    parser = argparse.ArgumentParser(prog="rlrun import slime")
+    parser.add_argument("script", help="the slime run script (its models/*.sh is read when it sources one)")
+    parser.add_argument("--out", default=None, help="write the experiment here (default: print it)")
+    parser.add_argument("--name", default=None, help="experiment name (default: --out's or the script's stem)")
+    parser.add_argument("--config-dir", default=None, help="an extra config dir to compose with")
+    for group in ("model", "algo", "hardware", "parallelism", "data"):
+        parser.add_argument(f"--{group}", default=None, help=f"use this {group} group instead of the best match")
+    args = parser.parse_args(argv)
+    forced = {g: getattr(args, g) for g in ("model", "algo", "hardware", "parallelism", "data") if getattr(args, g)}
+    name = args.name or (experiment_name(args.out) if args.out else None)
+    try:
+        result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced)
+    except (ScriptError, BashSyntaxError) as exc:
+        err.write(f"rlrun import slime: {exc}\n")
+        return 2
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(result.yaml_text)
+        err.write(f"wrote {args.out} (use it as `rlrun plan experiment={result.name}`)\n")
+    else:
+        out.write(result.yaml_text)
+    err.write(result.report() + "\n")
+    return 1 if result.problems else 0
+
+
+def cli_main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    argv = list(argv)
+    if len(argv) < 2 or argv[0] not in ("export", "import") or argv[1] != "slime":
+        err.write(f"usage:\n{USAGE}\n")
+        return 2
+    try:
+        return (_export if argv[0] == "export" else _import)(argv[2:], out, err)
+    except SystemExit as exc:  # argparse's usage errors
+        return int(exc.code or 0) if isinstance(exc.code, int) else 2

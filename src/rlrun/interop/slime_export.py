@@ -1,0 +1,89 @@
+"""Render a resolved rlrun config as a slime launch script: env exports from the hardware profile, the
+flag arrays with slime's names, and the `ray job submit ... -- python3 train.py` line.
+
+Settings slime has no flag for are written as comments (with the reason), never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any, Sequence
+
+from rlrun.interop.slime_codec import encode, fmt, get_path
+from rlrun.interop.slime_table import ARRAYS, DEFAULT_SUBMIT_ADDRESS, NO_FLAG
+
+_INDENT = "   "
+
+
+def _line(tokens: list[str]) -> str:
+    return " ".join(shlex.quote(t) for t in tokens)
+
+
+def _submit_address(cfg: dict) -> tuple[str, list[str]]:
+    address = cfg["cluster"]["address"]
+    if address and address.startswith(("http://", "https://")):
+        return address, []
+    if address in (None, "auto", "local"):
+        return DEFAULT_SUBMIT_ADDRESS, []
+    return DEFAULT_SUBMIT_ADDRESS, [
+        f"cluster.address={address}: `ray job submit` talks to the Ray dashboard (port 8265); "
+        f"set --address to that cluster's dashboard"]
+
+
+def _no_flag_comments(cfg: dict) -> list[str]:
+    lines = []
+    for path, why in NO_FLAG.items():
+        lines.append(f"{path}={fmt(get_path(cfg, path))}: {why}")
+    if cfg["train"]["backend"] != "megatron":
+        lines.append(f"train.backend={cfg['train']['backend']}: slime trains with Megatron; the flags below "
+                     "describe the same run on Megatron")
+    if cfg["rollout"]["engine"] != "sglang":
+        lines.append(f"rollout.engine={cfg['rollout']['engine']}: slime generates with SGLang engines")
+    return lines
+
+
+def render_script(cfg: dict, source: str = "rlrun export slime") -> str:
+    """The slime launch for `cfg` (a RunConfig dumped to a dict) as bash text."""
+    enc = encode(cfg)
+    address, address_notes = _submit_address(cfg)
+    env = cfg["hardware"]["env"]
+    out = [
+        "#!/bin/bash",
+        f"# slime launch for the rlrun run {cfg['run']['name']!r}, written by `{source}`.",
+        "# rlrun settings slime has no flag for (kept here so that nothing is lost):",
+        *[f"#   {c}" for c in _no_flag_comments(cfg) + address_notes],
+        "",
+        "set -euxo pipefail",
+        "",
+        f"# hardware={cfg['hardware']['name']} ({cfg['hardware']['vendor']})",
+        *[f"export {k}={shlex.quote(str(v))}" for k, v in env.items()],
+        "export PYTHONUNBUFFERED=1",
+        "",
+    ]
+    for array in ARRAYS:
+        out.append(f"{array}=(")
+        out.extend(f"{_INDENT}# {c}" for c in enc.comments.get(array, []))
+        out.extend(_INDENT + _line(tokens) for tokens in enc.arrays[array])
+        out.append(")")
+        out.append("")
+    runtime_env = json.dumps({"env_vars": {**env, "PYTHONUNBUFFERED": "1"}})
+    cmd = [
+        f"ray job submit --address={shlex.quote(address)} \\",
+        f"{_INDENT}--runtime-env-json={shlex.quote(runtime_env)} \\",
+        f"{_INDENT}-- python3 {enc.entry} \\",
+        *[f"{_INDENT}{_line(tokens)} \\" for tokens in enc.launch],
+        *[f"{_INDENT}${{{array}[@]}} \\" for array in ARRAYS],
+    ]
+    cmd[-1] = cmd[-1][: -len(" \\")]
+    out.extend(cmd)
+    return "\n".join(out) + "\n"
+
+
+def export_config(overrides: Sequence[str], config_dir: Any = None) -> str:
+    """Compose + validate like `rlrun plan` does, then render. Raises rlrun.config.ConfigError."""
+    from rlrun.config import load
+
+    cfg = load(list(overrides), config_dir)
+    shown = " ".join(["rlrun export slime", *overrides]).strip()
+    return render_script(cfg.model_dump(mode="python"), source=shown)

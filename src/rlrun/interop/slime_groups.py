@@ -1,0 +1,80 @@
+"""Pick the rlrun config groups (model, algo, hardware, parallelism, data) that best match values decoded
+from a slime script: the option whose values differ from the script's in the fewest settings wins.
+
+Scoring merges each option's YAML onto the base composition with OmegaConf, as Hydra does for a
+defaults-free group file (one compose per option would cost ~0.1 s each, 36 options per import); an
+option file with a defaults list of its own is composed by Hydra for real. The final composition of the
+chosen groups always goes through Hydra (slime_import.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlrun.interop.slime_codec import get_path, same
+
+SCORED_GROUPS = ("model", "algo", "hardware", "parallelism", "data")
+# Ties go to the first of these (the profiles slime's own recipes were written for).
+PREFERRED = ("mi300x", "h100", "grpo", "tp1", "dapo-math-17k")
+_ROCM_MARKERS = ("HIP_", "ROCR_", "HSA_", "RAY_EXPERIMENTAL_NOSET_HIP")
+
+
+@dataclass(frozen=True)
+class Choice:
+    group: str
+    option: str
+    differing: tuple[str, ...]  # dotted paths where the option differs from the script
+    runner_up: str | None
+
+
+def vendor_of(env: dict[str, str]) -> str:
+    """slime's ROCm scripts set HIP_*/ROCR_* variables; anything else is a CUDA machine."""
+    return "rocm" if any(k.startswith(_ROCM_MARKERS) for k in env) else "cuda"
+
+
+def _option_tree(composer: Any, base: dict, group: str, option: str, dirs: list[Path]) -> dict:
+    from omegaconf import OmegaConf
+
+    for d in dirs:
+        f = d / group / f"{option}.yaml"
+        if f.is_file():
+            node = OmegaConf.load(f)
+            if "defaults" in node:
+                break
+            glob = f.read_text().lstrip().startswith("# @package _global_")
+            merged = OmegaConf.merge(OmegaConf.create(base), node if glob else {group: node})
+            return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+    return composer.compose([f"{group}={option}"]).raw
+
+
+def _differing(tree: dict, values: dict[str, Any]) -> list[str]:
+    return [p for p, v in values.items() if not same(get_path(tree, p), v)]
+
+
+def _env_differing(tree: dict, env: dict[str, str]) -> list[str]:
+    profile = tree["hardware"]["env"]
+    return [f"hardware.env.{k}" for k, v in env.items() if profile.get(k) != v]
+
+
+def choose_groups(composer: Any, values: dict[str, Any], env: dict[str, str], dirs: list[Path],
+                  forced: dict[str, str]) -> dict[str, Choice]:
+    base = composer.compose([]).raw
+    vendor = vendor_of(env)
+    out: dict[str, Choice] = {}
+    for group in SCORED_GROUPS:
+        options = sorted(composer.group_options(group), key=lambda o: (o not in PREFERRED, o))
+        if group in forced:
+            options = [forced[group]]
+        scored = []
+        for option in options:
+            tree = _option_tree(composer, base, group, option, dirs)
+            if group == "hardware" and group not in forced and tree["hardware"]["vendor"] != vendor:
+                continue
+            diff = _differing(tree, values) + (_env_differing(tree, env) if group == "hardware" else [])
+            scored.append((len(diff), option, tuple(diff)))
+        scored.sort(key=lambda s: s[0])  # stable: ties keep the preferred order
+        best = scored[0]
+        out[group] = Choice(group, best[1], best[2], scored[1][1] if len(scored) > 1 else None)
+    return out

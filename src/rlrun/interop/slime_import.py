@@ -1,0 +1,203 @@
+"""Turn a slime run script into an rlrun experiment (`conf/experiment/NAME.yaml`): the matching groups
+in a defaults list, then only the settings where the script differs from them.
+
+The script is read, never run (bash_script.py). Values mean what slime would do (slime_codec.decode
+fills slime's defaults for absent flags), so the experiment reproduces the script's run rather than
+rlrun's defaults. Flags rlrun has no setting for are reported and listed at the end of the YAML.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlrun.interop.bash_script import ScriptError, read_script
+from rlrun.interop.slime_codec import Occ, decode, get_path, parse_args, same
+from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
+from rlrun.interop.slime_table import PLUMBING_ENV
+
+# What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
+IMPLIED = {"train.backend": "megatron", "rollout.engine": "sglang"}
+
+
+@dataclass
+class ImportResult:
+    name: str
+    yaml_text: str
+    choices: dict[str, Choice]
+    overrides: dict[str, Any]  # dotted path -> value written to the YAML
+    unknown: list[tuple[Occ, str]]
+    notes: list[str]
+    problems: list[str] = field(default_factory=list)  # rlrun validation problems of the result
+
+    def report(self) -> str:
+        lines = [f"experiment {self.name}:"]
+        for c in self.choices.values():
+            detail = f"all {c.group}.* settings match" if not c.differing else \
+                f"{len(c.differing)} {c.group}.* setting(s) overridden: {', '.join(c.differing[:6])}" + \
+                (" ..." if len(c.differing) > 6 else "")
+            lines.append(f"  {c.group}={c.option} ({detail})")
+        lines.append(f"  {len(self.overrides)} override(s) written")
+        if self.unknown:
+            lines.append(f"  {len(self.unknown)} slime flag(s) with no rlrun setting (listed at the end of the YAML):")
+            lines.extend(f"    {_occ_text(o)}  [{o.where}] {why}" for o, why in self.unknown)
+        lines.extend(f"  note: {n}" for n in self.notes)
+        if self.problems:
+            lines.append("  the imported config does not validate:")
+            lines.extend(f"    {p}" for p in self.problems)
+        return "\n".join(lines)
+
+
+def _occ_text(o: Occ) -> str:
+    return " ".join((o.flag, *o.values)).strip()
+
+
+def experiment_name(path: str | Path) -> str:
+    """`run-qwen3-4B-amd.sh` -> `run-qwen3-4b-amd`: a valid Hydra option name."""
+    stem = Path(path).stem.lower()
+    return re.sub(r"[^a-z0-9_.-]+", "-", stem).strip("-") or "imported"
+
+
+def import_script(script_path: str | Path, name: str | None = None, config_dir: Any = None,
+                  forced: dict[str, str] | None = None) -> ImportResult:
+    """Read a slime script and build the experiment YAML; validate it with rlrun.config.load.
+    Raises ScriptError when the script has no train.py launch to read."""
+    from rlrun.config.compose import Composer, conf_dir
+
+    script = read_script(script_path)
+    if script.launch is None:
+        raise ScriptError(f"{script_path}: no `ray job submit ... -- python3 train.py ...` line found; "
+                          "rlrun reads the arguments of that line")
+    occs = parse_args(script.launch.args)
+    decoded = decode(occs, script.launch.entry)
+    values = {**decoded.values, **IMPLIED}
+    env = {k: v for k, v in script.env().items() if k not in PLUMBING_ENV and "${" not in v and "$(" not in v}
+    dirs = [Path(config_dir)] if config_dir else []
+    dirs.append(conf_dir())
+    name = name or experiment_name(script_path)
+    with Composer(config_dir) as composer:
+        choices = choose_groups(composer, values, env, dirs, forced or {})
+        base = composer.compose([f"{g}={c.option}" for g, c in choices.items()]).raw
+    _fill_eval_rm_type(values, base)
+    flat = {p: v for p, v in values.items() if not same(get_path(base, p), v)}
+    flat.update({f"hardware.env.{k}": v for k, v in env.items() if base["hardware"]["env"].get(k) != v})
+    flat = _prune_derived(flat, base, choices, name, config_dir)
+    choices = {g: replace(c, differing=tuple(p for p in flat if p.startswith(g + ".")))
+               for g, c in choices.items()}
+    result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes)
+    result.yaml_text = render_yaml(result, Path(script_path).name, base)
+    result.problems = validate_yaml(result.yaml_text, name, config_dir)
+    return result
+
+
+def _fill_eval_rm_type(values: dict[str, Any], base: dict) -> None:
+    # slime scores eval sets with --rm-type (an --eval-config file aside); rlrun names it per dataset
+    rm_type = values.get("data.rm_type", base["data"]["rm_type"])
+    values["eval.datasets"] = [{**d, "rm_type": rm_type} for d in values.get("eval.datasets", [])]
+
+
+def _nest(flat: dict[str, Any], base: dict) -> dict:
+    """Dotted paths to a nested dict in the config tree's own key order (the YAML reads like conf/)."""
+    order = {p: i for i, p in enumerate(_paths(base))}
+    nested: dict = {}
+    for path in sorted(flat, key=lambda p: (order.get(p, order.get(p.rsplit(".", 1)[0], len(order))), p)):
+        node = nested
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = flat[path]
+    return nested
+
+
+def _paths(tree: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in tree.items():
+        p = f"{prefix}{k}"
+        out.append(p)
+        if isinstance(v, dict):
+            out.extend(_paths(v, p + "."))
+    return out
+
+
+def _collapse_sections(flat: dict[str, Any], base: dict) -> dict[str, Any]:
+    """An optional section (model.moe, model.mla) that the base lacks must be written whole."""
+    out = dict(flat)
+    for section in ("model.moe", "model.mla"):
+        fields = {p: v for p, v in flat.items() if p.startswith(section + ".")}
+        if fields and get_path(base, section) is None:
+            for p in fields:
+                out.pop(p)
+            out[section] = {p[len(section) + 1:]: v for p, v in fields.items()}
+    return out
+
+
+def render_yaml(result: ImportResult, source: str, base: dict) -> str:
+    header = [
+        "# @package _global_",
+        f"# Imported from the slime script {source} by `rlrun import slime`: the groups that match it",
+        "# best, then only the settings where the script differs from them.",
+        "defaults:",
+        *[f"  - override /{g}: {result.choices[g].option}" for g in SCORED_GROUPS],
+    ]
+    body = _nest(_collapse_sections(result.overrides, base), base)
+    text = "\n".join(header) + "\n"
+    if body:
+        text += "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=110)
+    if result.unknown:
+        text += "\n# slime flags with no rlrun setting (not applied; kept here so that nothing is lost):\n"
+        text += "".join(f"#   {_occ_text(o)}  [{o.where}] {why}\n" for o, why in result.unknown)
+    return text
+
+
+def _write_experiment(root: Path, name: str, text: str) -> None:
+    (root / "experiment").mkdir(parents=True, exist_ok=True)
+    (root / "experiment" / f"{name}.yaml").write_text(text)
+
+
+def _load_text(text: str, name: str, config_dir: Any) -> Any:
+    """Load the experiment from a scratch config dir (plus the caller's extra dir, copied beside it)."""
+    import shutil
+
+    from rlrun.config import load
+
+    # A scratch name: an older conf/experiment/NAME.yaml would otherwise shadow the new text.
+    scratch = f"{name}-rlrun-import-check"
+    with tempfile.TemporaryDirectory(prefix="rlrun-import-") as tmp:
+        root = Path(tmp)
+        if config_dir:
+            shutil.copytree(config_dir, root, dirs_exist_ok=True)
+        _write_experiment(root, scratch, text)
+        return load([f"experiment={scratch}"], config_dir=root)
+
+
+def validate_yaml(text: str, name: str, config_dir: Any = None) -> list[str]:
+    from rlrun.config import ConfigError
+
+    try:
+        _load_text(text, name, config_dir)
+    except ConfigError as exc:
+        return [str(p) for p in exc.problems]
+    return []
+
+
+def _prune_derived(flat: dict[str, Any], base: dict, choices: dict[str, Choice], name: str,
+                   config_dir: Any) -> dict[str, Any]:
+    """Drop overrides of null-means-derived settings when rlrun derives the same value anyway
+    (e.g. train.offload from the hardware default, rollout.num_gpus when colocated)."""
+    from rlrun.config import ConfigError
+
+    derived = [p for p in flat if get_path(base, p) is None and not p.startswith(("model.moe", "model.mla"))]
+    if not derived:
+        return flat
+    kept = {p: v for p, v in flat.items() if p not in derived}
+    stub = ImportResult(name, "", choices, kept, [], [])
+    try:
+        cfg = _load_text(render_yaml(stub, "-", base), name, config_dir).model_dump(mode="python")
+    except ConfigError:
+        return flat  # without them the config is invalid, so they all carry information
+    return {p: v for p, v in flat.items() if p not in derived or not same(get_path(cfg, p), v)}
