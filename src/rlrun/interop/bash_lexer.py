@@ -85,8 +85,8 @@ class _Lexer:
         self.line = 1
         self.filename = filename
 
-    def error(self, message: str) -> BashSyntaxError:
-        return BashSyntaxError(f"{self.filename}:{self.line}: {message}")
+    def error(self, message: str, line: int | None = None) -> BashSyntaxError:
+        return BashSyntaxError(f"{self.filename}:{line or self.line}: {message}")
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -150,7 +150,7 @@ class _Lexer:
                 self.advance()
                 end = self.s.find("'", self.i)
                 if end < 0:
-                    raise self.error("unterminated single quote")
+                    raise self.error("unterminated single quote", self.line)
                 segments.append(Lit(self.advance(end - self.i)))
                 self.advance()
             elif c == '"':
@@ -168,9 +168,10 @@ class _Lexer:
     def double_quoted(self) -> list[Segment]:
         segments: list[Segment] = []
         buf: list[str] = []
+        start = self.line
         while True:
             if self.i >= len(self.s):
-                raise self.error("unterminated double quote")
+                raise self.error("unterminated double quote (opened here)", start)
             c = self.peek()
             if c == '"':
                 self.advance()
