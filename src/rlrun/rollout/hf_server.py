@@ -58,8 +58,14 @@ def build_app(engine) -> Starlette:
             futures = engine.submit(items)
         except RequestError as exc:
             return _error(400, str(exc))
+        waiting = [asyncio.wrap_future(f) for f in futures]
         try:
-            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+            while not all(w.done() for w in waiting):
+                await asyncio.wait(waiting, timeout=0.5)
+                if await request.is_disconnected():  # as SGLang: a client that left aborts its work
+                    for item in items:
+                        engine.abort(rid=item.rid)
+            results = [w.result() for w in waiting]
         except Exception as exc:  # noqa: BLE001
             return _error(500, f"generation failed: {type(exc).__name__}: {exc}")
         out = [r.to_json() for r in results]

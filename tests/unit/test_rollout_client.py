@@ -1,0 +1,119 @@
+"""The async rollout client against an in-process hf engine: groups, batches, retries, errors."""
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from rlrun.rollout.client import RolloutClient, RolloutError, Sampling, fill_sample
+from rlrun.rollout.hf_engine import HFEngine
+from rlrun.rollout.hf_server import ThreadedServer
+from rlrun.rollout.process import free_port
+from rlrun.rollout.tiny_model import save_tiny_model
+
+try:
+    from rlrun.data import Sample
+except ImportError:  # rlrun.data lands in parallel; same field names (docs/CONTRACT.md)
+    @dataclass
+    class Sample:
+        prompt: str = ""
+        prompt_tokens: list = field(default_factory=list)
+        response: str = ""
+        response_tokens: list = field(default_factory=list)
+        loss_mask: list = field(default_factory=list)
+        reward: float | None = None
+        label: str | None = None
+        rollout_logprobs: list = field(default_factory=list)
+        status: str = "pending"
+        metadata: dict = field(default_factory=dict)
+        group_id: int = 0
+        weight_version: str | None = None
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory):
+    engine = HFEngine.from_dir(save_tiny_model(tmp_path_factory.mktemp("tiny")), seed=3)
+    srv = ThreadedServer(engine)
+    yield srv.start()
+    srv.stop()
+    engine.shutdown()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+SAMPLING = Sampling(max_new_tokens=6, temperature=1.0)
+
+
+def test_generate_group_returns_n_independent_samples(url):
+    async def go():
+        async with RolloutClient(url, max_concurrency=4) as client:
+            return await client.generate_group("the cat sat", 8, SAMPLING)
+
+    outs = run(go())
+    assert len(outs) == 8 and len({o["meta_info"]["id"] for o in outs}) == 8
+    assert len({tuple(o["output_ids"]) for o in outs}) > 1  # different seeds -> different samples
+
+
+def test_generate_batch_fills_samples(url):
+    samples = [Sample(prompt="the dog", group_id=0), Sample(prompt="", prompt_tokens=[3, 4, 5], group_id=1)]
+
+    async def go():
+        async with RolloutClient(url) as client:
+            return await client.generate_batch(samples, Sampling(max_new_tokens=5, stop_token_ids=(1,)))
+
+    done = run(go())
+    assert done is not None and done[0] is samples[0]
+    for s in samples:
+        assert 1 <= len(s.response_tokens) <= 5
+        assert len(s.rollout_logprobs) == len(s.response_tokens) == len(s.loss_mask)
+        assert str(getattr(s.status, "value", s.status)) in ("completed", "truncated")
+        assert s.weight_version == "default" and s.metadata["finish_reason"]["type"] in ("stop", "length")
+    assert samples[1].metadata["finish_reason"]["type"] == "length" or samples[1].response_tokens[-1] == 1
+
+
+def test_fill_sample_maps_finish_reason_to_status():
+    s = Sample()
+    fill_sample(s, {"text": "x", "output_ids": [4], "meta_info": {
+        "finish_reason": {"type": "abort", "message": "m"}, "weight_version": "9",
+        "output_token_logprobs": [[-0.25, 4, None]]}})
+    assert str(getattr(s.status, "value", s.status)) == "aborted"
+    assert s.rollout_logprobs == [-0.25] and s.weight_version == "9"
+    with pytest.raises(RolloutError, match="return_logprob"):
+        fill_sample(Sample(), {"text": "", "output_ids": [1], "meta_info": {
+            "finish_reason": {"type": "stop"}, "weight_version": "1"}})
+
+
+def test_connection_errors_are_retried_then_reported():
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    async def go():
+        async with RolloutClient(dead, max_retries=2, backoff_s=0.01) as client:
+            try:
+                await client.generate(text="a", sampling=SAMPLING)
+            finally:
+                assert client.retries == 2
+
+    with pytest.raises(RolloutError, match="failed after 3 attempts"):
+        run(go())
+
+
+def test_client_errors_are_not_retried(url):
+    async def go():
+        async with RolloutClient(url, max_retries=3) as client:
+            try:
+                await client.post("/generate", {"text": "a", "sampling_params": {"top_k": 0}})
+            finally:
+                assert client.retries == 0
+
+    with pytest.raises(RolloutError, match="HTTP 400"):
+        run(go())
+
+
+def test_per_request_timeout(url):
+    async def go():
+        async with RolloutClient(url, request_timeout_s=0.05, max_retries=0) as client:
+            await client.generate(input_ids=[3], sampling=Sampling(max_new_tokens=1500, temperature=1.0))
+
+    with pytest.raises(RolloutError, match="TimeoutError"):
+        run(go())
