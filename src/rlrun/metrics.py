@@ -109,3 +109,36 @@ def plot(run_dir: str | Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+class Timer:
+    """Wall time per phase of one loop step: `with t("train"): ...`, then t.metrics(tokens)."""
+
+    def __init__(self):
+        import time
+
+        self._clock = time.perf_counter
+        self._start = self._clock()
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, phase: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def span():
+            t0 = self._clock()
+            try:
+                yield
+            finally:
+                self.seconds[phase] = self.seconds.get(phase, 0.0) + self._clock() - t0
+
+        return span()
+
+    def metrics(self, tokens: dict[str, int]) -> dict[str, float]:
+        """time/<phase>_s, time/step_s, and perf/<phase>_tokens_per_s for phases with a token count."""
+        out = {f"time/{k}_s": v for k, v in self.seconds.items()}
+        out["time/step_s"] = self._clock() - self._start
+        for phase, n in tokens.items():
+            if self.seconds.get(phase):
+                out[f"perf/{phase}_tokens_per_s"] = n / self.seconds[phase]
+        return out

@@ -1,0 +1,71 @@
+"""Rollout engines as Ray actors on the bundles the plan gives them.
+
+rlrun.rollout.engines.EngineGroup drives engines through `.url`, `.alive()` and `.stop()`;
+RayEngine is that shape around an HFEngineActor placed by rlrun.launch.placement. The restart
+callable re-creates engine i on the same bundle, so a replacement lands where the plan says.
+"""
+from __future__ import annotations
+
+import ray
+
+from rlrun.launch.env import runtime_env
+from rlrun.launch.placement import Placement
+from rlrun.rollout.hf_engine import HFEngineActor
+
+_ALIVE_TIMEOUT_S = 10.0
+
+
+class _PlacedHFEngine(HFEngineActor):
+    """HFEngineActor that moves its model to the GPU its bundle holds (it loads on the CPU)."""
+
+    def __init__(self, model_dir: str, gpu_id: int | None, threads: int, **kw):
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        super().__init__(model_dir, **kw)
+        if gpu_id is not None:
+            torch.cuda.set_device(gpu_id)
+            self.engine.model.to(torch.device("cuda", gpu_id))
+
+
+class RayEngine:
+    def __init__(self, engine_id: int, placement: Placement, env: dict[str, str], model_dir: str, seed: int,
+                 max_batch_size: int, threads: int):
+        gpus = placement.gpu_ids("engine", engine_id)
+        if len(gpus) > 1:
+            raise ValueError(f"the hf engine runs on one device, but engine {engine_id} spans GPUs {gpus}; "
+                             f"set rollout.gpus_per_engine=1 or rollout.engine=sglang")
+        actor = ray.remote(_PlacedHFEngine).options(**placement.options("engine", engine_id),
+                                                     runtime_env=runtime_env(env))
+        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, seed=seed,
+                                  max_batch_size=max_batch_size)
+        self.url = ray.get(self.actor.start.remote())
+
+    def alive(self) -> bool:
+        try:
+            ray.get(self.actor.url.remote(), timeout=_ALIVE_TIMEOUT_S)
+            return True
+        except Exception:  # noqa: BLE001 - actor died, timed out, or Ray is going down
+            return False
+
+    def stop(self) -> None:
+        try:
+            ray.get(self.actor.shutdown.remote(), timeout=_ALIVE_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - already dead: killing below is all that is left
+            pass
+        ray.kill(self.actor)
+
+
+def start_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str):
+    """Engines of the plan plus the restart callable EngineGroup needs."""
+    if cfg.rollout.engine != "hf":
+        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is not wired into the runner yet; use rollout.engine=hf")
+    # Several engines share the machine's cores on the cpu profile; one thread each keeps them
+    # from oversubscribing (threads=0 leaves torch's default, fine on GPU nodes).
+    threads = int(env.get("OMP_NUM_THREADS", 0)) if cfg.hardware.vendor == "cpu" else 0
+
+    def make(i: int) -> RayEngine:
+        return RayEngine(i, placement, env, model_dir, cfg.run.seed + i, cfg.rollout.max_concurrency, threads)
+
+    return [make(i) for i in range(plan.num_engines)], make

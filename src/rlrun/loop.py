@@ -1,0 +1,62 @@
+"""The RL loop, top to bottom. Everything it touches is built by rlrun.runner (a `Run`).
+
+Per rollout step:
+    prompts -> n samples each (client -> sglang-router -> engines) -> rewards -> dynamic sampling
+    -> old/ref log-probs (when the algorithm needs them) -> advantages -> num_steps_per_rollout
+    optimizer steps -> weight sync to the engines (checksum verified) -> eval -> save -> metrics
+"""
+from __future__ import annotations
+
+from rlrun.launch import steps
+from rlrun.metrics import Timer
+from rlrun.rollout.client import Sampling
+
+
+def run(r) -> dict:
+    """Run rollouts from the resume point to rollout.num_rollout; returns a summary."""
+    cfg, plan = r.cfg, r.plan
+    n = cfg.rollout.n_samples_per_prompt
+    sampling = Sampling.from_config(cfg.rollout)
+    # Old-policy log-probs differ from the live ones only after the first optimizer step of a
+    # rollout, or when the reward itself needs them (KL in the reward).
+    needs_old = plan.steps_per_rollout > 1 or cfg.algo.kl_coef != 0
+    needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
+    start = r.restore()
+    for rollout_id in range(start, cfg.rollout.num_rollout):
+        t = Timer()
+        # 1-3. generate, score, keep the groups that carry signal
+        with t("rollout"):
+            samples, gen = r.collect(rollout_id, sampling)
+        kept = steps.keep_groups(samples, n, cfg.rollout.dynamic_sampling)[: plan.samples_per_rollout]
+        metrics = {**steps.rollout_metrics(samples), **gen, "rollout/kept_samples": float(len(kept))}
+        tokens = {"rollout": sum(len(s.response_tokens) for s in samples)}
+        if kept:
+            batch = steps.to_train_batch(kept)
+            tokens["train"] = batch.num_tokens  # every sample is trained on once per rollout
+            # 4. log-probs for the importance ratio and the KL term
+            with t("log_probs"):
+                if cfg.algo.use_rollout_logprobs:
+                    batch = batch.with_(old_logp=batch.rollout_logp)
+                elif needs_old:
+                    batch = batch.with_(old_logp=r.trainer.compute_log_probs(batch, "actor"))
+                if needs_ref:
+                    batch = batch.with_(ref_logp=r.trainer.compute_log_probs(batch, "ref"))
+            # 5. advantages over whole groups, 6. optimizer steps on consecutive slices
+            batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n)
+            with t("train"):
+                for k in range(plan.steps_per_rollout):
+                    metrics.update(r.trainer.train_step(batch.shard(k, plan.steps_per_rollout)))
+            # 7. the engines get the new weights (verified by checksum) before the next rollout
+            with t("weight_sync"):
+                r.sync_weights(version=rollout_id + 1)
+        # 8. eval and 9. save on their intervals (and save once more at the very end)
+        if cfg.eval.interval and (rollout_id + 1) % cfg.eval.interval == 0:
+            with t("eval"):
+                metrics.update(r.evaluate(rollout_id))
+        last = rollout_id + 1 == cfg.rollout.num_rollout
+        if last or (cfg.checkpoint.save_interval and (rollout_id + 1) % cfg.checkpoint.save_interval == 0):
+            with t("save"):
+                r.save(rollout_id)
+        metrics.update(t.metrics(tokens))
+        r.log(rollout_id, metrics)
+    return r.summary()

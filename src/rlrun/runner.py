@@ -1,0 +1,210 @@
+"""Build everything a run needs from (RunConfig, Plan, run dir), run the loop, tear it all down.
+
+    Ray cluster (embedded or joined) -> resource check -> placement group -> trainer ranks
+    -> engine init dir -> engines (Ray actors) -> sglang-router -> loop.run -> plot
+
+Teardown runs on success, on errors and on SIGINT/SIGTERM (turned into exceptions here), in
+reverse order, so no engine, router or embedded Ray process outlives the run.
+"""
+from __future__ import annotations
+
+import signal
+import statistics
+from contextlib import ExitStack
+from pathlib import Path
+
+from rlrun import checkpoint as ckpt
+from rlrun import loop
+from rlrun.launch import steps
+from rlrun.metrics import METRICS_FILE, MetricsLogger, plot, read_metrics
+from rlrun.rollout import weights as W
+
+ENGINE_INIT_DIR = "engine_init"
+SUMMARY_WINDOW = 5  # steps averaged for the first/last reward of the summary
+MAX_DRAWS = 8  # dynamic sampling: prompt batches drawn per rollout before training on what is kept
+
+
+class WeightSyncError(RuntimeError):
+    pass
+
+
+def tokenizer_for(cfg):
+    """checkpoint.hf's tokenizer, or the toy tokenizer built offline for random-init models."""
+    if cfg.checkpoint.hf:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(cfg.checkpoint.hf)
+    from rlrun.data.toy import build_toy_tokenizer
+
+    return build_toy_tokenizer()
+
+
+def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
+    """An HF dir the engines start from: checkpoint.hf itself, or the random init the trainer
+    builds too (same seed), with the tokenizer's special-token ids in its config."""
+    if cfg.checkpoint.hf:
+        return cfg.checkpoint.hf
+    from rlrun.train.hf_model import build_causal_lm
+
+    model = build_causal_lm(cfg.model, None, cfg.run.seed)
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        setattr(model.config, name, getattr(tokenizer, name))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+class Run:
+    """What loop.run uses: the trainer, the engines behind the router, data, metrics, checkpoints."""
+
+    def __init__(self, cfg, plan, run_dir: Path, stack: ExitStack):
+        import ray  # noqa: F401 - fail here, before any work, if the runtime stack is missing
+
+        from rlrun.launch import cluster
+        from rlrun.launch.engines import start_engines
+        from rlrun.launch.env import actor_env
+        from rlrun.launch.placement import Placement
+        from rlrun.launch.train_group import TrainGroup
+        from rlrun.rollout.engines import EngineGroup
+        from rlrun.rollout.router import Router
+
+        self.cfg, self.plan, self.run_dir = cfg, plan, Path(run_dir)
+        self.save_dir = Path(cfg.checkpoint.save or self.run_dir / "checkpoints")
+        vendor = cfg.hardware.vendor
+        ray_cluster = cluster.start(cfg.cluster.address, vendor, plan)
+        stack.callback(ray_cluster.shutdown)
+        cluster.check_resources(plan, vendor, cluster.alive_nodes())
+        placement = Placement(plan, vendor)
+        stack.callback(placement.remove)
+        env = actor_env(vendor, cfg.hardware.env, plan.env)
+        self.tokenizer = tokenizer_for(cfg)
+        model_dir = write_engine_init_dir(cfg, self.tokenizer, self.run_dir / ENGINE_INIT_DIR)
+        self.trainer = TrainGroup(cfg, plan, placement, env)
+        stack.callback(self.trainer.shutdown)
+        engines, restart = start_engines(cfg, plan, placement, env, model_dir)
+        self.router = Router.from_config(cfg.rollout, self.run_dir / "logs")
+        stack.callback(self.router.stop)
+        self.router.start()
+        self.engines = EngineGroup(self.router, engines, restart)
+        stack.callback(self.engines.stop)
+        self.engines.start()
+        self.prompts = steps.PromptOrder(steps.load_prompts(cfg.data, cfg.run.seed), cfg.run.seed, cfg.data.shuffle)
+        self._eval_sets: dict[str, list] = {}
+        self.logger: MetricsLogger | None = None
+        self._stack = stack
+
+    # -- loop phases ------------------------------------------------------------------------
+    def collect(self, rollout_id: int, sampling):
+        """rollout_batch_size prompts x n samples, generated and scored; with dynamic sampling,
+        more prompt batches (over_sampling_batch_size each) until enough groups carry signal."""
+        import time
+
+        r = self.cfg.rollout
+        n, target = r.n_samples_per_prompt, r.rollout_batch_size
+        per_draw = target if r.dynamic_sampling is None else r.over_sampling_batch_size
+        samples, info = [], {"rollout/retries": 0.0, "rollout/draws": 0.0, "time/reward_s": 0.0}
+        while True:
+            new = steps.make_samples(self.prompts.take(per_draw), n, self.tokenizer, self.cfg.data, len(samples) // n)
+            seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
+            info["rollout/retries"] += steps.generate(self.router.url, r, new, sampling, seeds)
+            t0 = time.perf_counter()
+            for k, v in steps.score(new, self.cfg.data.rm_type, n).items():
+                info[k] = info.get(k, 0.0) + v
+            info["time/reward_s"] += time.perf_counter() - t0
+            samples += new
+            info["rollout/draws"] += 1
+            kept = len(steps.keep_groups(samples, n, r.dynamic_sampling)) // n
+            if kept >= target or info["rollout/draws"] >= MAX_DRAWS:
+                return samples, info
+
+    def sync_weights(self, version: int, push: bool = True) -> None:
+        state = self.trainer.state_dict_for_sync()
+        want = W.checksum(state)
+        if push:
+            self.engines.update_weights_from_tensor(list(state.items()), str(version))
+        bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
+        if bad:
+            raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
+                                  f"(checksum {want[:12]}); the engine model does not match model.*/checkpoint.hf")
+
+    def evaluate(self, rollout_id: int) -> dict[str, float]:
+        from rlrun.rollout.client import Sampling
+
+        e = self.cfg.eval
+        sampling = Sampling(max_new_tokens=e.max_response_len, temperature=e.temperature, top_p=e.top_p,
+                            top_k=self.cfg.rollout.top_k, stop=tuple(self.cfg.rollout.stop or ()))
+        out: dict[str, float] = {}
+        for ds in e.datasets:
+            if ds.name not in self._eval_sets:
+                self._eval_sets[ds.name] = steps.load_eval_prompts(self.cfg.data, ds)
+            samples = steps.make_samples(self._eval_sets[ds.name], e.n_samples_per_prompt, self.tokenizer,
+                                         self.cfg.data, 0)
+            seeds = [steps.request_seed(self.cfg.run.seed + 1, rollout_id, i) for i in range(len(samples))]
+            steps.generate(self.router.url, self.cfg.rollout, samples, sampling, seeds)
+            steps.score(samples, ds.rm_type, e.n_samples_per_prompt)
+            out.update(steps.rollout_metrics(samples, prefix=f"eval/{ds.name}"))
+        if out:
+            out["eval/reward_mean"] = statistics.fmean(v for k, v in out.items() if k.endswith("/reward_mean"))
+        return out
+
+    def save(self, rollout_id: int) -> None:
+        where = ckpt.iter_dir(self.save_dir, rollout_id + 1)
+        self.trainer.save(str(ckpt.trainer_dir(where)))
+        ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, self.prompts.cursor))
+        ckpt.mark_latest(self.save_dir, where)
+
+    def restore(self) -> int:
+        """Load the newest checkpoint when resuming; bring the engines to the trainer's weights."""
+        start = 0
+        source = self.cfg.checkpoint.load or (self.save_dir if self.cfg.run.resume != "never" else None)
+        found = ckpt.find_latest(source) if source else None
+        if found is None and (self.cfg.run.resume == "must" or self.cfg.checkpoint.load):
+            raise FileNotFoundError(f"no complete checkpoint under {source} (looked for {source}/{ckpt.LATEST}); "
+                                    f"fix checkpoint.load or use run.resume=auto to start fresh")
+        if found is not None:
+            self.trainer.load(str(ckpt.trainer_dir(found)))
+            state = ckpt.read_driver_state(found)
+            state.restore_rng()
+            self.prompts.cursor = state.data_cursor
+            start = state.next_rollout
+            print(f"[rlrun] resumed from {found} at rollout {start}", flush=True)
+        # Fresh random init: engines already hold the same weights, verify only. Resumed: push.
+        self.sync_weights(version=start, push=found is not None)
+        self.logger = MetricsLogger(self.run_dir, self.cfg, total=self.cfg.rollout.num_rollout, start=start)
+        self._stack.callback(self._finish)
+        return start
+
+    def log(self, rollout_id: int, metrics: dict[str, float]) -> None:
+        self.logger.log(rollout_id, metrics)
+
+    def _finish(self) -> None:
+        self.logger.close()
+        if (self.run_dir / METRICS_FILE).exists():
+            plot(self.run_dir)
+
+    def summary(self) -> dict:
+        rows = read_metrics(self.run_dir / METRICS_FILE)
+        rewards = [r["rollout/reward_mean"] for r in rows]
+        w = min(SUMMARY_WINDOW, len(rewards))
+        return {"run_dir": str(self.run_dir), "steps": len(rows),
+                "reward_first": statistics.fmean(rewards[:w]) if w else None,
+                "reward_last": statistics.fmean(rewards[-w:]) if w else None,
+                "checkpoint": str(ckpt.find_latest(self.save_dir) or "")}
+
+
+def _raise_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def run(cfg, plan, run_dir) -> dict:
+    """Run the job; returns a summary (run dir, steps, first/last mean reward, checkpoint)."""
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)  # SIGINT already raises
+    try:
+        with ExitStack() as stack:
+            summary = loop.run(Run(cfg, plan, Path(run_dir), stack))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
+          f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir {summary['run_dir']}",
+          flush=True)
+    return summary
