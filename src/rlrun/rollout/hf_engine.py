@@ -36,6 +36,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.released: set[str] = set()
+        self.num_requests = 0  # requests accepted (served via /server_info; tests check routing)
         cfg = model.config
         eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
@@ -71,6 +72,7 @@ class HFEngine:
                                f"/resume_memory_occupation before /generate")
         futures = []
         with self._cv:
+            self.num_requests += len(items)
             for item in items:
                 ids = item.input_ids if item.input_ids is not None else self.tokenizer(item.text)["input_ids"]
                 if not ids:

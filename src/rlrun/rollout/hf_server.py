@@ -99,6 +99,7 @@ def build_app(engine) -> Starlette:
     async def server_info(request: Request):
         return JSONResponse({"model_path": engine.model_path, "weight_version": engine.weight_version,
                              "tp_size": 1, "engine": "rlrun-hf", "max_batch_size": engine.max_batch_size,
+                             "num_requests": engine.num_requests,
                              "released_memory": sorted(engine.released)})
 
     async def weight_version(request: Request):

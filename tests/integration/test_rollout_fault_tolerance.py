@@ -1,0 +1,93 @@
+"""Issue 6 acceptance (CPU): real sglang-router in front of 3 hf engine processes; 256 requests
+complete; an engine SIGKILLed mid-rollout is detected, its requests retried on the others, the
+engine restarted, given the current weights and re-registered; every sample is present."""
+import asyncio
+import time
+
+import pytest
+import requests
+
+from rlrun.rollout import weights as W
+from rlrun.rollout.client import RolloutClient, Sampling
+from rlrun.rollout.engines import EngineGroup, HFEngineProcess
+from rlrun.rollout.router import Router
+from rlrun.rollout.tiny_model import build_model, save_tiny_model
+
+pytestmark = pytest.mark.slow
+
+N_ENGINES, N_REQUESTS = 3, 256
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    model_dir = save_tiny_model(tmp_path / "tiny", seed=0)
+
+    def launch(i):
+        return HFEngineProcess(model_dir, seed=100 + i, log_dir=tmp_path / "logs").start()
+
+    def restart(i):
+        return launch(i).wait_healthy(120)
+
+    engines = [launch(i) for i in range(N_ENGINES)]  # start all, then wait: startups overlap
+    for e in engines:
+        e.wait_healthy(120)
+    router = Router(policy="round_robin", log_dir=tmp_path / "logs", health_check_interval_s=1).start()
+    group = EngineGroup(router, engines, restart, health_interval_s=0.3, failure_threshold=2).start()
+    yield group
+    group.stop()
+    router.stop()
+    for e in group.engines + engines:
+        e.stop()
+
+
+def test_rollout_survives_an_engine_killed_mid_way(cluster):
+    group = cluster
+    trainer_state = build_model(seed=42).state_dict()  # "the trainer's weights after step 1"
+    group.update_weights_from_tensor(list(trainer_state.items()), version="1", bucket_bytes=32 << 10)
+    expected = W.checksum(trainer_state)
+    assert set(group.checksums().values()) == {expected}
+    victim = group.engines[1]
+    killed_at = {}
+
+    async def rollout():
+        async with RolloutClient(group.router.url, max_concurrency=48, max_retries=8, backoff_s=0.2,
+                                 request_timeout_s=60) as client:
+            sampling = Sampling(max_new_tokens=12, temperature=1.0)
+            done = 0
+
+            async def one(i):
+                nonlocal done
+                out = await client.generate(input_ids=[3 + i % 20, 4, 5], sampling=sampling)
+                done += 1
+                if done == 40:  # a fifth of the way in: kill an engine with requests in flight
+                    killed_at["done"] = done
+                    victim.kill()
+                return out
+
+            outs = await asyncio.gather(*(one(i) for i in range(N_REQUESTS)))
+            return outs, client.retries
+
+    t0 = time.monotonic()
+    outs, retries = asyncio.run(rollout())
+    elapsed = time.monotonic() - t0
+    assert killed_at == {"done": 40}
+    assert len(outs) == N_REQUESTS
+    assert all(o["meta_info"]["finish_reason"]["type"] in ("stop", "length") for o in outs)
+    assert all(len(o["output_ids"]) == len(o["meta_info"]["output_token_logprobs"]) >= 1 for o in outs)
+    assert {o["meta_info"]["weight_version"] for o in outs} == {"1"}
+    print(f"\n256 requests in {elapsed:.1f}s with one engine killed; client retries: {retries}")
+
+    # the monitor restarts the dead engine and brings it to the current weights
+    deadline = time.monotonic() + 60
+    while group.restarts < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert group.restarts == 1
+    new = group.engines[1]
+    assert new is not victim and new.alive()
+    assert group.versions()[new.url] == "1"
+    assert group.checksums()[new.url] == expected
+    assert new.url in group.router.workers()
+    # and it serves traffic with the current version
+    r = requests.post(f"{new.url}/generate", json={"input_ids": [3], "sampling_params": {"max_new_tokens": 2}},
+                      timeout=30)
+    assert r.json()["meta_info"]["weight_version"] == "1"

@@ -1,0 +1,99 @@
+"""The real sglang-router process: routing to hf engines, add/remove workers, no orphan processes."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import requests
+
+from rlrun.rollout.hf_engine import HFEngine
+from rlrun.rollout.hf_server import ThreadedServer
+from rlrun.rollout.router import Router
+from rlrun.rollout.tiny_model import save_tiny_model
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("tiny"))
+    pairs = []
+    for seed in (1, 2):
+        engine = HFEngine.from_dir(model_dir, seed=seed)
+        srv = ThreadedServer(engine)
+        srv.start()
+        pairs.append((engine, srv))
+    yield [srv.url for _, srv in pairs]
+    for engine, srv in pairs:
+        srv.stop()
+        engine.shutdown()
+
+
+def test_router_routes_to_every_worker_and_removes_them(engines, tmp_path):
+    with Router(policy="round_robin", log_dir=tmp_path) as router:
+        assert requests.get(f"{router.url}/health", timeout=5).status_code == 200
+        for url in engines:
+            router.add_worker(url)
+        assert set(router.workers()) == set(engines)
+        before = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
+        for _ in range(4):
+            r = requests.post(f"{router.url}/generate", json={"input_ids": [3], "sampling_params": {
+                "max_new_tokens": 2}, "return_logprob": True}, timeout=30)
+            assert r.status_code == 200 and len(r.json()["meta_info"]["output_token_logprobs"]) >= 1
+        after = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
+        assert [a - b for a, b in zip(after, before)] == [2, 2]  # round robin over both engines
+        assert router.remove_worker(engines[0]) is True
+        assert set(router.workers()) == {engines[1]}
+        assert router.remove_worker(engines[0]) is False
+        pid = router.process.pid
+    assert wait_gone(pid), "router process survived Router.stop()"
+
+
+def test_router_with_initial_worker_urls_and_bad_policy(engines, tmp_path):
+    with pytest.raises(ValueError, match="round_robin"):
+        Router(policy="least_load")
+    with Router(worker_urls=engines, log_dir=tmp_path) as router:
+        assert set(router.workers()) == set(engines)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_router_dies_with_its_parent(tmp_path, sig):
+    """A parent killed by SIGTERM (atexit via SystemExit) or SIGKILL (PDEATHSIG) leaves no router."""
+    script = textwrap.dedent(f"""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # what the runner installs
+        from rlrun.rollout.router import Router
+        r = Router(log_dir={str(tmp_path)!r}).start()
+        print(r.process.pid, flush=True)
+        time.sleep(120)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        router_pid = int(parent.stdout.readline())
+        assert pid_alive(router_pid)
+        parent.send_signal(sig)
+        parent.wait(timeout=20)
+        assert wait_gone(router_pid), f"router {router_pid} orphaned after parent got {sig!r}"
+    finally:
+        parent.kill()
