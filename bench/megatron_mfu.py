@@ -1,0 +1,151 @@
+"""Train-step throughput on one GPU: rlrun's megatron backend vs transformers + SDPA.
+
+    python bench/megatron_mfu.py --models qwen3-1.7b,qwen3-4b --seq 4096
+
+Both sides train a random-init model of the named conf/model shape on one packed sequence of
+--seq tokens per step (fwd + bwd + optimizer):
+- megatron: MegatronBackend.train_step (GRPO loss from rlrun.algo, bf16 params, fp32 grads and
+  distributed Adam: 18 B/param of state);
+- transformers: AutoModelForCausalLM with attn_implementation="sdpa", bf16 params, cross-entropy
+  loss, torch.optim.AdamW(fused=True) on bf16 states (8 B/param) - the baseline in
+  ../shared/DEVICE.md.
+FLOPs per token (fwd+bwd) = 6 * matmul params (layers + lm head) + 6 * layers * heads*head_dim * seq
+(causal attention: half of the 12 * ... of full attention). TFLOP/s = that * tokens/s.
+Peak memory is torch.cuda.max_memory_allocated over the timed steps, next to `rlrun plan`'s
+trainer estimate for the same config where the config layer provides one.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+
+import torch
+
+
+def overrides(name: str, seq: int) -> list[str]:
+    return [f"model={name}", "hardware=h100", "train.backend=megatron", "train.gradient_accumulation_fusion=false",
+            f"train.max_tokens_per_gpu={seq}", f"train.log_probs_max_tokens_per_gpu={seq}",
+            "rollout.max_response_len=1024", "eval.max_response_len=1024", "train.gpus_per_node=1",
+            "rollout.num_gpus=1", "parallelism=tp1", "rollout.gpus_per_engine=1"]
+
+
+def flops_per_token(m, seq: int) -> float:
+    h, f, L = m.hidden_size, m.ffn_hidden_size, m.num_layers
+    q, kv = m.num_attention_heads * m.head_dim, m.num_query_groups * m.head_dim
+    per_layer = h * (q + 2 * kv) + q * h + 3 * h * f
+    return 6 * (L * per_layer + h * m.vocab_size) + 6 * L * q * seq
+
+
+def timed(step, n: int, warmup: int) -> tuple[float, float]:
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
+
+
+def bench_megatron(cfg, seq: int, n: int, warmup: int):
+    from rlrun.train.base import TrainBatch
+    from rlrun.train.megatron_backend import MegatronBackend
+    be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=n + warmup)
+    be.init()
+    g = torch.Generator().manual_seed(0)
+    tokens = [torch.randint(0, cfg.model.vocab_size, (seq,), generator=g)]
+    batch = TrainBatch(tokens=tokens, response_start=[1], loss_mask=[torch.ones(seq - 1)],
+                       advantages=[torch.ones(seq - 1)])
+    try:
+        return timed(lambda: be.train_step(batch), n, warmup)
+    finally:
+        be.shutdown()
+        del be
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def bench_transformers(cfg, seq: int, n: int, warmup: int):
+    import transformers
+
+    from rlrun.train.hf_model import hf_config
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config(cfg.model), dtype=torch.bfloat16,
+                                                              attn_implementation="sdpa")
+    model.config.use_cache = False
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    ids = torch.randint(0, cfg.model.vocab_size, (1, seq), device="cuda")
+
+    def step():
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    try:
+        return timed(step, n, warmup)
+    finally:
+        del model, opt
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def plan_estimate_gib(cfg):
+    """The config layer's per-GPU trainer memory estimate, if it has one (it owns the estimator)."""
+    try:
+        from rlrun.config import memory
+    except ImportError:
+        return None
+    for fn in ("trainer_memory_gib", "estimate_trainer_gib"):
+        if hasattr(memory, fn):
+            return float(getattr(memory, fn)(cfg))
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="qwen3-1.7b,qwen3-4b")
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--backends", default="megatron,transformers")
+    ap.add_argument("--json", default=None, help="also write the rows here")
+    args = ap.parse_args()
+    from rlrun.config import load
+    rows = []
+    for name in args.models.split(","):
+        cfg = load(overrides(name, args.seq))
+        fpt = flops_per_token(cfg.model, args.seq)
+        for b in args.backends.split(","):
+            fn = bench_megatron if b == "megatron" else bench_transformers
+            try:
+                sec, peak = fn(cfg, args.seq, args.steps, args.warmup)
+            except torch.OutOfMemoryError as e:
+                rows.append(dict(model=name, backend=b, error=f"OOM: {str(e)[:120]}"))
+                gc.collect()
+                torch.cuda.empty_cache()
+                continue
+            tps = args.seq / sec
+            rows.append(dict(model=name, backend=b, seq=args.seq, step_s=round(sec, 4), tokens_per_s=round(tps),
+                             tflops=round(fpt * tps / 1e12, 1), peak_gib=round(peak, 1),
+                             plan_gib=plan_estimate_gib(cfg) if b == "megatron" else None))
+            print("BENCH", json.dumps(rows[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"\n{'model':12} {'backend':13} {'step s':>7} {'tok/s':>7} {'TFLOP/s':>8} {'peak GiB':>9} {'plan GiB':>9}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:12} {r['backend']:13} {r['error']}")
+        else:
+            print(f"{r['model']:12} {r['backend']:13} {r['step_s']:7.3f} {r['tokens_per_s']:7d} {r['tflops']:8.1f} "
+                  f"{r['peak_gib']:9.1f} {str(r['plan_gib']):>9}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,310 @@
+"""The `megatron` trainer backend: megatron-core GPTModel with TP/PP/SP/EP, the distributed
+optimizer, packed variable-length micro-batches, losses from rlrun.algo. CUDA only.
+
+Same interface and same loss normalisation as the torch backend: every micro-batch loss is
+divided by the *global* sample (or token) count, so gradients summed over micro-batches and DP
+ranks are the gradient of the global-batch mean. megatron-core's schedule divides each
+micro-batch loss by the number of micro-batches and its DDP by the DP size; the loss handed to
+it is multiplied by both to undo that (see _loss_scale).
+
+Initial weights: checkpoint.hf when given; otherwise the torch backend's random init of the same
+architecture under run.seed, mapped in. The hf rollout engine builds that same init, so trainer
+and engines start bit-identical without a first sync.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rlrun.algo import AlgoParams, compute_loss
+from rlrun.algo.kl import kl as kl_estimate
+from rlrun.train.base import TrainBatch, TrainerBackend
+from rlrun.train.schedule import lr_at
+from rlrun.train.torch_backend import TorchBackend
+
+_HF_DIR = "model"
+_STATE = "trainer_state.pt"
+
+
+def _hf_getter(path: str | None, model_cfg, seed: int):
+    """name -> tensor from an HF checkpoint dir (lazily, shard by shard) or a seeded random init."""
+    if path is None:
+        from rlrun.train.hf_model import build_causal_lm
+        sd = build_causal_lm(model_cfg, None, seed, dtype=torch.float32).state_dict()
+        return sd.__getitem__
+    from safetensors import safe_open
+    root = Path(path)
+    index = root / "model.safetensors.index.json"
+    where = json.loads(index.read_text())["weight_map"] if index.exists() else None
+    handles = {}
+
+    def get(name):
+        f = str(root / (where[name] if where else "model.safetensors"))
+        if f not in handles:
+            handles[f] = safe_open(f, framework="pt")
+        return handles[f].get_tensor(name)
+    return get
+
+
+def _entropy(logits: torch.Tensor, tp_group, tp_size: int) -> torch.Tensor:
+    """Entropy of softmax over a vocab sharded across TP (fp32, differentiable)."""
+    z = logits.float()
+    if tp_size == 1:
+        from rlrun.algo import entropy_from_logits
+        return entropy_from_logits(z)
+    from torch.distributed.nn.functional import all_reduce
+    m = z.detach().max(dim=-1, keepdim=True).values
+    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=tp_group)
+    e = torch.exp(z - m)
+    s = all_reduce(e.sum(-1), group=tp_group)
+    pz = all_reduce((e * z).sum(-1), group=tp_group) / s
+    return torch.log(s) + m.squeeze(-1) - pz
+
+
+class MegatronBackend(TrainerBackend):
+    def __init__(self, cfg, *, rank: int, world_size: int, gpu_id: int | None, total_steps: int):
+        if gpu_id is None:
+            raise ValueError("train.backend=megatron needs a GPU per trainer rank (hardware=cpu has none): "
+                             "use train.backend=torch on the CPU")
+        self.cfg, self.rank, self.world, self.gpu = cfg, rank, world_size, gpu_id
+        self.total_steps = total_steps
+        self.params = AlgoParams.from_config(cfg)
+        self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
+        self.step = 0
+
+    # Rank 0 picks the process-group address the same way for both backends.
+    master_address = staticmethod(TorchBackend.master_address)
+
+    # -- setup ------------------------------------------------------------------------------
+    def init(self, master_addr: str = "127.0.0.1", master_port: int = 0) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, \
+            finalize_model_grads
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+        from rlrun.train.megatron import model as mm
+
+        torch.cuda.set_device(self.gpu)
+        if not dist.is_initialized():
+            if master_port == 0:
+                with socket.socket() as s:
+                    s.bind(("", 0))
+                    master_port = s.getsockname()[1]
+            dist.init_process_group("nccl", init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
+                                    world_size=self.world, timeout=timedelta(minutes=10),
+                                    device_id=torch.device("cuda", self.gpu))
+        cfg = self.cfg
+        mm.init_parallel(cfg.parallelism, cfg.run.seed)
+        self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train)
+        self.layer_offset = get_transformer_layer_offset(self.tconfig)
+        self.tp_size = ps.get_tensor_model_parallel_world_size()
+        self.tp_group = ps.get_tensor_model_parallel_group()
+        self.dp_size = ps.get_data_parallel_world_size()
+        self.is_last = ps.is_pipeline_last_stage()
+        # SP splits the packed row over TP ranks: its length must divide by TP.
+        self.pad_to = self.tp_size if self.tconfig.sequence_parallel else 1
+
+        gpt = mm.build_gpt(cfg.model, self.tconfig).cuda()
+        self._load_weights(gpt, cfg.checkpoint.hf)
+        self.model = DistributedDataParallel(
+            config=self.tconfig, module=gpt,
+            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                                     use_distributed_optimizer=True))
+        o = cfg.optim
+        self.opt = get_megatron_optimizer(OptimizerConfig(
+            optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
+            adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad or 0.0, bf16=True,
+            params_dtype=torch.bfloat16, use_distributed_optimizer=True), [self.model])
+        self.tconfig.finalize_model_grads_func = finalize_model_grads
+        self.tconfig.no_sync_func = self.model.no_sync
+        self.ref = None
+        if self.needs_ref:
+            self.ref = mm.build_gpt(cfg.model, self.tconfig).cuda().eval()
+            self._load_weights(self.ref, cfg.checkpoint.ref or cfg.checkpoint.hf)
+            self.ref.requires_grad_(False)
+
+    def _load_weights(self, gpt, hf_path) -> None:
+        from rlrun.train.megatron.weights import load_hf
+        load_hf(gpt, self.cfg.model, _hf_getter(hf_path, self.cfg.model, self.cfg.run.seed), self.layer_offset)
+
+    # -- forward ----------------------------------------------------------------------------
+    def _micro_batches(self, batch: TrainBatch, max_tokens: int):
+        from rlrun.train.megatron.packing import group_samples, pack
+        t = self.cfg.train
+        groups = group_samples([int(x.numel()) for x in batch.tokens],
+                               max_tokens if t.use_dynamic_batch_size else None, t.micro_batch_size)
+        return [pack(batch.tokens, batch.response_start, g, self.pad_to, "cuda") for g in groups]
+
+    def _response_logp_entropy(self, logits, mb, entropy_grad: bool):
+        """Log-probs (and entropy) of the response tokens from this stage's vocab-parallel logits."""
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+        rows = logits[0, mb.logit_rows]  # [n_response, V/tp]
+        logp = -vocab_parallel_cross_entropy(rows.float(), mb.targets)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = _entropy(rows if entropy_grad else rows.detach(), self.tp_group, self.tp_size)
+        return logp, entropy
+
+    def _run(self, model, mbs, loss_fn, forward_only: bool):
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data_iter, m):
+            mb = next(data_iter)
+            out = m(mb.tokens, mb.position_ids, attention_mask=None, packed_seq_params=mb.packed_seq_params())
+            return out, partial(loss_fn, mb)
+
+        return get_forward_backward_func()(
+            forward_step_func=forward_step, data_iterator=iter(mbs), model=[model], num_microbatches=len(mbs),
+            seq_length=max(int(mb.tokens.shape[1]) for mb in mbs), micro_batch_size=1, forward_only=forward_only)
+
+    def _to_all_stages(self, obj):
+        """Results exist on the last PP stage; every rank of the pipeline returns them."""
+        from megatron.core import parallel_state as ps
+        if ps.get_pipeline_model_parallel_world_size() == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=ps.get_pipeline_model_parallel_last_rank(),
+                                   group=ps.get_pipeline_model_parallel_group())
+        return box[0]
+
+    @torch.no_grad()
+    def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
+        if which not in ("actor", "ref"):
+            raise ValueError(f"which={which!r}: use 'actor' or 'ref'")
+        model = self.model if which == "actor" else self.ref
+        if model is None:
+            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
+        model.eval()
+        mbs = self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu)
+
+        def collect(mb, logits):
+            logp, _ = self._response_logp_entropy(logits, mb, entropy_grad=False)
+            cu = mb.response_cu.tolist()
+            return logits.new_zeros(()), {i: logp[cu[k]:cu[k + 1]].cpu() for k, i in enumerate(mb.index)}
+
+        out: dict[int, torch.Tensor] = {}
+        for d in self._run(model, mbs, collect, forward_only=True) or []:
+            out.update(d)
+        out = self._to_all_stages(out)
+        return [out[i] for i in range(len(batch))]
+
+    # -- training ---------------------------------------------------------------------------
+    def _cat(self, xs, idx):
+        return None if xs is None else torch.cat([xs[i] for i in idx]).to("cuda", torch.float32)
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        if batch.advantages is None:
+            raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
+        from megatron.core import parallel_state as ps
+        self.model.train()
+        per_token = self.cfg.train.calculate_per_token_loss
+        local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
+        normalizer = torch.tensor([local], dtype=torch.float64, device="cuda")
+        dist.all_reduce(normalizer, group=ps.get_data_parallel_group())
+        normalizer = float(normalizer)
+        mbs = self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu)
+        # Undo the schedule's 1/num_microbatches and the DDP's 1/dp_size (module docstring).
+        scale = len(mbs) * self.dp_size
+
+        def loss_fn(mb, logits):
+            logp, entropy = self._response_logp_entropy(logits, mb, entropy_grad=self.params.entropy_coef != 0)
+            idx = mb.index
+            mask, ref, rollout = self._cat(batch.loss_mask, idx), self._cat(batch.ref_logp, idx), \
+                self._cat(batch.rollout_logp, idx)
+            loss, m = compute_loss(logp, self._cat(batch.old_logp, idx), ref, rollout,
+                                   self._cat(batch.advantages, idx), mask, entropy, self.params,
+                                   cu_seqlens=mb.response_cu, normalizer=normalizer)
+            d = logp.detach()
+            tok = {"n": float(mask.sum()), "entropy": float((entropy.detach() * mask).sum()),
+                   "response_tokens": float(mb.response_cu[-1])}
+            if rollout is not None:
+                tok["mismatch"] = float(((d - rollout).abs() * mask).sum())
+            if ref is not None:
+                tok["kl"] = float((kl_estimate(d, ref, "low_var_kl") * mask).sum())
+            return loss * scale, {"sums": m, "tok": tok}
+
+        self.model.zero_grad_buffer()
+        self.opt.zero_grad()
+        results = self._run(self.model, mbs, loss_fn, forward_only=False)
+        lr = lr_at(self.step, lr=self.cfg.optim.lr, min_lr=self.cfg.optim.min_lr,
+                   style=self.cfg.optim.lr_decay_style, warmup=self.cfg.optim.lr_warmup_iters, total=self.total_steps)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        ok, grad_norm, _ = self.opt.step()
+        if not ok:
+            raise RuntimeError(f"optimizer step {self.step} skipped (non-finite gradients)")
+        self.step += 1
+        return self._metrics(self._to_all_stages(results or []), grad_norm, lr, batch)
+
+    def _metrics(self, results, grad_norm, lr, batch) -> dict[str, float]:
+        """Sum the per-micro-batch sums, then over DP ranks (one all-reduce)."""
+        from megatron.core import parallel_state as ps
+        sums: dict[str, float] = {}
+        for r in results:
+            for k, v in r["sums"].items():
+                sums["train/" + k] = sums.get("train/" + k, 0.0) + v
+            for k, v in r["tok"].items():
+                sums["tok/" + k] = sums.get("tok/" + k, 0.0) + v
+        keys = sorted(sums)
+        red = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device="cuda")
+        dist.all_reduce(red, group=ps.get_data_parallel_group())
+        s = dict(zip(keys, red.tolist()))
+        n = max(s.pop("tok/n", 1.0), 1.0)
+        out = {k: v for k, v in s.items() if k.startswith("train/")}
+        out.update({"train/entropy": s["tok/entropy"] / n, "train/grad_norm": float(grad_norm or 0.0), "train/lr": lr,
+                    "train/response_tokens": s["tok/response_tokens"]})
+        if batch.rollout_logp is not None:
+            out["train/train_rollout_logp_abs_diff"] = s["tok/mismatch"] / n
+        if batch.ref_logp is not None:
+            out["train/kl"] = s["tok/kl"] / n
+        return out
+
+    # -- weights and checkpoints ------------------------------------------------------------
+    def export_buckets(self, bucket_bytes: int, dtype=torch.bfloat16):
+        """This PP stage's weights with HF names in buckets, TP-gathered (collective over TP)."""
+        from rlrun.train.megatron.weights import export_hf
+        return export_hf(self.model, self.cfg.model, bucket_bytes, self.layer_offset, dtype)
+
+    def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        from megatron.core import parallel_state as ps
+        local = {k: v.cpu() for b in self.export_buckets(1 << 30) for k, v in b}
+        if ps.get_pipeline_model_parallel_world_size() == 1:
+            return local
+        parts = [None] * ps.get_pipeline_model_parallel_world_size()
+        dist.all_gather_object(parts, local, group=ps.get_pipeline_model_parallel_group())
+        return {k: v for p in parts for k, v in p.items()}
+
+    def save(self, path: str) -> None:
+        """HF weights (model/, written by global rank 0) + the distributed optimizer's state and
+        the step (every rank writes its own shard file)."""
+        from safetensors.torch import save_file
+        out = Path(path)
+        weights = self.state_dict_for_sync()
+        if self.rank == 0:
+            (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
+        dist.barrier()
+        self.opt.save_parameter_state(str(out / f"optim_params.pt"))
+        if self.rank == 0:
+            torch.save({"optimizer": self.opt.state_dict(), "step": self.step}, out / _STATE)
+        dist.barrier()
+
+    def load(self, path: str) -> None:
+        src = Path(path)
+        self._load_weights(self.model.module, str(src / _HF_DIR))
+        state = torch.load(src / _STATE, map_location="cpu", weights_only=False)
+        self.opt.load_state_dict(state["optimizer"])
+        self.opt.load_parameter_state(str(src / "optim_params.pt"))
+        self.step = int(state["step"])
+
+    def shutdown(self) -> None:
+        from megatron.core import parallel_state as ps
+        ps.destroy_model_parallel()
+        if dist.is_initialized():
+            dist.destroy_process_group()
