@@ -19,7 +19,7 @@ import yaml
 from rlrun.interop.bash_script import ScriptError, read_script
 from rlrun.interop.slime_codec import Occ, decode, get_path, parse_args, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
-from rlrun.interop.slime_table import PLUMBING_ENV
+from rlrun.interop.slime_table import PLUMBING_ENV, RLRUN_DERIVED, SECRET_FLAGS
 
 # What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
 IMPLIED = {"train.backend": "megatron", "rollout.engine": "sglang"}
@@ -54,7 +54,8 @@ class ImportResult:
 
 
 def _occ_text(o: Occ) -> str:
-    return " ".join((o.flag, *o.values)).strip()
+    values = ("<redacted>",) if o.flag in SECRET_FLAGS and o.values else o.values
+    return " ".join((o.flag, *values)).strip()
 
 
 def experiment_name(path: str | Path) -> str:
@@ -188,16 +189,23 @@ def validate_yaml(text: str, name: str, config_dir: Any = None) -> list[str]:
 def _prune_derived(flat: dict[str, Any], base: dict, choices: dict[str, Choice], name: str,
                    config_dir: Any) -> dict[str, Any]:
     """Drop overrides of null-means-derived settings when rlrun derives the same value anyway
-    (e.g. train.offload from the hardware default, rollout.num_gpus when colocated)."""
+    (e.g. train.offload from the hardware default, rollout.num_gpus when colocated). A derived setting
+    that the config cannot do without (a validation problem names it) is kept."""
     from rlrun.config import ConfigError
 
-    derived = [p for p in flat if get_path(base, p) is None and not p.startswith(("model.moe", "model.mla"))]
-    if not derived:
-        return flat
-    kept = {p: v for p, v in flat.items() if p not in derived}
-    stub = ImportResult(name, "", choices, kept, [], [])
-    try:
-        cfg = _load_text(render_yaml(stub, "-", base), name, config_dir).model_dump(mode="python")
-    except ConfigError:
-        return flat  # without them the config is invalid, so they all carry information
-    return {p: v for p, v in flat.items() if p not in derived or not same(get_path(cfg, p), v)}
+    derived = {p for p in flat if p in RLRUN_DERIVED and get_path(base, p) is None}
+    for _ in range(len(derived) + 1):
+        if not derived:
+            return flat
+        kept = {p: v for p, v in flat.items() if p not in derived}
+        stub = ImportResult(name, "", choices, kept, [], [])
+        try:
+            cfg = _load_text(render_yaml(stub, "-", base), name, config_dir).model_dump(mode="python")
+        except ConfigError as exc:
+            needed = {p for p in derived if any(q.path == p for q in exc.problems)}
+            if not needed:
+                return flat  # invalid for another reason: keep every imported value
+            derived -= needed
+            continue
+        return {p: v for p, v in flat.items() if p not in derived or not same(get_path(cfg, p), v)}
+    return flat

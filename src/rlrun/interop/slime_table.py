@@ -63,6 +63,11 @@ def _gbs(v: dict) -> int:
     return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
 
 
+def _epochs_unused(v: dict) -> Any:
+    # slime ignores --num-epoch when --num-rollout is set: then any value is "the default"
+    return v["data.num_epochs"] if v.get("rollout.num_rollout") else KEEP
+
+
 _CHECK_NONZERO_STD = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
 
 ROWS: tuple[Row, ...] = (
@@ -103,7 +108,8 @@ ROWS: tuple[Row, ...] = (
     Row("model.moe.topk_group", "--moe-router-group-topk", "MODEL_ARGS", type=int, default=1,
         section="model.moe"),
     Row("model.mla.q_lora_rank", "--q-lora-rank", "MODEL_ARGS", type=int, default=None, section="model.mla"),
-    Row("model.mla.kv_lora_rank", "--kv-lora-rank", "MODEL_ARGS", type=int, default=512, section="model.mla"),
+    Row("model.mla.kv_lora_rank", "--kv-lora-rank", "MODEL_ARGS", type=int, default=512, section="model.mla",
+        always=True),
     Row("model.mla.qk_nope_head_dim", "--qk-head-dim", "MODEL_ARGS", type=int, default=128, section="model.mla",
         always=True),
     Row("model.mla.qk_rope_head_dim", "--qk-pos-emb-head-dim", "MODEL_ARGS", type=int, default=64,
@@ -125,7 +131,7 @@ ROWS: tuple[Row, ...] = (
     Row("data.shuffle", "--rollout-shuffle", "ROLLOUT_ARGS", "true", default=False),
     Row("data.rm_type", "--rm-type", "ROLLOUT_ARGS"),
     Row("data.max_prompt_len", "--rollout-max-prompt-len", "ROLLOUT_ARGS", type=int, default=None),
-    Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int),
+    Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int, default=_epochs_unused),
     Row("rollout.num_rollout", "--num-rollout", "ROLLOUT_ARGS", type=int, always=True),
     Row("rollout.rollout_batch_size", "--rollout-batch-size", "ROLLOUT_ARGS", type=int, always=True),
     Row("rollout.n_samples_per_prompt", "--n-samples-per-prompt", "ROLLOUT_ARGS", type=int, default=1,
@@ -207,7 +213,8 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.request_timeout_s", "--sglang-router-request-timeout-secs", "SGLANG_ARGS", type=int,
         default=14400),
     Row("rollout.router.policy", "--router-policy", "SGLANG_ARGS", default="cache_aware"),
-    Row("rollout.router.request_timeout_s", "--router-request-timeout-secs", "SGLANG_ARGS", type=int),
+    Row("rollout.router.request_timeout_s", "--router-request-timeout-secs", "SGLANG_ARGS", type=int,
+        default=1800),  # sglang-router's RouterArgs default
     # ---- MISC_ARGS ------------------------------------------------------------------------------------
     Row("run.seed", "--seed", "MISC_ARGS", type=int, default=1234),
     Row("train.gradient_accumulation_fusion", "--no-gradient-accumulation-fusion", "MISC_ARGS", "false",
@@ -256,8 +263,18 @@ NO_FLAG: dict[str, str] = {
     "rollout.router.host": "slime starts its own router; --sglang-router-ip would point it at an external one",
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",
+    "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
     "logging.progress": "slime logs to stdout/wandb",
 }
+
+# rlrun settings whose null means "derived" (rlrun.config.derive): an imported value equal to what rlrun
+# derives is left out of the experiment.
+RLRUN_DERIVED = frozenset({
+    "train.offload", "train.global_batch_size", "train.num_steps_per_rollout", "train.log_probs_max_tokens_per_gpu",
+    "train.gradient_accumulation_fusion", "rollout.over_sampling_batch_size", "rollout.num_gpus",
+    "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature",
+    "algo.eps_clip_high", "checkpoint.ref",
+})
 
 # Flags rlrun's export always writes with these values (Megatron settings rlrun fixes rather than exposes).
 # An imported script that spells them the same way loses nothing; a different value is reported.
