@@ -1,0 +1,91 @@
+"""The loop's phases in isolation: dynamic sampling, advantages per token, data order, seeds,
+checkpoint pointers, metrics files."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from rlrun import checkpoint as ckpt
+from rlrun.config import load
+from rlrun.launch import steps
+from rlrun.metrics import METRICS_FILE, read_metrics
+
+
+@dataclass
+class _S:  # the Sample fields the phases read
+    prompt_tokens: list
+    response_tokens: list
+    reward: float = 0.0
+    loss_mask: list = field(default_factory=list)
+    rollout_logprobs: list = field(default_factory=list)
+    status: str = "completed"
+
+
+def _group(rewards, resp_len=2):
+    return [_S([5, 6], [7] * resp_len, r, [1] * resp_len, [-1.0] * resp_len) for r in rewards]
+
+
+def test_nonzero_std_drops_groups_whose_rewards_agree():
+    samples = _group([1, 1]) + _group([0, 1]) + _group([0, 0])
+    kept = steps.keep_groups(samples, 2, "nonzero_std")
+    assert kept == samples[2:4]
+    assert steps.keep_groups(samples, 2, None) == samples
+    with pytest.raises(ValueError, match="rollout.dynamic_sampling"):
+        steps.keep_groups(samples, 2, "bogus")
+
+
+def test_grpo_advantages_are_group_normalised_and_broadcast_per_token():
+    cfg = load([])
+    samples = _group([1.0, 0.0], resp_len=3) + _group([0.5, 0.5], resp_len=1)
+    samples[1].response_tokens, samples[1].loss_mask, samples[1].rollout_logprobs = [7, 7], [1, 1], [-1.0, -1.0]
+    batch = steps.add_advantages(cfg, steps.to_train_batch(samples), [s.reward for s in samples], 2)
+    # group 1: mean 0.5, unbiased std sqrt(0.5) -> (+-0.5)/(0.7071+1e-6)
+    a = 0.5 / (2 ** -0.5 + 1e-6)
+    torch.testing.assert_close(batch.advantages[0], torch.full((3,), a))
+    torch.testing.assert_close(batch.advantages[1], torch.full((2,), -a))
+    torch.testing.assert_close(batch.advantages[2], torch.zeros(1))  # equal rewards: no signal
+    assert batch.response_start == [2, 2, 2, 2] and batch.tokens[0].tolist() == [5, 6, 7, 7, 7]
+
+
+def test_prompt_order_is_deterministic_and_resumes_from_the_cursor():
+    rows = list(range(10))
+    a = steps.PromptOrder(rows, seed=3, shuffle=True)
+    first = a.take(4) + a.take(12)  # crosses into epoch 1
+    assert sorted(first[:10]) == rows and first[:10] != rows  # epoch 0 is a permutation
+    b = steps.PromptOrder(rows, seed=3, shuffle=True)
+    b.cursor = 4
+    assert b.take(12) == first[4:]
+    assert steps.PromptOrder(rows, seed=3, shuffle=False).take(3) == [0, 1, 2]
+
+
+def test_request_seeds_differ_per_sample_and_step():
+    seeds = {steps.request_seed(1234, r, i) for r in range(3) for i in range(64)}
+    assert len(seeds) == 192 and all(0 <= s < 2**31 - 1 for s in seeds)
+
+
+def test_latest_points_at_the_last_complete_checkpoint(tmp_path):
+    assert ckpt.find_latest(tmp_path) is None
+    for step in (2, 4):
+        where = ckpt.iter_dir(tmp_path, step)
+        ckpt.write_driver_state(where, ckpt.DriverState.capture(step, data_cursor=8 * step))
+        ckpt.mark_latest(tmp_path, where)
+    ckpt.iter_dir(tmp_path, 6).mkdir()  # killed while saving: never marked
+    found = ckpt.find_latest(tmp_path)
+    assert found.name == "iter_0000004" and ckpt.read_driver_state(found).data_cursor == 32
+
+
+def test_driver_rng_round_trips():
+    import random
+
+    state = ckpt.DriverState.capture(1, 0)
+    want = (random.random(), torch.rand(1).item())
+    ckpt.DriverState(**json.loads(json.dumps(state.__dict__))).restore_rng()
+    assert (random.random(), torch.rand(1).item()) == want
+
+
+def test_read_metrics_keeps_the_last_row_of_a_step(tmp_path):
+    (tmp_path / METRICS_FILE).write_text('{"step": 0, "x": 1}\n{"step": 1, "x": 2}\n{"step": 1, "x": 3}\n')
+    assert read_metrics(tmp_path / METRICS_FILE) == [{"step": 0, "x": 1}, {"step": 1, "x": 3}]

@@ -1,0 +1,83 @@
+"""The torch trainer backend on one rank, in-process (no Ray): packing, micro-batching, save/load,
+and the rlrun-model -> transformers-config mapping."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlrun.config import load
+from rlrun.train.base import TrainBatch
+from rlrun.train.hf_model import hf_config
+from rlrun.train.torch_backend import TorchBackend
+
+
+def _backend(*overrides: str) -> TorchBackend:
+    b = TorchBackend(load(list(overrides)), rank=0, world_size=1, gpu_id=None, total_steps=10)
+    b.init()
+    return b
+
+
+def _batch() -> TrainBatch:
+    g = torch.Generator().manual_seed(0)
+    lens, starts = (9, 12, 7, 15), (5, 6, 4, 8)
+    toks = [torch.randint(4, 47, (n,), generator=g) for n in lens]
+    resp = [n - s for n, s in zip(lens, starts)]
+    return TrainBatch(toks, list(starts), [torch.ones(r) for r in resp],
+                      advantages=[torch.full((r,), a) for r, a in zip(resp, (1.0, -1.0, 0.5, -0.5))])
+
+
+def test_packed_log_probs_equal_one_sample_at_a_time():
+    b, batch = _backend(), _batch()
+    packed = b.compute_log_probs(batch)  # all four samples share one row
+    for tokens, start, got in zip(batch.tokens, batch.response_start, packed):
+        with torch.no_grad():
+            logits = b.model(input_ids=tokens[None]).logits[0].float()
+        want = torch.log_softmax(logits, -1)[start - 1:-1].gather(-1, tokens[start:, None])[:, 0]
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_dynamic_micro_batches_pack_by_token_budget():
+    b = _backend("train.max_tokens_per_gpu=24")
+    assert b._micro_batches(_batch(), 24) == [[0, 1], [2, 3]]  # 9+12 <= 24 < 9+12+7; 7+15 <= 24
+    with pytest.raises(ValueError, match="train.max_tokens_per_gpu=10"):
+        b._micro_batches(_batch(), 10)
+
+
+def test_micro_batching_does_not_change_the_update():
+    one, many = _backend("train.max_tokens_per_gpu=512"), _backend("train.max_tokens_per_gpu=24")
+    m1, m2 = one.train_step(_batch()), many.train_step(_batch())
+    assert m1["train/loss"] == pytest.approx(m2["train/loss"], rel=1e-6)
+    for (name, p1), p2 in zip(one.model.named_parameters(), many.model.parameters()):
+        torch.testing.assert_close(p1, p2, atol=1e-6, rtol=0, msg=name)
+
+
+def test_save_then_load_continues_exactly(tmp_path):
+    a = _backend()
+    a.train_step(_batch())
+    a.save(str(tmp_path / "ck"))
+    b = _backend()
+    b.load(str(tmp_path / "ck"))
+    assert b.step == 1
+    ma, mb = a.train_step(_batch()), b.train_step(_batch())  # second step uses restored Adam moments
+    assert ma == mb
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.equal(pa, pb)
+
+
+def test_hf_config_maps_model_fields():
+    q = hf_config(load(["model=qwen3-0.6b"]).model)
+    assert (type(q).__name__, q.num_hidden_layers, q.hidden_size, q.intermediate_size) == ("Qwen3Config", 28, 1024, 3072)
+    assert (q.num_attention_heads, q.num_key_value_heads, q.head_dim, q.vocab_size) == (16, 8, 128, 151936)
+    assert q.rope_parameters["rope_theta"] == 1e6 and q.tie_word_embeddings and q.rms_norm_eps == 1e-6
+    llama = hf_config(load(["model=llama3.1-8b"]).model)
+    assert llama.rope_parameters["rope_type"] == "llama3" and llama.rope_parameters["factor"] == 8.0
+    glm = hf_config(load(["model=glm4-9b"]).model)
+    assert glm.rope_parameters["partial_rotary_factor"] == 0.5 and glm.attention_bias
+    moe = hf_config(load(["model=qwen3-30b-a3b"]).model)
+    assert (moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size, moe.head_dim) == (128, 8, 768, 128)
+
+
+def test_deepseek_is_refused_with_the_alternative():
+    with pytest.raises(ValueError, match="train.backend=megatron"):
+        hf_config(load(["model=deepseek-v3"]).model)
