@@ -1,0 +1,66 @@
+"""Custom reward functions by import path `module.path:function` (sync or async, per sample or group).
+
+Per-sample signature: fn(response, label, metadata) -> float (or an awaitable of it).
+Per-group signature:  fn(responses, labels, metadatas) -> list[float], marked with @per_group;
+score_batch calls it once per group of `group_size` consecutive samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import threading
+
+
+def is_custom(rm_type: str) -> bool:
+    return ":" in rm_type
+
+
+def load_function(path: str):
+    """Import `module.path:function`; the error says which part is missing and how to fix it."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"custom reward {path!r} must look like 'module.path:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"custom reward {path!r}: cannot import module {module_name!r} ({e}); "
+                         "is it on PYTHONPATH?") from e
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"custom reward {path!r}: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def per_group(fn):
+    """Mark a custom reward as per-group: called with lists of one group's responses/labels/metadata."""
+    fn.rlrun_per_group = True
+    return fn
+
+
+def is_per_group(fn) -> bool:
+    return bool(getattr(fn, "rlrun_per_group", False))
+
+
+def run_sync(value):
+    """Resolve an awaitable from sync code, also when the calling thread already runs a loop."""
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wrap():
+        return await value
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wrap())
+    box = {}
+    t = threading.Thread(target=lambda: box.update(v=asyncio.run(wrap())))
+    t.start()
+    t.join()
+    return box["v"]
+
+
+def call_custom(path: str, *args):
+    return run_sync(load_function(path)(*args))
