@@ -229,3 +229,12 @@ def test_export_invalid_config_exits_1_with_problems():
     err = io.StringIO()
     assert cli_main(["export", "slime", "rollout.temperature=0"], io.StringIO(), err) == 1
     assert "rollout.temperature" in err.getvalue()
+
+
+def test_docs_mapping_table_is_generated_from_the_table():
+    from rlrun.interop.slime_docs import BEGIN, END, mapping_markdown
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "slime.md").read_text()
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    assert page[start:end] + "\n" == mapping_markdown(), \
+        "docs/slime.md is stale: regenerate its table with `python -m rlrun.interop.slime_docs`"
