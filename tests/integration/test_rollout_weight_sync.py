@@ -1,0 +1,55 @@
+"""Trainer -> engine weight sync across processes: the disaggregated broadcast path (gloo here, nccl on
+GPU: same code) and the disk fallback; engines end bit-identical to the trainer's state."""
+import pytest
+import torch
+
+from rlrun.rollout import weights as W
+from rlrun.rollout.engines import EngineGroup, HFEngineProcess, broadcast_weights
+from rlrun.rollout.process import free_port
+from rlrun.rollout.router import Router
+from rlrun.rollout.tiny_model import build_model, save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sync")
+    model_dir = save_tiny_model(tmp / "tiny", seed=0)
+    engines = [HFEngineProcess(model_dir, seed=i, log_dir=tmp / "logs").start() for i in range(2)]
+    for e in engines:
+        e.wait_healthy(120)
+    router = Router(log_dir=tmp / "logs").start()
+    grp = EngineGroup(router, engines, restart=lambda i: None, health_interval_s=5).start()
+    yield grp
+    grp.stop()
+    router.stop()
+
+
+def test_broadcast_from_trainer_rank0_to_two_engine_processes(group):
+    state = build_model(seed=7).state_dict()
+    named = [(n, t) for n, t in state.items()]
+    stats = broadcast_weights(group.urls, named, "5", master_address="127.0.0.1", master_port=free_port(),
+                              backend="gloo", bucket_bytes=16 << 10)
+    assert stats["bytes"] == sum(t.numel() * t.element_size() for t in state.values())
+    assert set(group.checksums().values()) == {W.checksum(state)}
+    assert set(group.versions().values()) == {"5"}
+    # the group is destroyed after the sync: a second sync builds a new one
+    state2 = {n: t + 1 for n, t in state.items()}
+    broadcast_weights(group.urls, list(state2.items()), "6", master_address="127.0.0.1",
+                      master_port=free_port(), backend="gloo")
+    assert set(group.checksums().values()) == {W.checksum(state2)}
+
+
+def test_update_from_disk_fallback(group, tmp_path):
+    model = build_model(seed=9)
+    model.save_pretrained(tmp_path / "step9")
+    group.update_weights_from_disk(str(tmp_path / "step9"), "9")
+    assert set(group.checksums().values()) == {W.checksum(model.state_dict())}
+    assert set(group.versions().values()) == {"9"}
+
+
+def test_bf16_broadcast_is_cast_into_the_engine_dtype(group):
+    state = {n: t.to(torch.bfloat16) for n, t in build_model(seed=11).state_dict().items()}
+    broadcast_weights(group.urls, list(state.items()), "11", master_address="127.0.0.1",
+                      master_port=free_port(), backend="gloo")
+    expected = W.checksum({n: t.float() for n, t in state.items()})  # exact: bf16 -> fp32 is lossless
+    assert set(group.checksums().values()) == {expected}
