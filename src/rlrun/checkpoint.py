@@ -21,16 +21,16 @@ LATEST = "latest"
 @dataclass
 class DriverState:
     next_rollout: int          # first rollout id still to run
-    data_cursor: int           # prompts consumed so far (rlrun.launch.steps.PromptOrder.cursor)
+    data_state: dict           # PromptDataset.state_dict(): epoch and position
     python_rng: list           # random.getstate(), JSON-friendly
     torch_rng: list[int]       # torch.get_rng_state() bytes
 
     @classmethod
-    def capture(cls, next_rollout: int, data_cursor: int) -> DriverState:
+    def capture(cls, next_rollout: int, data_state: dict) -> DriverState:
         import torch
 
         state = random.getstate()
-        return cls(next_rollout, data_cursor, [state[0], list(state[1]), state[2]], torch.get_rng_state().tolist())
+        return cls(next_rollout, data_state, [state[0], list(state[1]), state[2]], torch.get_rng_state().tolist())
 
     def restore_rng(self) -> None:
         import torch

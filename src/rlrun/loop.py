@@ -26,8 +26,7 @@ def run(r) -> dict:
         t = Timer()
         # 1-3. generate, score, keep the groups that carry signal
         with t("rollout"):
-            samples, gen = r.collect(rollout_id, sampling)
-        kept = steps.keep_groups(samples, n, cfg.rollout.dynamic_sampling)[: plan.samples_per_rollout]
+            samples, kept, gen = r.collect(rollout_id, sampling)
         metrics = {**steps.rollout_metrics(samples), **gen, "rollout/kept_samples": float(len(kept))}
         tokens = {"rollout": sum(len(s.response_tokens) for s in samples)}
         if kept:

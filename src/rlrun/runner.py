@@ -21,7 +21,7 @@ from rlrun.rollout import weights as W
 
 ENGINE_INIT_DIR = "engine_init"
 SUMMARY_WINDOW = 5  # steps averaged for the first/last reward of the summary
-MAX_DRAWS = 8  # dynamic sampling: prompt batches drawn per rollout before training on what is kept
+MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
 
 
 class WeightSyncError(RuntimeError):
@@ -88,23 +88,31 @@ class Run:
         self.engines = EngineGroup(self.router, engines, restart)
         stack.callback(self.engines.stop)
         self.engines.start()
-        self.prompts = steps.PromptOrder(steps.load_prompts(cfg.data, cfg.run.seed), cfg.run.seed, cfg.data.shuffle)
+        self.prompts = steps.load_prompts(cfg, self.tokenizer, self.run_dir)
         self._eval_sets: dict[str, list] = {}
         self.logger: MetricsLogger | None = None
         self._stack = stack
 
     # -- loop phases ------------------------------------------------------------------------
     def collect(self, rollout_id: int, sampling):
-        """rollout_batch_size prompts x n samples, generated and scored; with dynamic sampling,
-        more prompt batches (over_sampling_batch_size each) until enough groups carry signal."""
+        """rollout_batch_size prompts x n samples, generated and scored -> (all samples, kept
+        samples, metrics). With dynamic sampling, more rounds of over_sampling_batch_size prompts
+        until rollout_batch_size groups carry signal (at most MAX_DRAWS rounds)."""
         import time
 
+        from rlrun.data import GroupCollector, split_groups
+
         r = self.cfg.rollout
-        n, target = r.n_samples_per_prompt, r.rollout_batch_size
-        per_draw = target if r.dynamic_sampling is None else r.over_sampling_batch_size
-        samples, info = [], {"rollout/retries": 0.0, "rollout/draws": 0.0, "time/reward_s": 0.0}
-        while True:
-            new = steps.make_samples(self.prompts.take(per_draw), n, self.tokenizer, self.cfg.data, len(samples) // n)
+        n = r.n_samples_per_prompt
+        collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
+        per_round = r.rollout_batch_size if r.dynamic_sampling is None else r.over_sampling_batch_size
+        samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
+        while not collector.done and collector.rounds < MAX_DRAWS:
+            items = self.prompts.next_batch(collector.prompts_to_request(per_round))
+            if not items:
+                raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
+                                   f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
+            new = steps.make_samples(items, n, collector.generated)
             seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
             info["rollout/retries"] += steps.generate(self.router.url, r, new, sampling, seeds)
             t0 = time.perf_counter()
@@ -112,10 +120,10 @@ class Run:
                 info[k] = info.get(k, 0.0) + v
             info["time/reward_s"] += time.perf_counter() - t0
             samples += new
-            info["rollout/draws"] += 1
-            kept = len(steps.keep_groups(samples, n, r.dynamic_sampling)) // n
-            if kept >= target or info["rollout/draws"] >= MAX_DRAWS:
-                return samples, info
+            collector.add(split_groups(new, n))
+        info.update(collector.metrics())
+        kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
+        return samples, kept, info
 
     def sync_weights(self, version: int, push: bool = True) -> None:
         state = self.trainer.state_dict_for_sync()
@@ -136,9 +144,9 @@ class Run:
         out: dict[str, float] = {}
         for ds in e.datasets:
             if ds.name not in self._eval_sets:
-                self._eval_sets[ds.name] = steps.load_eval_prompts(self.cfg.data, ds)
-            samples = steps.make_samples(self._eval_sets[ds.name], e.n_samples_per_prompt, self.tokenizer,
-                                         self.cfg.data, 0)
+                self._eval_sets[ds.name] = steps.load_prompts(self.cfg, self.tokenizer, self.run_dir, path=ds.path,
+                                                              train=False).items
+            samples = steps.make_samples(self._eval_sets[ds.name], e.n_samples_per_prompt, 0)
             seeds = [steps.request_seed(self.cfg.run.seed + 1, rollout_id, i) for i in range(len(samples))]
             steps.generate(self.router.url, self.cfg.rollout, samples, sampling, seeds)
             steps.score(samples, ds.rm_type, e.n_samples_per_prompt)
@@ -150,7 +158,7 @@ class Run:
     def save(self, rollout_id: int) -> None:
         where = ckpt.iter_dir(self.save_dir, rollout_id + 1)
         self.trainer.save(str(ckpt.trainer_dir(where)))
-        ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, self.prompts.cursor))
+        ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, self.prompts.state_dict()))
         ckpt.mark_latest(self.save_dir, where)
 
     def restore(self) -> int:
@@ -165,7 +173,7 @@ class Run:
             self.trainer.load(str(ckpt.trainer_dir(found)))
             state = ckpt.read_driver_state(found)
             state.restore_rng()
-            self.prompts.cursor = state.data_cursor
+            self.prompts.load_state_dict(state.data_state)
             start = state.next_rollout
             print(f"[rlrun] resumed from {found} at rollout {start}", flush=True)
         # Fresh random init: engines already hold the same weights, verify only. Resumed: push.

@@ -28,13 +28,12 @@ def _group(rewards, resp_len=2):
     return [_S([5, 6], [7] * resp_len, r, [1] * resp_len, [-1.0] * resp_len) for r in rewards]
 
 
-def test_nonzero_std_drops_groups_whose_rewards_agree():
-    samples = _group([1, 1]) + _group([0, 1]) + _group([0, 0])
-    kept = steps.keep_groups(samples, 2, "nonzero_std")
-    assert kept == samples[2:4]
-    assert steps.keep_groups(samples, 2, None) == samples
+def test_dynamic_sampling_filter_drops_groups_whose_rewards_agree():
+    keep = steps.group_filter("nonzero_std")
+    assert [keep(g) for g in (_group([1, 1]), _group([0, 1]), _group([0, 0]))] == [False, True, False]
+    assert steps.group_filter(None) is None
     with pytest.raises(ValueError, match="rollout.dynamic_sampling"):
-        steps.keep_groups(samples, 2, "bogus")
+        steps.group_filter("bogus")
 
 
 def test_grpo_advantages_are_group_normalised_and_broadcast_per_token():
@@ -50,15 +49,18 @@ def test_grpo_advantages_are_group_normalised_and_broadcast_per_token():
     assert batch.response_start == [2, 2, 2, 2] and batch.tokens[0].tolist() == [5, 6, 7, 7, 7]
 
 
-def test_prompt_order_is_deterministic_and_resumes_from_the_cursor():
-    rows = list(range(10))
-    a = steps.PromptOrder(rows, seed=3, shuffle=True)
-    first = a.take(4) + a.take(12)  # crosses into epoch 1
-    assert sorted(first[:10]) == rows and first[:10] != rows  # epoch 0 is a permutation
-    b = steps.PromptOrder(rows, seed=3, shuffle=True)
-    b.cursor = 4
-    assert b.take(12) == first[4:]
-    assert steps.PromptOrder(rows, seed=3, shuffle=False).take(3) == [0, 1, 2]
+def test_toy_prompts_are_written_into_the_run_dir_and_resume_in_order(tmp_path):
+    from rlrun.data.toy import build_toy_tokenizer
+
+    cfg, tok = load([]), build_toy_tokenizer()
+    a = steps.load_prompts(cfg, tok, tmp_path)
+    assert (tmp_path / "data" / "toy.jsonl").is_file() and len(a) == steps.TOY_PROMPTS
+    a.next_batch(5)
+    b = steps.load_prompts(cfg, tok, tmp_path)
+    b.load_state_dict(a.state_dict())
+    assert [i.index for i in b.next_batch(8)] == [i.index for i in a.next_batch(8)]
+    item = a.next_batch(1)[0]
+    assert tok.decode(item.tokens) == item.text and item.text.endswith("=")
 
 
 def test_request_seeds_differ_per_sample_and_step():
@@ -70,17 +72,17 @@ def test_latest_points_at_the_last_complete_checkpoint(tmp_path):
     assert ckpt.find_latest(tmp_path) is None
     for step in (2, 4):
         where = ckpt.iter_dir(tmp_path, step)
-        ckpt.write_driver_state(where, ckpt.DriverState.capture(step, data_cursor=8 * step))
+        ckpt.write_driver_state(where, ckpt.DriverState.capture(step, {"position": 8 * step}))
         ckpt.mark_latest(tmp_path, where)
     ckpt.iter_dir(tmp_path, 6).mkdir()  # killed while saving: never marked
     found = ckpt.find_latest(tmp_path)
-    assert found.name == "iter_0000004" and ckpt.read_driver_state(found).data_cursor == 32
+    assert found.name == "iter_0000004" and ckpt.read_driver_state(found).data_state == {"position": 32}
 
 
 def test_driver_rng_round_trips():
     import random
 
-    state = ckpt.DriverState.capture(1, 0)
+    state = ckpt.DriverState.capture(1, {})
     want = (random.random(), torch.rand(1).item())
     ckpt.DriverState(**json.loads(json.dumps(state.__dict__))).restore_rng()
     assert (random.random(), torch.rand(1).item()) == want

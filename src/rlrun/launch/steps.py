@@ -2,13 +2,14 @@
 
 generate: prompts -> n samples each, through the rollout client -> sglang-router -> engines
 score: rule/remote/custom rewards (rlrun.reward.score_batch)
-keep_groups: dynamic sampling (drop groups whose rewards all agree: they carry no GRPO signal)
+group_filter: dynamic sampling (drop groups whose rewards all agree: they carry no GRPO signal)
 to_train_batch / add_advantages: samples -> TrainBatch with per-token advantages (rlrun.algo)
 """
 from __future__ import annotations
 
 import asyncio
 import statistics
+from pathlib import Path
 
 import torch
 
@@ -16,17 +17,12 @@ from rlrun.algo import compute_advantages
 from rlrun.rollout.client import RolloutClient, Sampling, fill_sample
 from rlrun.train.base import TrainBatch
 
+TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cycled by data.num_epochs
+
 
 def request_seed(run_seed: int, rollout_id: int, index: int) -> int:
     """Per-request sampling seed: a resumed run draws the very same samples as the original."""
     return (run_seed * 1_000_003 + rollout_id * 100_003 + index) % (2**31 - 1)
-
-
-def prompt_ids(tokenizer, text: str, chat_template: bool) -> list[int]:
-    if chat_template:
-        return list(tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=True,
-                                                  add_generation_prompt=True, return_dict=False))
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: list[int]) -> int:
@@ -58,14 +54,44 @@ def score(samples: list, rm_type: str, n: int) -> dict[str, float]:
     return metrics
 
 
-def keep_groups(samples: list, n: int, mode: str | None) -> list:
-    """rollout.dynamic_sampling: None keeps all; nonzero_std drops groups with one reward value."""
-    if mode is None:
-        return samples
-    if mode != "nonzero_std":
+def group_filter(mode: str | None):
+    """rollout.dynamic_sampling -> the GroupCollector keep function (None keeps every group)."""
+    from rlrun.data import reward_std_nonzero
+
+    if mode not in (None, "nonzero_std"):
         raise ValueError(f"rollout.dynamic_sampling={mode!r} is not one of null|nonzero_std")
-    groups = [samples[i:i + n] for i in range(0, len(samples), n)]
-    return [s for g in groups if len({x.reward for x in g}) > 1 for s in g]
+    return None if mode is None else reward_std_nonzero
+
+
+def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, train: bool = True):
+    """The training prompts (data.*) or an eval set (`path`) as a PromptDataset.
+
+    data.prompt_data=null means the packaged toy task: it is written once into the run dir, so
+    the run dir holds the exact prompts it trained on.
+    """
+    from rlrun.data import PromptDataset
+    from rlrun.data.toy import write_toy_jsonl
+
+    d = cfg.data
+    input_key = d.input_key
+    if path is None:
+        path = d.prompt_data
+        if path is None:
+            path = run_dir / "data" / "toy.jsonl"
+            if not path.exists():
+                write_toy_jsonl(path, TOY_PROMPTS, cfg.run.seed)
+            input_key = "input"  # the key write_toy_jsonl writes
+    return PromptDataset(path, input_key=input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+                         tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
+                         max_prompt_len=d.max_prompt_len, shuffle=d.shuffle and train, seed=cfg.run.seed,
+                         num_epochs=d.num_epochs if train else 1)
+
+
+def make_samples(items: list, n: int, group_offset: int) -> list:
+    """n Samples per prompt item (a GRPO group), laid out group after group."""
+    from rlrun.data import make_group
+
+    return [s for g, item in enumerate(items) for s in make_group(item, n, group_offset + g)]
 
 
 def to_train_batch(samples: list) -> TrainBatch:
@@ -104,56 +130,3 @@ def rollout_metrics(samples: list, prefix: str = "rollout") -> dict[str, float]:
             f"{prefix}/response_len_mean": statistics.fmean(lengths),
             f"{prefix}/truncated_frac": truncated / len(samples),
             f"{prefix}/samples": float(len(samples))}
-
-
-class PromptOrder:
-    """Deterministic, resumable order over a prompt list: epoch e is a permutation seeded by
-    (seed, e), and `cursor` (prompts consumed) is all a checkpoint needs to continue it."""
-
-    def __init__(self, rows: list, seed: int, shuffle: bool):
-        if not rows:
-            raise ValueError("the prompt dataset is empty (data.prompt_data)")
-        self.rows, self.seed, self.shuffle = rows, seed, shuffle
-        self.cursor = 0
-        self._epoch, self._perm = -1, []
-
-    def _order(self, epoch: int) -> list[int]:
-        if epoch != self._epoch:
-            g = torch.Generator().manual_seed(self.seed * 7919 + epoch)
-            n = len(self.rows)
-            self._perm = torch.randperm(n, generator=g).tolist() if self.shuffle else list(range(n))
-            self._epoch = epoch
-        return self._perm
-
-    def take(self, k: int) -> list:
-        out = []
-        for _ in range(k):
-            epoch, pos = divmod(self.cursor, len(self.rows))
-            out.append(self.rows[self._order(epoch)[pos]])
-            self.cursor += 1
-        return out
-
-
-def load_prompts(data_cfg, seed: int) -> list[dict]:
-    """Rows {prompt, label, metadata} of the training prompts."""
-    from rlrun.data.toy import toy_dataset
-
-    rows = toy_dataset(4096, seed)
-    return [{"prompt": r["input"], "label": r["label"], "metadata": r["metadata"]} for r in rows]
-
-
-def load_eval_prompts(data_cfg, ds) -> list[dict]:
-    raise NotImplementedError
-
-
-def make_samples(rows: list, n: int, tokenizer, data_cfg, group_offset: int) -> list:
-    """n Samples per row (a GRPO group), prompt tokenised once per row."""
-    from rlrun.data import Sample
-
-    out = []
-    for g, row in enumerate(rows):
-        ids = prompt_ids(tokenizer, row["prompt"], data_cfg.apply_chat_template)
-        for _ in range(n):
-            out.append(Sample(prompt=row["prompt"], prompt_tokens=ids, label=row["label"],
-                              metadata=dict(row.get("metadata") or {}), group_id=group_offset + g))
-    return out
