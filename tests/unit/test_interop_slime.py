@@ -238,3 +238,12 @@ def test_docs_mapping_table_is_generated_from_the_table():
     start, end = page.index(BEGIN), page.index(END) + len(END)
     assert page[start:end] + "\n" == mapping_markdown(), \
         "docs/slime.md is stale: regenerate its table with `python -m rlrun.interop.slime_docs`"
+
+
+def test_rlrun_cli_dispatches_export_and_import(tmp_path, capsys):
+    from rlrun.cli import main
+
+    assert main(["export", "slime", "experiment=qwen3-4b-grpo-mi300x"]) == 0
+    assert "--rollout-temperature 0.8" in capsys.readouterr().out
+    assert main(["import", "slime", str(SEED), "--out", str(tmp_path / "experiment" / "seed.yaml")]) == 0
+    assert (tmp_path / "experiment" / "seed.yaml").read_text().startswith("# @package _global_")

@@ -67,9 +67,18 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     return 1 if result.problems else 0
 
 
+def _with_verb(argv: list[str]) -> list[str]:
+    """Accept argv without the verb too (`["slime", ...]`, as a dispatcher that strips it passes it):
+    export takes only overrides (key=value) and options, import takes a script path first."""
+    if argv[:1] != ["slime"]:
+        return argv
+    positional = [a for a in argv[1:] if not a.startswith("-") and "=" not in a and not a.startswith("~")]
+    return ["import" if positional and positional[0].endswith(".sh") else "export", *argv]
+
+
 def cli_main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    argv = list(argv)
+    argv = _with_verb(list(argv))
     if len(argv) < 2 or argv[0] not in ("export", "import") or argv[1] != "slime":
         err.write(f"usage:\n{USAGE}\n")
         return 2
