@@ -88,9 +88,17 @@ def test_moe_layer_freq(freq, first_k):
     assert v["model.moe.first_k_dense"] == first_k
 
 
-def test_moe_layer_freq_from_a_loop_is_reported():
-    d = decode(parse_args(["--num-layers", "4", "--num-experts", "8", "--moe-layer-freq", "${MOE_LAYER_FREQ}"]))
-    assert "layer pattern" in d.unknown[0][1]
+def test_values_the_script_computes_at_run_time_are_reported_not_imported():
+    d = decode(parse_args(["--num-layers", "4", "--num-experts", "8", "--moe-layer-freq", "${MOE_LAYER_FREQ}",
+                           "--sglang-cuda-graph-bs", "1", "2", "$(seq 16 8 256)"]))
+    assert [o.flag for o, _ in d.unknown] == ["--moe-layer-freq", "--sglang-cuda-graph-bs"]
+    assert all("computed when the script runs" in why for _, why in d.unknown)
+    assert "rollout.sglang" not in d.values and d.values["model.moe.first_k_dense"] == 0
+
+
+def test_megatron_derives_kv_channels_when_absent():
+    v = decode(parse_args(args("--num-layers 2 --hidden-size 4096 --num-attention-heads 32"))).values
+    assert v["model.head_dim"] == 128
 
 
 def test_every_config_leaf_is_mapped_special_or_listed():

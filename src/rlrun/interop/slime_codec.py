@@ -277,6 +277,9 @@ class _Decoder:
         self.seen[flag] = occ
         if not flag:
             self.unknown.append((occ, "words before the first flag"))
+        elif any("${" in v or "$(" in v for v in vals):
+            self.unknown.append((occ, "its value is computed when the script runs (see the notes); "
+                                      "write the value into the experiment by hand"))
         elif flag in SECRET_FLAGS:
             self.unknown.append((occ, "a credential: not copied into the config (set WANDB_API_KEY instead)"))
         elif flag == "--offload":  # slime: both --offload-train and --offload-rollout

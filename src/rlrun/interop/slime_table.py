@@ -85,7 +85,8 @@ ROWS: tuple[Row, ...] = (
     Row("model.hidden_size", "--hidden-size", "MODEL_ARGS", type=int, always=True),
     Row("model.ffn_hidden_size", "--ffn-hidden-size", "MODEL_ARGS", type=int, always=True),
     Row("model.num_attention_heads", "--num-attention-heads", "MODEL_ARGS", type=int, always=True),
-    Row("model.head_dim", "--kv-channels", "MODEL_ARGS", type=int, always=True),
+    Row("model.head_dim", "--kv-channels", "MODEL_ARGS", type=int, always=True,
+        default=lambda v: v["model.hidden_size"] // v["model.num_attention_heads"]),  # Megatron's default
     Row("model.vocab_size", "--vocab-size", "MODEL_ARGS", type=int, always=True),
     Row("model.rotary_base", "--rotary-base", "MODEL_ARGS", type=float, default=10000.0, always=True),
     Row("model.rotary_percent", "--rotary-percent", "MODEL_ARGS", type=float, default=1.0),
