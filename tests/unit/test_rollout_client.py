@@ -1,32 +1,14 @@
 """The async rollout client against an in-process hf engine: groups, batches, retries, errors."""
 import asyncio
-from dataclasses import dataclass, field
 
 import pytest
 
+from rlrun.data import Sample, Status
 from rlrun.rollout.client import RolloutClient, RolloutError, Sampling, fill_sample
 from rlrun.rollout.hf_engine import HFEngine
 from rlrun.rollout.hf_server import ThreadedServer
 from rlrun.rollout.process import free_port
 from rlrun.rollout.tiny_model import save_tiny_model
-
-try:
-    from rlrun.data import Sample
-except ImportError:  # rlrun.data lands in parallel; same field names (docs/CONTRACT.md)
-    @dataclass
-    class Sample:
-        prompt: str = ""
-        prompt_tokens: list = field(default_factory=list)
-        response: str = ""
-        response_tokens: list = field(default_factory=list)
-        loss_mask: list = field(default_factory=list)
-        reward: float | None = None
-        label: str | None = None
-        rollout_logprobs: list = field(default_factory=list)
-        status: str = "pending"
-        metadata: dict = field(default_factory=dict)
-        group_id: int = 0
-        weight_version: str | None = None
 
 
 @pytest.fixture(scope="module")
@@ -67,20 +49,21 @@ def test_generate_batch_fills_samples(url):
     for s in samples:
         assert 1 <= len(s.response_tokens) <= 5
         assert len(s.rollout_logprobs) == len(s.response_tokens) == len(s.loss_mask)
-        assert str(getattr(s.status, "value", s.status)) in ("completed", "truncated")
-        assert s.weight_version == "default" and s.metadata["finish_reason"]["type"] in ("stop", "length")
+        assert s.status in (Status.COMPLETED, Status.TRUNCATED)
+        assert s.weight_version is None  # SGLang's "default": no weight update yet
+        assert s.metadata["finish_reason"]["type"] in ("stop", "length")
     assert samples[1].metadata["finish_reason"]["type"] == "length" or samples[1].response_tokens[-1] == 1
 
 
 def test_fill_sample_maps_finish_reason_to_status():
-    s = Sample()
+    s = Sample(prompt="p")
     fill_sample(s, {"text": "x", "output_ids": [4], "meta_info": {
         "finish_reason": {"type": "abort", "message": "m"}, "weight_version": "9",
         "output_token_logprobs": [[-0.25, 4, None]]}})
-    assert str(getattr(s.status, "value", s.status)) == "aborted"
-    assert s.rollout_logprobs == [-0.25] and s.weight_version == "9"
+    assert s.status is Status.ABORTED
+    assert s.rollout_logprobs == [-0.25] and s.weight_version == 9
     with pytest.raises(RolloutError, match="return_logprob"):
-        fill_sample(Sample(), {"text": "", "output_ids": [1], "meta_info": {
+        fill_sample(Sample(prompt="p"), {"text": "", "output_ids": [1], "meta_info": {
             "finish_reason": {"type": "stop"}, "weight_version": "1"}})
 
 

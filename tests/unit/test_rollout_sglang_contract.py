@@ -97,7 +97,7 @@ def test_server_args_for_the_seed_recipe_on_mi300x():
 
 def test_server_args_for_a_disaggregated_h100_config_with_offload_and_extras():
     cfg = load(["hardware=h100", "model=qwen3-4b", "checkpoint.hf=/ckpt/qwen3-4b", "train.colocate=false",
-                "rollout.num_gpus=4", "rollout.gpus_per_engine=2", "rollout.offload=true",
+                "train.gpus_per_node=4", "rollout.num_gpus=4", "rollout.gpus_per_engine=2", "rollout.offload=true",
                 "+rollout.sglang.cuda_graph_max_bs=64", "+rollout.sglang.disable_radix_cache=true",
                 "+rollout.sglang.attention_backend=fa3"])
     args = server_args(cfg, EngineSlot(rank=1, base_gpu_id=2, port=32000, nccl_port=32001))

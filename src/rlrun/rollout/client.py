@@ -18,8 +18,10 @@ import aiohttp
 
 from rlrun.rollout import api
 
-# finish_reason.type -> Sample status (slime's Sample.Status values)
-STATUS_BY_FINISH = {"stop": "completed", "length": "truncated", "abort": "aborted"}
+from rlrun.data import Status
+
+# finish_reason.type -> Sample status
+STATUS_BY_FINISH = {"stop": Status.COMPLETED, "length": Status.TRUNCATED, "abort": Status.ABORTED}
 
 
 class RolloutError(RuntimeError):
@@ -154,10 +156,15 @@ def fill_sample(sample, out: dict) -> None:
     sample.response_tokens = tokens
     sample.rollout_logprobs = logprobs
     sample.loss_mask = [1] * len(tokens)
-    sample.weight_version = meta["weight_version"]
-    status = STATUS_BY_FINISH[meta["finish_reason"]["type"]]
-    status_type = getattr(type(sample), "Status", None)  # rlrun.data.Sample may use an enum
-    sample.status = status_type(status) if status_type is not None else status
-    if getattr(sample, "metadata", None) is None:
-        sample.metadata = {}
+    sample.weight_version = weight_version_number(meta["weight_version"])
+    sample.status = STATUS_BY_FINISH[meta["finish_reason"]["type"]]
     sample.metadata["finish_reason"] = meta["finish_reason"]
+
+
+def weight_version_number(version: str) -> int | None:
+    """SGLang's weight_version is a string; rlrun pushes the trainer step as str(int) and Sample keeps
+    an int. The initial weights report SGLang's "default" -> None (no update yet)."""
+    try:
+        return int(version)
+    except (TypeError, ValueError):
+        return None

@@ -14,6 +14,7 @@ router on the remaining engines, so the rollout step completes with every sample
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -33,15 +34,18 @@ class HFEngineProcess:
     """`python -m rlrun.rollout.hf_engine` as a child process on this machine."""
 
     def __init__(self, model_dir: str | Path, *, seed: int = 0, log_dir: str | Path = "/tmp/rlrun-engines",
-                 host: str = "127.0.0.1", threads: int = 1, max_batch_size: int = 64):
+                 host: str = "127.0.0.1", threads: int = 1, max_batch_size: int = 64,
+                 device: str = "cpu", dtype: str = "float32", env: dict[str, str] | None = None):
         self.port = free_port(host)
         self.url = f"http://{host}:{self.port}"
         argv = [sys.executable, "-m", "rlrun.rollout.hf_engine", "--model-dir", str(model_dir),
                 "--host", host, "--port", str(self.port), "--seed", str(seed), "--threads", str(threads),
-                "--max-batch-size", str(max_batch_size)]
-        self.process = ServerProcess(f"hf engine {self.url}", argv, Path(log_dir) / f"hf-engine-{self.port}.log")
+                "--max-batch-size", str(max_batch_size), "--device", device, "--dtype", dtype]
+        self.process = ServerProcess(f"hf engine {self.url}", argv, Path(log_dir) / f"hf-engine-{self.port}.log",
+                                     env={**os.environ, **env} if env else None)
 
-    def start(self, timeout_s: float = 120.0) -> "HFEngineProcess":
+    def start(self) -> "HFEngineProcess":
+        """Returns at once; wait_healthy() waits (start several, then wait: startups overlap)."""
         self.process.start()
         return self
 

@@ -58,7 +58,7 @@ def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], 
             drop = (torch.cumsum(sorted_p, 0) - sorted_p) >= sp.top_p * sorted_p.sum()
             sorted_p[drop] = 0.0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-        tokens.append(int(torch.multinomial(probs.cpu(), 1, generator=seq.generator)))
+        tokens.append(int(torch.multinomial(probs, 1, generator=seq.generator)))  # generator on probs' device
     chosen = logprobs.gather(1, torch.tensor(tokens, device=logits.device)[:, None])[:, 0]
     return tokens, chosen.tolist()
 

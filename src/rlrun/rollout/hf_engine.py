@@ -30,6 +30,7 @@ class HFEngine:
                  max_batch_size: int = 64, batch_wait_s: float = 0.005,
                  weight_version: str = DEFAULT_WEIGHT_VERSION):
         self.model = model.eval()
+        self.device = next(model.parameters()).device
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.weight_version = weight_version
@@ -55,12 +56,15 @@ class HFEngine:
         self._thread.start()
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, **kwargs) -> "HFEngine":
+    def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", dtype: str = "float32",
+                 **kwargs) -> "HFEngine":
+        """device: "cpu" or "cuda[:i]" (in a Ray actor, "cuda" is the actor's GPU); dtype: float32 on
+        CPU, bfloat16 on GPU (what SGLang serves)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=W.dtype_from_name(dtype))
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        return cls(model, tokenizer, model_path=str(model_dir), **kwargs)
+        return cls(model.to(device), tokenizer, model_path=str(model_dir), **kwargs)
 
     # ------------------------------------------------------------------ generation
     def new_rid(self) -> str:
@@ -80,7 +84,8 @@ class HFEngine:
                 seed = item.sampling.sampling_seed
                 if seed is None:
                     seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
-                seq = Sequence(item.rid, list(ids), item.sampling, torch.Generator().manual_seed(seed),
+                generator = torch.Generator(device=self.device).manual_seed(seed)
+                seq = Sequence(item.rid, list(ids), item.sampling, generator,
                                return_logprob=item.return_logprob)
                 fut: Future = Future()
                 self._queue.append((seq, fut))
@@ -203,8 +208,7 @@ class HFEngine:
         if group_name not in self._groups:
             raise RequestError(f"weight update group {group_name!r} does not exist; call "
                                f"/init_weights_update_group first (known: {sorted(self._groups)})")
-        device = next(self.model.parameters()).device
-        tensors = [torch.empty(shape, dtype=W.dtype_from_name(dt), device=device)
+        tensors = [torch.empty(shape, dtype=W.dtype_from_name(dt), device=self.device)
                    for dt, shape in zip(dtypes, shapes)]
         W.broadcast_tensors(self._groups[group_name], tensors)
         return self.load_named(list(zip(names, tensors)), version)
@@ -235,11 +239,12 @@ class HFEngineActor:
     """Ray actor body: builds the engine and serves it on a free port of the actor's node."""
 
     def __init__(self, model_dir: str, *, seed: int = 0, host: str = "127.0.0.1", port: int = 0,
-                 weight_version: str = DEFAULT_WEIGHT_VERSION, max_batch_size: int = 64):
+                 weight_version: str = DEFAULT_WEIGHT_VERSION, max_batch_size: int = 64,
+                 device: str = "cpu", dtype: str = "float32"):
         from rlrun.rollout.hf_server import ThreadedServer
 
         self.engine = HFEngine.from_dir(model_dir, seed=seed, weight_version=weight_version,
-                                        max_batch_size=max_batch_size)
+                                        max_batch_size=max_batch_size, device=device, dtype=dtype)
         self.server = ThreadedServer(self.engine, host, port)
 
     def start(self) -> str:
@@ -272,13 +277,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--weight-version", default=DEFAULT_WEIGHT_VERSION)
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from rlrun.rollout.hf_server import serve_forever
 
     engine = HFEngine.from_dir(args.model_dir, seed=args.seed, weight_version=args.weight_version,
-                               max_batch_size=args.max_batch_size)
+                               max_batch_size=args.max_batch_size, device=args.device, dtype=args.dtype)
     serve_forever(engine, args.host, args.port)
 
 
