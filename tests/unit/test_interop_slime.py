@@ -93,7 +93,8 @@ def test_values_the_script_computes_at_run_time_are_reported_not_imported():
                            "--sglang-cuda-graph-bs", "1", "2", "$(seq 16 8 256)"]))
     assert [o.flag for o, _ in d.unknown] == ["--moe-layer-freq", "--sglang-cuda-graph-bs"]
     assert all("computed when the script runs" in why for _, why in d.unknown)
-    assert "rollout.sglang" not in d.values and d.values["model.moe.first_k_dense"] == 0
+    # the layer pattern is unknown, so the model group keeps its own (not a made-up 0)
+    assert "rollout.sglang" not in d.values and "model.moe.first_k_dense" not in d.values
 
 
 def test_megatron_derives_kv_channels_when_absent():
@@ -255,3 +256,16 @@ def test_rlrun_cli_dispatches_export_and_import(tmp_path, capsys):
     assert "--rollout-temperature 0.8" in capsys.readouterr().out
     assert main(["import", "slime", str(SEED), "--out", str(tmp_path / "experiment" / "seed.yaml")]) == 0
     assert (tmp_path / "experiment" / "seed.yaml").read_text().startswith("# @package _global_")
+
+
+def test_import_env_option_supplies_variables_the_script_expects(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(SEED.read_text().replace("${MODEL_DIR}/Qwen3-4B\n", "${BASE_DIR}/Qwen3-4B\n"))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "qwen3-4B.sh").write_text((DATA / "models" / "qwen3-4B.sh").read_text())
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["import", "slime", str(script), "--env", "BASE_DIR=/data"], out, err) == 0
+    assert "  hf: /data/Qwen3-4B\n" in out.getvalue()
+    err = io.StringIO()
+    assert cli_main(["import", "slime", str(script), "--env", "BASE_DIR"], io.StringIO(), err) == 2
+    assert "NAME=VALUE" in err.getvalue()

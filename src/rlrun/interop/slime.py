@@ -19,7 +19,7 @@ USAGE = """\
 rlrun export slime [--config-dir DIR] [overrides ...]
     print the slime launch (env exports, flag arrays, ray job submit line) for the resolved config
 rlrun import slime SCRIPT.sh [--out conf/experiment/NAME.yaml] [--name NAME] [--config-dir DIR]
-                             [--model M] [--algo A] [--hardware H] [--parallelism P] [--data D]
+                             [--env NAME=VALUE ...] [--model M] [--algo A] [--hardware H] [--parallelism P] [--data D]
     read a slime run script (without running it) and write an rlrun experiment that reproduces it"""
 
 
@@ -47,13 +47,20 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     parser.add_argument("--out", default=None, help="write the experiment here (default: print it)")
     parser.add_argument("--name", default=None, help="experiment name (default: --out's or the script's stem)")
     parser.add_argument("--config-dir", default=None, help="an extra config dir to compose with")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable the script expects from its caller (e.g. BASE_DIR=/data); repeatable")
     for group in ("model", "algo", "hardware", "parallelism", "data"):
         parser.add_argument(f"--{group}", default=None, help=f"use this {group} group instead of the best match")
     args = parser.parse_args(argv)
     forced = {g: getattr(args, g) for g in ("model", "algo", "hardware", "parallelism", "data") if getattr(args, g)}
     name = args.name or (experiment_name(args.out) if args.out else None)
+    bad = [e for e in args.env if "=" not in e]
+    if bad:
+        err.write(f"rlrun import slime: --env takes NAME=VALUE, got {bad}\n")
+        return 2
+    environ = dict(e.split("=", 1) for e in args.env)
     try:
-        result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced)
+        result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced, environ=environ)
     except (ScriptError, BashSyntaxError) as exc:
         err.write(f"rlrun import slime: {exc}\n")
         return 2

@@ -393,7 +393,7 @@ class _Decoder:
             v.setdefault("model.post_norms", False)
             if "--num-experts" not in self.seen:
                 v["model.moe"] = None
-            else:
+            elif "--moe-layer-freq" not in self.seen:  # absent: every layer is MoE (Megatron's default 1)
                 v.setdefault("model.moe.first_k_dense", 0)
             if "--multi-latent-attention" not in self.seen:
                 v["model.mla"] = None

@@ -65,12 +65,13 @@ def experiment_name(path: str | Path) -> str:
 
 
 def import_script(script_path: str | Path, name: str | None = None, config_dir: Any = None,
-                  forced: dict[str, str] | None = None) -> ImportResult:
+                  forced: dict[str, str] | None = None, environ: dict[str, str] | None = None) -> ImportResult:
     """Read a slime script and build the experiment YAML; validate it with rlrun.config.load.
+    `environ` plays the variables the script expects from its caller (e.g. {"BASE_DIR": "/data"}).
     Raises ScriptError when the script has no train.py launch to read."""
     from rlrun.config.compose import Composer, conf_dir
 
-    script = read_script(script_path)
+    script = read_script(script_path, environ)
     if script.launch is None:
         raise ScriptError(f"{script_path}: no `ray job submit ... -- python3 train.py ...` line found; "
                           "rlrun reads the arguments of that line")
