@@ -100,3 +100,23 @@ def test_per_request_timeout(url):
 
     with pytest.raises(RolloutError, match="TimeoutError"):
         run(go())
+
+
+def test_generate_batch_with_seeds_is_reproducible(url):
+    def once():
+        samples = [Sample(prompt="", prompt_tokens=[3, 4]) for _ in range(4)]
+
+        async def go():
+            async with RolloutClient(url) as client:
+                await client.generate_batch(samples, Sampling(max_new_tokens=6), seeds=[11, 12, 13, 14])
+
+        run(go())
+        return [s.response_tokens for s in samples]
+
+    first = once()
+    assert once() == first and len({tuple(t) for t in first}) > 1
+    with pytest.raises(ValueError, match="4 samples but 1 seeds"):
+        async def bad():
+            async with RolloutClient(url) as client:
+                await client.generate_batch([Sample(prompt="a")] * 4, Sampling(max_new_tokens=1), seeds=[1])
+        run(bad())

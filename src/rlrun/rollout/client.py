@@ -126,17 +126,22 @@ class RolloutClient:
         kwargs = {"input_ids": prompt} if isinstance(prompt, list) else {"text": prompt}
         return list(await asyncio.gather(*(self.generate(sampling=sampling, **kwargs) for _ in range(n))))
 
-    async def generate_batch(self, samples: Iterable, sampling: Sampling) -> list:
-        """Generates one response per sample and fills the samples in place (see fill_sample)."""
+    async def generate_batch(self, samples: Iterable, sampling: Sampling,
+                             seeds: list[int] | None = None) -> list:
+        """Generates one response per sample and fills the samples in place (see fill_sample).
+        seeds: one sampling_seed per sample for reproducible rollouts (None: engine-chosen)."""
         samples = list(samples)
+        seeds = seeds if seeds is not None else [None] * len(samples)
+        if len(seeds) != len(samples):
+            raise ValueError(f"generate_batch got {len(samples)} samples but {len(seeds)} seeds")
 
-        async def one(sample):
+        async def one(sample, seed):
             out = await self.generate(text=sample.prompt, input_ids=sample.prompt_tokens or None,
-                                      sampling=sampling)
+                                      sampling=sampling, seed=seed)
             fill_sample(sample, out)
             return sample
 
-        return list(await asyncio.gather(*(one(s) for s in samples)))
+        return list(await asyncio.gather(*(one(s, seed) for s, seed in zip(samples, seeds))))
 
     async def abort_all(self, engine_urls: list[str]) -> None:
         """/abort_request to every engine (the router forwards a request to one engine only)."""

@@ -30,7 +30,6 @@ class HFEngine:
                  max_batch_size: int = 64, batch_wait_s: float = 0.005,
                  weight_version: str = DEFAULT_WEIGHT_VERSION):
         self.model = model.eval()
-        self.device = next(model.parameters()).device
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.weight_version = weight_version
@@ -54,6 +53,11 @@ class HFEngine:
         self._groups: dict[str, object] = {}
         self._thread = threading.Thread(target=self._loop, name="hf-engine-scheduler", daemon=True)
         self._thread.start()
+
+    @property
+    def device(self) -> torch.device:
+        # read each time: a caller (e.g. a Ray actor placed on a GPU) may move the model after init
+        return next(self.model.parameters()).device
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", dtype: str = "float32",
