@@ -10,7 +10,8 @@ from rlrun.config import load
 from rlrun.config.plan import make_plan
 from rlrun.interop.bash_script import read_script
 from rlrun.interop.slime import cli_main
-from rlrun.interop.slime_codec import decode, encode, flag_set, parse_args
+from rlrun.interop.slime_decode import decode, flag_set, parse_args
+from rlrun.interop.slime_encode import encode
 from rlrun.interop.slime_export import render_script
 from rlrun.interop.slime_import import import_script
 from rlrun.interop.slime_table import NO_FLAG, ROWS, SPECIAL

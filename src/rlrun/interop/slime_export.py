@@ -10,7 +10,8 @@ import json
 import shlex
 from typing import Any, Sequence
 
-from rlrun.interop.slime_codec import encode, fmt, get_path
+from rlrun.interop.slime_encode import encode
+from rlrun.interop.slime_values import fmt, get_path
 from rlrun.interop.slime_table import ARRAYS, DEFAULT_SUBMIT_ADDRESS, NO_FLAG
 
 _INDENT = "   "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlrun.interop.slime_codec import get_path, same
+from rlrun.interop.slime_values import get_path, same
 
 SCORED_GROUPS = ("model", "algo", "hardware", "parallelism", "data")
 # Ties go to the first of these (the profiles slime's own recipes were written for).

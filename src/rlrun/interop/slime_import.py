@@ -1,7 +1,7 @@
 """Turn a slime run script into an rlrun experiment (`conf/experiment/NAME.yaml`): the matching groups
 in a defaults list, then only the settings where the script differs from them.
 
-The script is read, never run (bash_script.py). Values mean what slime would do (slime_codec.decode
+The script is read, never run (bash_script.py). Values mean what slime would do (slime_decode.decode
 fills slime's defaults for absent flags), so the experiment reproduces the script's run rather than
 rlrun's defaults. Flags rlrun has no setting for are reported and listed at the end of the YAML.
 """
@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from rlrun.interop.bash_script import ScriptError, read_script
-from rlrun.interop.slime_codec import Occ, decode, get_path, parse_args, same
+from rlrun.interop.slime_decode import Occ, decode, parse_args
+from rlrun.interop.slime_values import get_path, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
 from rlrun.interop.slime_table import PLUMBING_ENV, RLRUN_DERIVED, SECRET_FLAGS
 

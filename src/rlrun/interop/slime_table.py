@@ -1,7 +1,7 @@
 """The rlrun <-> slime mapping, as data: one row per rlrun setting that slime (or Megatron/SGLang through
 slime) has a flag for, the bash array slime's scripts put it in, and what slime does when it is absent.
 
-Read by slime_codec.py (both directions) and rendered into docs/slime.md. Facts come from slime's
+Read by slime_encode.py and slime_decode.py and rendered into docs/slime.md. Facts come from slime's
 `slime/utils/arguments.py` (flag names, defaults, derivations in `slime_validate_args`), Megatron-LM's
 arguments (model/optimizer flags and their defaults) and sglang-router's RouterArgs. A test checks that
 every leaf of the resolved config appears here exactly once, either as a row, a special codec or a
@@ -223,7 +223,7 @@ ROWS: tuple[Row, ...] = (
     Row("logging.tensorboard", "--use-tensorboard", "MISC_ARGS", "true", default=False),
 )
 
-# Settings with a codec of their own in slime_codec.py (one flag is not one setting there).
+# Settings with a codec of their own in slime_encode.py/slime_decode.py (one flag is not one setting there).
 SPECIAL: dict[str, str] = {
     "model.num_query_groups": "`--group-query-attention --num-query-groups N` (absent: N = heads)",
     "model.rope_scaling_factor": "`--rotary-scaling-factor F` (llama family adds `--use-rope-scaling`); absent: 1",

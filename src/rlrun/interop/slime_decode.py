@@ -1,29 +1,24 @@
-"""Both directions of the slime mapping in slime_table.py: a resolved rlrun config (a plain dict) to slime
-flag arrays, and slime's train.py arguments back to rlrun dotted-path values.
-
-Decoding follows slime's semantics for absent flags (slime's or Megatron's default, or what
-`slime_validate_args` derives), so that an imported config behaves as the script did, not as rlrun's
-own defaults would. Everything that is not a known setting is kept in `Decoded.unknown` for the
-caller to report; nothing is dropped silently.
-"""
+"""slime's train.py arguments -> rlrun dotted-path values, with slime's semantics for absent flags (slime's
+or Megatron's default, or what `slime_validate_args` derives), so that an imported config behaves as the
+script did. Everything that is not a known setting lands in `Decoded.unknown` for the caller to report;
+nothing is dropped silently. `flag_set` makes two command lines comparable for round-trip checks."""
 
 from __future__ import annotations
 
 import difflib
-import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
-    ALIASES, ARRAYS, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, KEEP, LAUNCH, MOE_FLAGS,
-    ROWS, SECRET_FLAGS, Row, rows_by_flag,
+    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, KEEP, MOE_FLAGS, ROWS, SECRET_FLAGS, Row,
+    rows_by_flag,
 )
+from rlrun.interop.slime_values import same, slime_default
 
-# slime's own --sglang-* flags (not SGLang ServerArgs), which are rows or have no rlrun setting.
 _SLIME_SGLANG_FLAGS = {"--sglang-router-ip", "--sglang-router-port", "--sglang-config"}
 _ROPE_FLAGS = ("--use-rope-scaling", "--rotary-scaling-factor")
-_POST_NORM_FLAGS = ("--post-self-attn-layernorm", "--post-mlp-layernorm")
 _MOE_FREQ = re.compile(r"^\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*\(?\s*(\d+)\s*\)?\s*\)?$")
 
 
@@ -60,147 +55,6 @@ def _canonical(o: Occ) -> Occ:
     return Occ(key[0], key[1], o.where) if key else o
 
 
-def fmt(value: Any) -> str:
-    """A value as slime's scripts write it: 1e-6 rather than 1e-06, True as a bare flag elsewhere."""
-    if isinstance(value, float):
-        text = repr(value)
-        return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m.group(1) == "-" else "") + m.group(2), text)
-    return str(value)
-
-
-def same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=0.0)
-    return a == b
-
-
-def get_path(tree: dict, path: str) -> Any:
-    node: Any = tree
-    for key in path.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)  # a missing key here is an absent optional section, never a default
-    return node
-
-
-def slime_default(row: Row, values: dict[str, Any]) -> Any:
-    """slime's value for an absent flag, given the other settings; KEEP when it cannot be known."""
-    if callable(row.default):
-        try:
-            return row.default(values)
-        except (KeyError, TypeError, ZeroDivisionError):
-            return KEEP
-    return row.default
-
-
-# ----------------------------------------------------------------------------------------------------
-# export: resolved config -> flags
-# ----------------------------------------------------------------------------------------------------
-@dataclass
-class Encoded:
-    arrays: dict[str, list[list[str]]]  # array -> flags, each [flag, *values]
-    launch: list[list[str]]
-    entry: str
-    comments: dict[str, list[str]] = field(default_factory=dict)  # array -> comment lines
-
-
-def flat_values(cfg: dict) -> dict[str, Any]:
-    return {r.path: get_path(cfg, r.path) for r in ROWS}
-
-
-def encode(cfg: dict) -> Encoded:
-    values = flat_values(cfg)
-    arrays: dict[str, list[list[str]]] = {a: [] for a in (*ARRAYS, LAUNCH)}
-    comments: dict[str, list[str]] = {a: [] for a in ARRAYS}
-    for row in ROWS:
-        if row.section and get_path(cfg, row.section) is None:
-            continue
-        tokens = _encode_row(row, values[row.path], values)
-        if tokens:
-            arrays[row.array].append(tokens)
-    _encode_model(cfg, arrays["MODEL_ARGS"])
-    _encode_misc(cfg, arrays, comments)
-    entry = ENTRY_ASYNC if cfg["train"]["async_train"] else "train.py"
-    launch = arrays.pop(LAUNCH)
-    return Encoded(arrays, launch, entry, comments)
-
-
-def _encode_row(row: Row, value: Any, values: dict[str, Any]) -> list[str] | None:
-    if value is None:
-        return None
-    default = slime_default(row, values)
-    if not row.always and default is not KEEP and same(value, default):
-        return None
-    to_slime = dict(row.values)
-    if row.type is int and isinstance(value, float):  # e.g. a float timeout for an int-typed slime flag
-        value = math.ceil(value)
-    if row.kind == "value":
-        return [row.flag, fmt(to_slime.get(value, value))]
-    if row.kind == "true":
-        return [row.flag] if value else None
-    if row.kind == "false":
-        return None if value else [row.flag]
-    if row.kind == "bool":
-        return [row.flag] if value else ["--no-" + row.flag[2:]]
-    if row.kind == "list":
-        return [row.flag, *map(fmt, value)] if value else None
-    raise ValueError(f"slime_table.py: row {row.path} has unknown kind {row.kind!r}")
-
-
-def _encode_model(cfg: dict, out: list[list[str]]) -> None:
-    m = cfg["model"]
-    out[:0] = [[flag, *vals] for flag, vals in FAMILY_FLAGS.get(m["family"], ()) if flag == "--spec"]
-    if m["num_query_groups"] != m["num_attention_heads"] and not m["mla"]:
-        out.append(["--group-query-attention"])
-        out.append(["--num-query-groups", str(m["num_query_groups"])])
-    if not same(m["rope_scaling_factor"], 1.0):
-        if m["family"] == "llama":
-            out.append(["--use-rope-scaling"])
-        out.append(["--rotary-scaling-factor", fmt(m["rope_scaling_factor"])])
-    if m["post_norms"]:
-        out.extend([[f] for f in _POST_NORM_FLAGS])
-    out.extend([flag, *vals] for flag, vals in FAMILY_FLAGS.get(m["family"], ()) if flag != "--spec")
-    if m["mla"]:
-        out.append(["--multi-latent-attention"])
-    if m["moe"]:
-        k, layers = m["moe"]["first_k_dense"], m["num_layers"]
-        if k:
-            out.append(["--moe-layer-freq", f"[0]*{k}+[1]*{layers - k}"])
-        out.extend([flag, *vals] for flag, vals in MOE_FLAGS)
-    for array, flag, vals in CONSTANT_FLAGS:
-        if array == "MODEL_ARGS":
-            out.append([flag, *vals])
-
-
-def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[str, list[str]]) -> None:
-    for array, flag, vals in CONSTANT_FLAGS:
-        if array != "MODEL_ARGS":
-            arrays[array].append([flag, *vals])
-    if not cfg["model"]["mla"]:
-        arrays[ATTENTION_BACKEND[0]].append([ATTENTION_BACKEND[1], *ATTENTION_BACKEND[2]])
-    datasets = cfg["eval"]["datasets"]
-    if datasets:
-        arrays["EVAL_ARGS"].append(["--eval-prompt-data", *[x for d in datasets for x in (d["name"], d["path"])]])
-    for d in datasets:
-        if d["rm_type"] != cfg["data"]["rm_type"]:
-            comments["EVAL_ARGS"].append(
-                f"eval.datasets[{d['name']}].rm_type={d['rm_type']}: slime scores eval with --rm-type "
-                f"({cfg['data']['rm_type']}) unless an --eval-config file says otherwise")
-    wandb = cfg["logging"]["wandb"]
-    if wandb["mode"] != "disabled":
-        arrays["MISC_ARGS"].extend([["--use-wandb"], ["--wandb-mode", wandb["mode"]]])
-        arrays["MISC_ARGS"].append(["--wandb-project", wandb["project"]])
-        if wandb["entity"]:
-            arrays["MISC_ARGS"].append(["--wandb-team", wandb["entity"]])
-    for key, value in cfg["rollout"]["sglang"].items():
-        flag = "--sglang-" + key.replace("_", "-")
-        if value is True:
-            arrays["SGLANG_ARGS"].append([flag])
-        elif isinstance(value, (list, tuple)):
-            arrays["SGLANG_ARGS"].append([flag, *map(fmt, value)])
-        elif value not in (None, False):
-            arrays["SGLANG_ARGS"].append([flag, fmt(value)])
-
 
 # ----------------------------------------------------------------------------------------------------
 # import: flags -> rlrun values
@@ -219,7 +73,7 @@ def known_flags() -> list[str]:
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
               "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
-              *_ROPE_FLAGS, *_POST_NORM_FLAGS}
+              *_ROPE_FLAGS, *POST_NORM_FLAGS}
     return sorted(flags)
 
 
@@ -320,7 +174,7 @@ class _Decoder:
         elif flag == "--rotary-scaling-factor":
             self.expect(occ, 1)
             self.set("model.rope_scaling_factor", float(vals[0]), occ)
-        elif flag in _POST_NORM_FLAGS:
+        elif flag in POST_NORM_FLAGS:
             self.set("model.post_norms", True, occ)
         elif flag == "--moe-layer-freq":
             self.moe_layer_freq(occ)
