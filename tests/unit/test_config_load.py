@@ -54,8 +54,8 @@ def test_derivations():
     cfg = load(["train.global_batch_size=16", "train.num_steps_per_rollout=null"])
     assert cfg.train.num_steps_per_rollout == 4  # 64 / 16
     assert cfg.algo.eps_clip_high == cfg.algo.eps_clip == 0.2
-    assert cfg.rollout.context_length == 256 and cfg.rollout.over_sampling_batch_size == 8
-    assert load(["rollout.n_samples_per_prompt=1"]).algo.normalize_std is False
+    assert cfg.rollout.context_length == 40960 and cfg.rollout.over_sampling_batch_size == 8
+    assert load(["algo=reinforce_plus_plus", "rollout.n_samples_per_prompt=1"]).algo.normalize_std is False
 
 
 def test_config_is_frozen():

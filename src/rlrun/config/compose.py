@@ -73,10 +73,21 @@ class Composer:
         from omegaconf.errors import OmegaConfBaseException
 
         overrides = tuple(overrides)
-        try:
-            cfg = compose(PRIMARY, overrides=list(overrides) + self._extra, return_hydra_config=True)
-        except (HydraException, OmegaConfBaseException) as e:
-            raise ConfigError([self._problem_from_hydra(e, overrides)]) from None
+        # Hydra stops at the first bad override; drop it and retry so that all of them are reported at once.
+        problems, todo = [], list(overrides)
+        while True:
+            try:
+                cfg = compose(PRIMARY, overrides=todo + self._extra, return_hydra_config=True)
+                break
+            except (HydraException, OmegaConfBaseException) as e:
+                problem = self._problem_from_hydra(e, todo)
+                problems.append(problem)
+                culprit = _culprit(problem, todo)
+                if culprit is None:
+                    raise ConfigError(problems) from None
+                todo.remove(culprit)
+        if problems:
+            raise ConfigError(problems)
         choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
         with open_dict(cfg):
             del cfg["hydra"]
@@ -110,6 +121,11 @@ class Composer:
         m = re.search(r"Could not find '([^']+)'", msg)
         if m:
             return Problem("", f"unknown config {m.group(1)!r}", "check the override's spelling", value=m.group(1))
+        bad = _unparsable(overrides)
+        if bad is not None:
+            key = bad.lstrip("+~").split("=", 1)[0]
+            return Problem(key, f"cannot parse the override {bad!r}", "quote values with special characters "
+                           "(key='a b'), close brackets ([1,2]) and write key=value", value=bad)
         first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
         return Problem("", f"cannot compose the config: {first}",
                        "check the override syntax: key=value, group=option, +new.key=value", value=list(overrides))
@@ -131,6 +147,27 @@ class Composer:
         from hydra.core.global_hydra import GlobalHydra
 
         return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def _unparsable(overrides: Sequence[str]) -> str | None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_override(o)
+        except Exception:
+            return o
+    return None
+
+
+def _culprit(problem: Problem, overrides: list[str]) -> str | None:
+    """The override a Hydra problem came from (an unknown key or group option), if any."""
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key.split("@")[0] == problem.path and (problem.value in (key, value) or problem.path == key):
+            return o
+    return None
 
 
 def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None) -> Composed:

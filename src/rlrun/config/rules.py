@@ -1,10 +1,265 @@
-"""Cross-field rules (REFERENCE.md §4: slime's rules and the gaps it leaves). Each rule returns Problems;
-check() runs them all so that every problem is reported at once."""
+"""Cross-field rules (REFERENCE.md §4): every rule slime applies, and the gaps it leaves. A rule is a small
+function RunConfig -> Problems; check() runs them all so that every problem is reported at once.
+Layout rules (parallelism, placement, hardware) live in layout_rules.py, the HF config.json check in
+hfcheck.py; this module holds batch, algorithm, sampling, data and training-schedule rules."""
 from __future__ import annotations
 
-from rlrun.config.errors import Problem
+from typing import Callable, Iterable, Iterator
+
+from rlrun.config.errors import Problem, did_you_mean
+from rlrun.config.plan import sample_tokens
 from rlrun.config.schema import RunConfig
+
+Rule = Callable[[RunConfig], Iterable[Problem]]
+RULES: list[Rule] = []
+GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+
+
+def rule(fn: Rule) -> Rule:
+    RULES.append(fn)
+    return fn
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    return []
+    from rlrun.config import hfcheck, layout_rules  # noqa: F401  (registers their rules)
+
+    return [p for r in RULES for p in r(cfg)]
+
+
+# ---- batch identity and schedule -------------------------------------------------------------------------
+
+@rule
+def batch_identity(cfg: RunConfig) -> Iterator[Problem]:
+    r, t = cfg.rollout, cfg.train
+    samples = r.rollout_batch_size * r.n_samples_per_prompt
+    if samples != t.global_batch_size * t.num_steps_per_rollout:
+        yield Problem("train.global_batch_size",
+                      f"batch identity broken: rollout_batch_size * n_samples_per_prompt = {r.rollout_batch_size} * "
+                      f"{r.n_samples_per_prompt} = {samples}, but global_batch_size * num_steps_per_rollout = "
+                      f"{t.global_batch_size} * {t.num_steps_per_rollout} = {t.global_batch_size * t.num_steps_per_rollout}",
+                      f"set train.num_steps_per_rollout=null to derive it (needs {samples} % global_batch_size == 0), "
+                      f"or train.global_batch_size=null to derive {samples} / num_steps_per_rollout",
+                      {"samples_per_rollout": samples, "global_batch_size": t.global_batch_size,
+                       "num_steps_per_rollout": t.num_steps_per_rollout})
+
+
+@rule
+def schedule(cfg: RunConfig) -> Iterator[Problem]:
+    total = cfg.rollout.num_rollout * cfg.train.num_steps_per_rollout
+    if cfg.optim.lr_warmup_iters >= total and cfg.optim.lr_warmup_iters > 0:
+        yield Problem("optim.lr_warmup_iters", f"warmup of {cfg.optim.lr_warmup_iters} steps never ends: the run "
+                      f"has {total} optimizer steps ({cfg.rollout.num_rollout} rollouts x "
+                      f"{cfg.train.num_steps_per_rollout})", f"set optim.lr_warmup_iters below {total}",
+                      cfg.optim.lr_warmup_iters)
+    if cfg.optim.min_lr > cfg.optim.lr:
+        yield Problem("optim.min_lr", f"min_lr {cfg.optim.min_lr} is above lr {cfg.optim.lr}",
+                      f"set optim.min_lr <= {cfg.optim.lr}", cfg.optim.min_lr)
+
+
+@rule
+def micro_batches(cfg: RunConfig) -> Iterator[Problem]:
+    t, p = cfg.train, cfg.parallelism
+    dp_size = t.num_gpus // (p.tp * p.pp * p.cp)
+    if dp_size < 1 or t.num_gpus % (p.tp * p.pp * p.cp):
+        return  # reported by the world-size rule
+    if t.global_batch_size % dp_size:
+        yield Problem("train.global_batch_size", f"global_batch_size {t.global_batch_size} does not split over "
+                      f"DP {dp_size} ranks (world {t.num_gpus} / (TP {p.tp} * PP {p.pp} * CP {p.cp}))",
+                      f"use a global_batch_size that is a multiple of {dp_size}", t.global_batch_size)
+    elif not t.use_dynamic_batch_size and (t.global_batch_size // dp_size) % t.micro_batch_size:
+        per = t.global_batch_size // dp_size
+        yield Problem("train.micro_batch_size", f"{per} samples per DP rank per step are not a multiple of "
+                      f"micro_batch_size {t.micro_batch_size}", f"use a micro_batch_size that divides {per}",
+                      t.micro_batch_size)
+
+
+@rule
+def dynamic_batching(cfg: RunConfig) -> Iterator[Problem]:
+    t = cfg.train
+    if not t.use_dynamic_batch_size:
+        return
+    if t.max_tokens_per_gpu is None:
+        yield Problem("train.max_tokens_per_gpu", "dynamic batching (train.use_dynamic_batch_size=true) needs a "
+                      "token budget per GPU", "set train.max_tokens_per_gpu (e.g. max prompt + response length)")
+        return
+    need, cp = _one_sample_tokens(cfg), cfg.parallelism.cp
+    for key, budget in (("max_tokens_per_gpu", t.max_tokens_per_gpu),
+                        ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu)):
+        if budget is not None and budget * cp < need:
+            yield Problem(f"train.{key}", f"{budget} tokens{f' x CP {cp}' if cp > 1 else ''} cannot hold one "
+                          f"sample of up to {need} tokens ({_sample_desc(cfg)})",
+                          f"set train.{key} >= {-(-need // cp)} or shorten the prompt/response limits", budget)
+
+
+def _one_sample_tokens(cfg: RunConfig) -> int:
+    # Without a prompt-length filter only the response is known; the rule then checks that much.
+    return sample_tokens(cfg) if cfg.data.max_prompt_len is not None else cfg.rollout.max_response_len + 1
+
+
+def _sample_desc(cfg: RunConfig) -> str:
+    if cfg.data.max_prompt_len is None:
+        return f"response {cfg.rollout.max_response_len} + at least 1 prompt token"
+    return f"prompt {cfg.data.max_prompt_len} + response {cfg.rollout.max_response_len}"
+
+
+# ---- algorithm -------------------------------------------------------------------------------------------
+
+@rule
+def kl(cfg: RunConfig) -> Iterator[Problem]:
+    a = cfg.algo
+    if a.use_kl_loss and a.kl_loss_coef != 0 and a.kl_coef != 0:
+        yield Problem("algo.kl_coef", f"KL is applied twice: in the reward (kl_coef {a.kl_coef}) and as a loss "
+                      f"(kl_loss_coef {a.kl_loss_coef})", "set algo.kl_coef=0 or algo.kl_loss_coef=0",
+                      a.kl_coef)
+    # KL needs a reference model. With neither hf nor ref the reference is the (seeded) random init, which is
+    # the initial policy only when training starts from it too; a policy loaded from checkpoint.load would be
+    # pulled towards random weights.
+    needs_ref = a.use_kl_loss or a.kl_coef != 0
+    ck = cfg.checkpoint
+    if needs_ref and ck.ref is None and ck.load is not None:
+        yield Problem("checkpoint.ref", f"KL (algo.use_kl_loss or algo.kl_coef) needs a reference model; the policy "
+                      f"comes from checkpoint.load {ck.load} but checkpoint.ref and checkpoint.hf are null",
+                      "set checkpoint.ref (or checkpoint.hf) to the model the run started from, or "
+                      "algo.use_kl_loss=false and algo.kl_coef=0", None)
+
+
+@rule
+def estimator(cfg: RunConfig) -> Iterator[Problem]:
+    a, n = cfg.algo, cfg.rollout.n_samples_per_prompt
+    if a.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not a.normalize_advantages:
+        yield Problem("algo.normalize_advantages", f"{a.advantage_estimator} needs advantage whitening",
+                      "set algo.normalize_advantages=true", a.normalize_advantages)
+    if a.advantage_estimator in GROUP_ESTIMATORS and n == 1:
+        yield Problem("rollout.n_samples_per_prompt", f"{a.advantage_estimator} compares samples within a group; "
+                      "with one sample per prompt every advantage is 0 and nothing is learned",
+                      "set rollout.n_samples_per_prompt >= 2 (8 is usual), or algo=reinforce_plus_plus / ppo", n)
+    if a.dual_clip_c is not None and a.dual_clip_c <= 1:
+        yield Problem("algo.dual_clip_c", f"dual-clip c must be > 1, got {a.dual_clip_c}",
+                      "set algo.dual_clip_c=3.0 (a common value) or null to turn dual clip off", a.dual_clip_c)
+    if a.eps_clip > 1:
+        yield Problem("algo.eps_clip", f"eps_clip {a.eps_clip} makes the lower ratio bound 1 - eps_clip negative",
+                      "set algo.eps_clip <= 1 (0.2 is usual)", a.eps_clip)
+    if a.use_tis and a.use_rollout_logprobs:
+        yield Problem("algo.use_tis", "truncated importance sampling corrects rollout log-probs towards the "
+                      "trainer's; with use_rollout_logprobs the two are the same and TIS is meaningless",
+                      "set algo.use_tis=false or algo.use_rollout_logprobs=false")
+    if a.use_tis and a.tis_clip_low >= a.tis_clip:
+        yield Problem("algo.tis_clip_low", f"tis_clip_low {a.tis_clip_low} >= tis_clip {a.tis_clip}",
+                      "set algo.tis_clip_low below algo.tis_clip (0 and 2 are usual)", a.tis_clip_low)
+
+
+# ---- rollout and sampling --------------------------------------------------------------------------------
+
+@rule
+def sampling(cfg: RunConfig) -> Iterator[Problem]:
+    r, ev = cfg.rollout, cfg.eval
+    # eval values equal to rollout's are usually derived from them: report the problem once, at the source.
+    for sec, t, top_p in (("rollout", r.temperature, r.top_p),
+                          ("eval", ev.temperature if ev.temperature != r.temperature else 1.0,
+                           ev.top_p if ev.top_p != r.top_p else 1.0)):
+        if t <= 0:
+            yield Problem(f"{sec}.temperature", f"temperature must be > 0 for sampling, got {t}",
+                          f"set {sec}.temperature in (0, 2], e.g. 1.0 (greedy decoding is not RL sampling)", t)
+        if not 0 < top_p <= 1:
+            yield Problem(f"{sec}.top_p", f"top_p must be in (0, 1], got {top_p}", f"set {sec}.top_p=1.0", top_p)
+    k = cfg.rollout.top_k
+    if k == 0 or k < -1:
+        yield Problem("rollout.top_k", f"top_k must be -1 (off) or >= 1, got {k}", "set rollout.top_k=-1", k)
+    m = cfg.rollout.mem_fraction_static
+    if not 0 < m < 1:
+        yield Problem("rollout.mem_fraction_static", f"must be in (0, 1), got {m}",
+                      "set rollout.mem_fraction_static to 0.7 (colocated) or 0.8-0.9 (dedicated GPUs)", m)
+
+
+@rule
+def over_sampling(cfg: RunConfig) -> Iterator[Problem]:
+    r = cfg.rollout
+    if r.over_sampling_batch_size < r.rollout_batch_size:
+        yield Problem("rollout.over_sampling_batch_size", f"{r.over_sampling_batch_size} prompts are fewer than "
+                      f"rollout_batch_size {r.rollout_batch_size}", "set rollout.over_sampling_batch_size >= "
+                      f"{r.rollout_batch_size} (or null = rollout_batch_size)", r.over_sampling_batch_size)
+    if r.dynamic_sampling is not None and r.n_samples_per_prompt == 1:
+        yield Problem("rollout.dynamic_sampling", "dynamic sampling drops groups whose rewards all agree; a group "
+                      "of one always agrees, so every prompt would be dropped",
+                      "set rollout.n_samples_per_prompt >= 2 or rollout.dynamic_sampling=null")
+
+
+@rule
+def lengths(cfg: RunConfig) -> Iterator[Problem]:
+    r, d, ctx = cfg.rollout, cfg.data, cfg.rollout.context_length
+    if ctx > cfg.model.max_position_embeddings:
+        yield Problem("rollout.context_length", f"{ctx} exceeds model.max_position_embeddings "
+                      f"{cfg.model.max_position_embeddings}", f"set rollout.context_length <= "
+                      f"{cfg.model.max_position_embeddings} (or null to use it)", ctx)
+    if d.max_prompt_len is not None and d.max_prompt_len > ctx - 1:
+        yield Problem("data.max_prompt_len", f"{d.max_prompt_len} leaves no room to generate in a context of {ctx}",
+                      f"set data.max_prompt_len <= {ctx - 1}", d.max_prompt_len)
+    lens = [("rollout", r.max_response_len)] + ([("eval", cfg.eval.max_response_len)]
+                                                if cfg.eval.max_response_len != r.max_response_len else [])
+    for sec, resp in lens:
+        total = resp + (d.max_prompt_len or 1)
+        if total > ctx:
+            yield Problem(f"{sec}.max_response_len", f"prompt ({d.max_prompt_len or 'at least 1'}) + response {resp} "
+                          f"= {total} tokens exceed the context length {ctx}",
+                          f"lower {sec}.max_response_len to {ctx - (d.max_prompt_len or 1)} or raise "
+                          "rollout.context_length", resp)
+
+
+@rule
+def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
+    r = cfg.rollout
+    if r.engine == "hf" and r.gpus_per_engine != 1:
+        yield Problem("rollout.gpus_per_engine", f"the hf engine runs on one device, got gpus_per_engine "
+                      f"{r.gpus_per_engine}", "set rollout.gpus_per_engine=1 or rollout.engine=sglang",
+                      r.gpus_per_engine)
+    if r.engine == "hf" and r.sglang:
+        yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is hf, "
+                      "so they would be ignored", "set rollout.engine=sglang or remove rollout.sglang", r.sglang)
+    elif r.sglang:
+        from rlrun.rollout.sglang_args import check_sglang_mapping  # pure Python, owned by the rollout layer
+
+        yield from check_sglang_mapping(dict(r.sglang))
+
+
+# ---- data, rewards, eval, checkpoints --------------------------------------------------------------------
+
+def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
+    from rlrun.reward.rules import RULES as RM_RULES  # names only; scoring code is not run here
+
+    known = [*RM_RULES, "remote"]
+    base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
+    if ":" not in rm_type and base not in known:
+        yield Problem(path, f"unknown reward type {rm_type!r}{did_you_mean(base, known)}",
+                      f"use one of {', '.join(known)} (optionally with a boxed_ prefix) or a custom "
+                      "'module.path:function'", rm_type)
+
+
+@rule
+def data_and_eval(cfg: RunConfig) -> Iterator[Problem]:
+    yield from _rm_problems("data.rm_type", cfg.data.rm_type)
+    for i, ds in enumerate(cfg.eval.datasets):
+        yield from _rm_problems(f"eval.datasets.{i}.rm_type", ds.rm_type)
+    if cfg.eval.interval is not None and not cfg.eval.datasets:
+        yield Problem("eval.interval", f"evaluation every {cfg.eval.interval} rollouts but eval.datasets is empty",
+                      "add eval.datasets=[{name: ..., path: ..., rm_type: ...}] or set eval.interval=null")
+    names = [ds.name for ds in cfg.eval.datasets]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        yield Problem("eval.datasets", f"two eval datasets are named {name!r}; their metrics would collide",
+                      "give every eval dataset its own name", name)
+
+
+@rule
+def training_mode(cfg: RunConfig) -> Iterator[Problem]:
+    t = cfg.train
+    if t.async_train and t.colocate:
+        yield Problem("train.async_train", "asynchronous training overlaps rollout and training, which needs "
+                      "separate GPUs; train.colocate is true", "set train.colocate=false (and rollout.num_gpus) "
+                      "or train.async_train=false")
+    rc = t.recompute
+    if rc.granularity == "full" and (rc.method is None or rc.num_layers is None):
+        yield Problem("train.recompute", "full recompute needs a method and a number of layers",
+                      "set train.recompute.method=uniform and train.recompute.num_layers=1", rc.model_dump())
+    if rc.granularity != "full" and (rc.method is not None or rc.num_layers is not None):
+        yield Problem("train.recompute.granularity", f"recompute method/num_layers apply to full recompute only "
+                      f"(granularity is {rc.granularity})", "set train.recompute.granularity=full or method and "
+                      "num_layers to null", rc.model_dump())

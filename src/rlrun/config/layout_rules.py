@@ -1,0 +1,155 @@
+"""Layout rules: parallel sizes vs the model, GPUs vs the hardware and the cluster, engines vs nodes.
+slime checks none of these before Megatron or Ray fail deep inside a worker (REFERENCE.md §4 gaps)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from rlrun.config.errors import Problem
+from rlrun.config.plan import engine_slots
+from rlrun.config.rules import rule
+from rlrun.config.schema import RunConfig
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@rule
+def world_size(cfg: RunConfig) -> Iterator[Problem]:
+    p, world = cfg.parallelism, cfg.train.num_gpus
+    mp = p.tp * p.pp * p.cp
+    if world % mp:
+        ok = [d for d in _divisors(world) if d <= 8]
+        yield Problem("parallelism.tp", f"trainer world size {world} (train.num_nodes {cfg.train.num_nodes} x "
+                      f"gpus_per_node {cfg.train.gpus_per_node}) is not TP*PP*CP*DP: TP {p.tp} x PP {p.pp} x CP "
+                      f"{p.cp} = {mp} does not divide {world}",
+                      f"use a TP*PP*CP that divides {world} (e.g. tp in {ok} with pp=cp=1), or use a multiple of "
+                      f"{mp} trainer GPUs", {"world": world, "tp": p.tp, "pp": p.pp, "cp": p.cp})
+
+
+@rule
+def heads_and_groups(cfg: RunConfig) -> Iterator[Problem]:
+    m, tp = cfg.model, cfg.parallelism.tp
+    if m.num_attention_heads % tp:
+        yield Problem("parallelism.tp", f"{m.num_attention_heads} attention heads do not split over TP {tp}",
+                      f"use tp in {_divisors(m.num_attention_heads)[:6]}", tp)
+    if m.mla is None and m.num_query_groups % tp and tp % m.num_query_groups:
+        # megatron-core >= 0.16 replicates KV heads when TP is a multiple of the groups (glm4-9b: 2 groups, TP 4).
+        g = m.num_query_groups
+        yield Problem("parallelism.tp", f"{g} KV groups and TP {tp}: neither divides the other",
+                      f"use a tp that divides {g} or is a multiple of it (e.g. {', '.join(map(str, _divisors(g)[-2:] + [2 * g]))})",
+                      {"num_query_groups": g, "tp": tp})
+    if m.num_attention_heads % m.num_query_groups:
+        yield Problem("model.num_query_groups", f"{m.num_attention_heads} heads are not a multiple of "
+                      f"{m.num_query_groups} KV groups", "check the model against its config.json "
+                      "(num_key_value_heads)", m.num_query_groups)
+
+
+@rule
+def pipeline(cfg: RunConfig) -> Iterator[Problem]:
+    m, pp = cfg.model, cfg.parallelism.pp
+    if m.num_layers % pp:
+        yield Problem("parallelism.pp", f"{m.num_layers} layers do not split into PP {pp} equal stages",
+                      f"use pp in {_divisors(m.num_layers)[:6]}", pp)
+    if cfg.parallelism.sequence_parallel and cfg.parallelism.tp == 1:
+        yield Problem("parallelism.sequence_parallel", "sequence parallelism shards activations over TP ranks; "
+                      "with TP 1 there is nothing to shard", "set parallelism.sequence_parallel=false or tp > 1")
+
+
+@rule
+def experts(cfg: RunConfig) -> Iterator[Problem]:
+    m, p = cfg.model, cfg.parallelism
+    moe_family = m.family in ("qwen3_moe", "deepseek_v3")
+    if moe_family and m.moe is None:
+        yield Problem("model.moe", f"family {m.family} is a mixture of experts but model.moe is null",
+                      "fill model.moe (num_experts, top_k, expert_ffn_hidden_size, ...)")
+    if not moe_family and m.moe is not None:
+        yield Problem("model.moe", f"family {m.family} is dense but model.moe is set",
+                      "set model.moe=null or model.family=qwen3_moe")
+    if (m.family == "deepseek_v3") != (m.mla is not None):
+        yield Problem("model.mla", f"MLA attention belongs to deepseek_v3 (family {m.family}, mla "
+                      f"{'set' if m.mla else 'null'})", "set model.mla for deepseek_v3 only")
+    if m.moe is None:
+        if p.ep > 1:
+            yield Problem("parallelism.ep", f"expert parallel {p.ep} on dense model {m.name}",
+                          "set parallelism.ep=1", p.ep)
+        return
+    e = m.moe
+    if e.num_experts % p.ep:
+        yield Problem("parallelism.ep", f"{e.num_experts} experts do not split over EP {p.ep}",
+                      f"use ep in {[d for d in _divisors(e.num_experts) if d <= 64]}", p.ep)
+    per_stage = cfg.train.num_gpus // p.pp
+    if per_stage % p.ep:
+        # Experts run with expert-tensor-parallel 1: the EP group comes out of the world / PP ranks.
+        yield Problem("parallelism.ep", f"EP {p.ep} does not divide the {per_stage} ranks of a pipeline stage "
+                      f"(world {cfg.train.num_gpus} / PP {p.pp})", f"use ep in {_divisors(per_stage)}", p.ep)
+    if e.top_k > e.num_experts:
+        yield Problem("model.moe.top_k", f"top_k {e.top_k} > num_experts {e.num_experts}",
+                      f"set model.moe.top_k <= {e.num_experts}", e.top_k)
+    if e.num_experts % e.n_group or e.topk_group > e.n_group:
+        yield Problem("model.moe.n_group", f"{e.num_experts} experts in {e.n_group} groups with top-{e.topk_group} "
+                      "groups is not a valid grouping", "n_group must divide num_experts and topk_group <= n_group",
+                      {"n_group": e.n_group, "topk_group": e.topk_group})
+    if e.first_k_dense >= m.num_layers:
+        yield Problem("model.moe.first_k_dense", f"{e.first_k_dense} dense layers leave no MoE layer of "
+                      f"{m.num_layers}", f"set model.moe.first_k_dense < {m.num_layers}", e.first_k_dense)
+
+
+@rule
+def gpus_and_nodes(cfg: RunConfig) -> Iterator[Problem]:
+    t, r, hw = cfg.train, cfg.rollout, cfg.hardware
+    if t.gpus_per_node > hw.gpus_per_node:
+        yield Problem("train.gpus_per_node", f"{t.gpus_per_node} trainer GPUs per node, but a {hw.name} node has "
+                      f"{hw.gpus_per_node}", f"set train.gpus_per_node <= {hw.gpus_per_node} and use train.num_nodes "
+                      f"for more", t.gpus_per_node)
+    if r.num_gpus % r.gpus_per_engine:
+        yield Problem("rollout.num_gpus", f"{r.num_gpus} rollout GPUs do not split into engines of "
+                      f"{r.gpus_per_engine}", f"use a multiple of {r.gpus_per_engine} rollout GPUs or a "
+                      f"gpus_per_engine in {_divisors(r.num_gpus)}", r.num_gpus)
+        return
+    if r.gpus_per_engine > hw.gpus_per_node:
+        yield Problem("rollout.gpus_per_engine", f"an engine of {r.gpus_per_engine} GPUs cannot fit in one "
+                      f"{hw.name} node of {hw.gpus_per_node}", f"set rollout.gpus_per_engine <= {hw.gpus_per_node}",
+                      r.gpus_per_engine)
+        return
+    if t.colocate:
+        if r.num_gpus != t.num_gpus:
+            yield Problem("rollout.num_gpus", f"colocated engines use the trainer's {t.num_gpus} GPUs, got "
+                          f"{r.num_gpus}", "set rollout.num_gpus=null (derived) or train.colocate=false", r.num_gpus)
+        elif t.gpus_per_node % r.gpus_per_engine:
+            yield Problem("rollout.gpus_per_engine", f"colocated engines of {r.gpus_per_engine} GPUs would straddle "
+                          f"nodes of {t.gpus_per_node} trainer GPUs", f"use a gpus_per_engine that divides "
+                          f"{t.gpus_per_node}", r.gpus_per_engine)
+            return
+    if t.num_nodes > cfg.cluster.num_nodes:
+        yield Problem("cluster.num_nodes", f"the trainer needs {t.num_nodes} nodes, the cluster has "
+                      f"{cfg.cluster.num_nodes}", f"set cluster.num_nodes={t.num_nodes} or fewer train.num_nodes",
+                      cfg.cluster.num_nodes)
+        return
+    slots = engine_slots(cfg)
+    needed = max([s.node for s in slots] + [t.num_nodes - 1]) + 1
+    if needed > cfg.cluster.num_nodes:
+        yield Problem("cluster.num_nodes", f"trainer ({t.num_gpus} GPUs) and rollout ({r.num_gpus} GPUs, "
+                      f"disaggregated) need {needed} node(s) of {hw.gpus_per_node} GPUs, the cluster has "
+                      f"{cfg.cluster.num_nodes}", f"set cluster.num_nodes={needed}, fewer rollout.num_gpus, or "
+                      "train.colocate=true", cfg.cluster.num_nodes)
+
+
+@rule
+def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
+    t, r, hw, p = cfg.train, cfg.rollout, cfg.hardware, cfg.parallelism
+    if t.backend == "torch" and (p.tp, p.pp, p.cp, p.ep) != (1, 1, 1, 1):
+        yield Problem("train.backend", f"the torch backend is data-parallel only; TP {p.tp} PP {p.pp} CP {p.cp} "
+                      f"EP {p.ep} need megatron", "set train.backend=megatron or parallelism=tp1",
+                      {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep})
+    if hw.vendor == "cpu":
+        if t.backend == "megatron":
+            yield Problem("train.backend", "megatron needs GPUs; hardware is cpu",
+                          "set train.backend=torch or pick GPU hardware (hardware=h100, mi300x, ...)", t.backend)
+        if r.engine == "sglang":
+            yield Problem("rollout.engine", "sglang needs GPUs; hardware is cpu",
+                          "set rollout.engine=hf or pick GPU hardware", r.engine)
+    if hw.vendor == "rocm" and t.gradient_accumulation_fusion:
+        yield Problem("train.gradient_accumulation_fusion", "gradient-accumulation fusion needs apex's CUDA "
+                      "kernels, which the ROCm images lack", "set train.gradient_accumulation_fusion=null "
+                      "(the AMD default: off)", True)

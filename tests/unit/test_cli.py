@@ -1,0 +1,85 @@
+"""The rlrun command line, run as a user runs it (subprocess) where exit codes and imports matter."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rlrun.cli import main, parse
+
+RLRUN = [sys.executable, "-m", "rlrun.cli"]
+
+
+def run(*args, **kw):
+    return subprocess.run([*RLRUN, *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_plan_seed_shows_the_layout():
+    r = run("plan", "model=qwen3-4b", "algo=grpo", "hardware=mi300x")
+    assert r.returncode == 0, r.stderr
+    assert "world 8 = TP 2 x PP 1 x CP 1 x DP 4" in r.stdout
+    assert "32 prompts x 8 samples = 256 = 256 x 1" in r.stdout and "colocated" in r.stdout
+
+
+def test_plan_json_is_one_object_and_imports_neither_torch_nor_ray():
+    code = ("import sys, json; from rlrun.cli import main; rc = main(['plan', '--json', "
+            "'experiment=qwen3-4b-grpo-mi300x']); "
+            "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules, 'ray': 'ray' in sys.modules}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = r.stdout.strip().splitlines()
+    status = json.loads(out[-1])
+    assert status == {"rc": 0, "torch": False, "ray": False}
+    plan = json.loads("\n".join(out[:-1]))
+    for key in ("world_size", "tp", "pp", "cp", "dp", "ep", "colocate", "samples_per_rollout", "steps_per_rollout",
+                "global_batch_size", "placement"):
+        assert key in plan
+    assert (plan["world_size"], plan["tp"], plan["dp"]) == (8, 2, 4)
+    assert plan["placement"][0] == {"node": 0, "gpu": 0, "role": "trainer", "rank": 0}
+
+
+def test_invalid_config_exits_2_with_every_problem_and_no_traceback():
+    r = run("validate", "rollout.temperature=0", "train.global_batch_size=48", "+rollout.temprature=1")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert 'did you mean "temperature"' in r.stderr
+    r = run("validate", "rollout.temperature=0", "train.global_batch_size=48")
+    assert r.returncode == 2 and "2 problems" in r.stderr
+    assert "rollout.temperature" in r.stderr and "train.global_batch_size" in r.stderr
+
+
+def test_plan_json_on_invalid_config_prints_problems_as_json(capsys):
+    assert main(["plan", "--json", "rollout.top_p=2"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["valid"] is False and doc["problems"][0]["path"] == "rollout.top_p"
+
+
+def test_cfg_job_and_help(capsys):
+    assert main(["--cfg", "job", "model=qwen3-8b", "hardware=h100"]) == 0
+    out = capsys.readouterr().out
+    assert "name: qwen3-8b" in out and "hidden_size: 4096" in out
+    assert main(["--help"]) == 0
+    assert "rlrun plan" in capsys.readouterr().out
+
+
+def test_plan_out_writes_json(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["global_batch_size"] == 64
+
+
+def test_dry_run_prepares_run_dir_without_the_runner(tmp_path, capsys):
+    assert main(["run", f"run.output_dir={tmp_path}", "run.dry_run=true"]) == 0
+    (run_dir,) = (tmp_path / "tiny-grpo-cpu").iterdir()
+    assert (run_dir / "plan.json").exists()
+
+
+def test_usage_errors_exit_2(capsys):
+    assert main(["plan", "--bogus"]) == 2
+    assert main(["plan", "notanoverride"]) == 2
+
+
+def test_parse_keeps_overrides_and_flags():
+    a = parse(["plan", "-m", "optim.lr=1e-6,3e-6", "--json", "--config-dir", "/x", "~eval.datasets"])
+    assert (a.command, a.multirun, a.json, a.config_dir) == ("plan", True, True, "/x")
+    assert a.overrides == ["optim.lr=1e-6,3e-6", "~eval.datasets"]

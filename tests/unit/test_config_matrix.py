@@ -1,0 +1,82 @@
+"""Every shipped experiment and every model x algo x hardware combination composes and validates."""
+import copy
+import itertools
+import time
+
+import pytest
+
+from rlrun.config import load
+from rlrun.config.compose import CONF_DIR, Composer
+from rlrun.config.plan import make_plan
+from rlrun.config.validate import validate
+
+MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
+HARDWARE = sorted(p.stem for p in (CONF_DIR / "hardware").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+
+
+def test_groups_are_complete():
+    assert {"tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b",
+            "qwen3-235b-a22b", "glm4-9b", "llama3.1-8b", "deepseek-v3"} <= set(MODELS)
+    assert {"grpo", "dr_grpo", "dapo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+            "ppo"} <= set(ALGOS)
+    assert {"cpu", "h100", "h200", "b200", "mi300x", "mi325x", "mi355x"} <= set(HARDWARE)
+    assert {"qwen3-4b-grpo-mi300x", "glm4-9b-grpo-h100"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_experiment_validates_and_plans(experiment):
+    plan = make_plan(load([f"experiment={experiment}"]))
+    assert plan.world_size == plan.tp * plan.pp * plan.cp * plan.dp
+    assert plan.samples_per_rollout == plan.global_batch_size * plan.steps_per_rollout
+
+
+def _leaves(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _set(d, path, value):
+    *parents, leaf = path.split(".")
+    for p in parents:
+        d = d[p]
+    d[leaf] = value
+
+
+@pytest.mark.slow  # ~100 Hydra compositions: 30-60 s on the shared 2-core machine
+def test_every_model_algo_hardware_combination_is_valid():
+    """All 672 combinations are meant to be valid: each model's recommended layout fits an 8-GPU node, and
+    hardware=cpu reduces any model to the data-parallel torch/hf layout. Hydra composes every model x
+    hardware pair; algo files are overlays applied after both (conf/config.yaml's order), so each algo's
+    overlay (its difference from grpo, also composed by Hydra) is applied to the pair's tree; a cross-check
+    below composes a diagonal of full triples with Hydra and compares."""
+    t0, failures = time.time(), []
+    with Composer() as c:
+        base = dict(_leaves(c.compose(["algo=grpo"]).raw))
+        overlays = {a: [(k, v) for k, v in _leaves(c.compose([f"algo={a}"]).raw)
+                        if base.get(k) != v and not k.startswith("run.name")] for a in ALGOS}
+        for i, (model, hw) in enumerate(itertools.product(MODELS, HARDWARE)):
+            pair = c.compose([f"model={model}", f"hardware={hw}", "algo=grpo"]).raw  # noqa: E501
+            for algo in ALGOS:
+                raw = copy.deepcopy(pair)
+                for k, v in overlays[algo]:
+                    _set(raw, k, v)
+                try:
+                    make_plan(validate(raw))
+                except Exception as e:  # collect all: one report for every broken combination
+                    failures.append(f"model={model} algo={algo} hardware={hw}: {e}")
+            if i % 6:
+                continue
+            algo = ALGOS[(i // 6) % len(ALGOS)]  # cross-check the overlay against a real Hydra composition
+            full = c.compose([f"model={model}", f"hardware={hw}", f"algo={algo}"]).raw
+            raw = copy.deepcopy(pair)
+            for k, v in overlays[algo]:
+                _set(raw, k, v)
+            full["run"]["name"] = raw["run"]["name"]
+            assert raw == full, (model, hw, algo)
+    assert not failures, "\n".join(failures)
+    print(f"{len(MODELS) * len(ALGOS) * len(HARDWARE)} combinations in {time.time() - t0:.1f}s")
