@@ -33,15 +33,7 @@ def _submit_address(cfg: dict) -> tuple[str, list[str]]:
 
 
 def _no_flag_comments(cfg: dict) -> list[str]:
-    lines = []
-    for path, why in NO_FLAG.items():
-        lines.append(f"{path}={fmt(get_path(cfg, path))}: {why}")
-    if cfg["train"]["backend"] != "megatron":
-        lines.append(f"train.backend={cfg['train']['backend']}: slime trains with Megatron; the flags below "
-                     "describe the same run on Megatron")
-    if cfg["rollout"]["engine"] != "sglang":
-        lines.append(f"rollout.engine={cfg['rollout']['engine']}: slime generates with SGLang engines")
-    return lines
+    return [f"{path}={fmt(get_path(cfg, path))}: {why}" for path, why in NO_FLAG.items()]
 
 
 def render_script(cfg: dict, source: str = "rlrun export slime") -> str:
