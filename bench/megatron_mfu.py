@@ -20,13 +20,16 @@ import argparse
 import gc
 import json
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
 
 
-def overrides(name: str, seq: int) -> list[str]:
-    return [f"model={name}", "hardware=h100", "train.backend=megatron", "train.gradient_accumulation_fusion=false",
+def overrides(name: str, seq: int, recompute: bool = False) -> list[str]:
+    rc = ["train.recompute.granularity=full", "train.recompute.method=uniform", "train.recompute.num_layers=1"]
+    return (rc if recompute else []) + [f"model={name}", "hardware=h100", "train.backend=megatron", "train.gradient_accumulation_fusion=false",
             f"train.max_tokens_per_gpu={seq}", f"train.log_probs_max_tokens_per_gpu={seq}",
             "rollout.max_response_len=1024", "eval.max_response_len=1024", "train.gpus_per_node=1",
             "rollout.num_gpus=1", "parallelism=tp1", "rollout.gpus_per_engine=1"]
@@ -107,6 +110,22 @@ def plan_estimate_gib(cfg):
     return None
 
 
+def run_one(name: str, backend: str, args) -> dict:
+    from rlrun.config import load
+    recompute = name in args.recompute.split(",")
+    cfg = load(overrides(name, args.seq, recompute))
+    fn = bench_megatron if backend == "megatron" else bench_transformers
+    row = dict(model=name, backend=backend + ("+recompute" if recompute and backend == "megatron" else ""))
+    try:
+        sec, peak = fn(cfg, args.seq, args.steps, args.warmup)
+    except torch.OutOfMemoryError as e:
+        return dict(row, error=f"OOM: {str(e)[:100]}")
+    tps = args.seq / sec
+    return dict(row, seq=args.seq, step_s=round(sec, 4), tokens_per_s=round(tps),
+                tflops=round(flops_per_token(cfg.model, args.seq) * tps / 1e12, 1), peak_gib=round(peak, 1),
+                plan_gib=plan_estimate_gib(cfg) if backend == "megatron" else None)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="qwen3-1.7b,qwen3-4b")
@@ -114,36 +133,34 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--backends", default="megatron,transformers")
+    ap.add_argument("--recompute", default="", help="models whose megatron run uses full recompute")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # model:backend, in a child process
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
-    from rlrun.config import load
+    if args.one:
+        print("ROW", json.dumps(run_one(*args.one.split(":"), args)), flush=True)
+        return
     rows = []
     for name in args.models.split(","):
-        cfg = load(overrides(name, args.seq))
-        fpt = flops_per_token(cfg.model, args.seq)
         for b in args.backends.split(","):
-            fn = bench_megatron if b == "megatron" else bench_transformers
-            try:
-                sec, peak = fn(cfg, args.seq, args.steps, args.warmup)
-            except torch.OutOfMemoryError as e:
-                rows.append(dict(model=name, backend=b, error=f"OOM: {str(e)[:120]}"))
-                gc.collect()
-                torch.cuda.empty_cache()
-                continue
-            tps = args.seq / sec
-            rows.append(dict(model=name, backend=b, seq=args.seq, step_s=round(sec, 4), tokens_per_s=round(tps),
-                             tflops=round(fpt * tps / 1e12, 1), peak_gib=round(peak, 1),
-                             plan_gib=plan_estimate_gib(cfg) if b == "megatron" else None))
+            # One process per run: megatron-core keeps global state (groups, buffers) that would
+            # hold GPU memory into the next run.
+            cmd = [sys.executable, __file__, "--one", f"{name}:{b}"] + [
+                f"--{k}={getattr(args, k)}" for k in ("seq", "steps", "warmup", "recompute")]
+            out = subprocess.run(cmd, capture_output=True, text=True)
+            line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
+            rows.append(json.loads(line[-1][4:]) if line else
+                        dict(model=name, backend=b, error=(out.stderr or out.stdout)[-300:]))
             print("BENCH", json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    print(f"\n{'model':12} {'backend':13} {'step s':>7} {'tok/s':>7} {'TFLOP/s':>8} {'peak GiB':>9} {'plan GiB':>9}")
+    print(f"\n{'model':12} {'backend':20} {'step s':>7} {'tok/s':>7} {'TFLOP/s':>8} {'peak GiB':>9} {'plan GiB':>9}")
     for r in rows:
         if "error" in r:
-            print(f"{r['model']:12} {r['backend']:13} {r['error']}")
+            print(f"{r['model']:12} {r['backend']:20} {r['error']}")
         else:
-            print(f"{r['model']:12} {r['backend']:13} {r['step_s']:7.3f} {r['tokens_per_s']:7d} {r['tflops']:8.1f} "
+            print(f"{r['model']:12} {r['backend']:20} {r['step_s']:7.3f} {r['tokens_per_s']:7d} {r['tflops']:8.1f} "
                   f"{r['peak_gib']:9.1f} {str(r['plan_gib']):>9}")
 
 

@@ -29,7 +29,7 @@ from rlrun.train.schedule import lr_at
 from rlrun.train.torch_backend import TorchBackend
 
 _HF_DIR = "model"
-_STATE = "trainer_state.pt"
+_OPTIM = "optim_rank{rank}.pt"
 
 
 def _hf_getter(path: str | None, model_cfg, seed: int):
@@ -122,6 +122,12 @@ class MegatronBackend(TrainerBackend):
             optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
             adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad or 0.0, bf16=True,
             params_dtype=torch.bfloat16, use_distributed_optimizer=True), [self.model])
+        # Without Apex/TE megatron-core falls back to torch.optim.AdamW in its multi-tensor
+        # (foreach) mode; the fused single-kernel mode is the fastest torch has for fp32 master
+        # weights on the GPU. It must be chosen before the first step creates the state.
+        for inner in self._inner_optimizers():
+            for group in inner.optimizer.param_groups:
+                group["fused"], group["foreach"] = True, False
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
@@ -129,6 +135,10 @@ class MegatronBackend(TrainerBackend):
             self.ref = mm.build_gpt(cfg.model, self.tconfig).cuda().eval()
             self._load_weights(self.ref, cfg.checkpoint.ref or cfg.checkpoint.hf)
             self.ref.requires_grad_(False)
+
+    def _inner_optimizers(self):
+        """The DistributedOptimizer(s) (megatron chains one per param-group kind, e.g. experts)."""
+        return getattr(self.opt, "chained_optimizers", [self.opt])
 
     def _load_weights(self, gpt, hf_path) -> None:
         from rlrun.train.megatron.weights import load_hf
@@ -281,8 +291,10 @@ class MegatronBackend(TrainerBackend):
         return {k: v for p in parts for k, v in p.items()}
 
     def save(self, path: str) -> None:
-        """HF weights (model/, written by global rank 0) + the distributed optimizer's state and
-        the step (every rank writes its own shard file)."""
+        """HF weights (model/, written by global rank 0), and per rank its shard of the fp32 master
+        weights and Adam state. megatron-core's own save_parameter_state does not round-trip with
+        torch's AdamW (its per-param 'step' is missing from the saved state, KeyError on load), so
+        the shards are saved as they are: resuming needs the same parallel layout (resume=auto)."""
         from safetensors.torch import save_file
         out = Path(path)
         weights = self.state_dict_for_sync()
@@ -290,17 +302,25 @@ class MegatronBackend(TrainerBackend):
             (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
             save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
         dist.barrier()
-        self.opt.save_parameter_state(str(out / f"optim_params.pt"))
-        if self.rank == 0:
-            torch.save({"optimizer": self.opt.state_dict(), "step": self.step}, out / _STATE)
+        shards = [{"state": o.optimizer.state_dict(),
+                   "main": [p.detach().cpu() for g in o.optimizer.param_groups for p in g["params"]]}
+                  for o in self._inner_optimizers()]
+        torch.save({"shards": shards, "step": self.step, "world": self.world}, out / _OPTIM.format(rank=self.rank))
         dist.barrier()
 
+    @torch.no_grad()
     def load(self, path: str) -> None:
         src = Path(path)
+        state = torch.load(src / _OPTIM.format(rank=self.rank), map_location="cpu", weights_only=False)
+        if state["world"] != self.world:
+            raise ValueError(f"{src}: saved by {state['world']} trainer ranks, this run has {self.world}; resume "
+                             "with the same train.num_nodes * train.gpus_per_node and parallelism.*")
         self._load_weights(self.model.module, str(src / _HF_DIR))
-        state = torch.load(src / _STATE, map_location="cpu", weights_only=False)
-        self.opt.load_state_dict(state["optimizer"])
-        self.opt.load_parameter_state(str(src / "optim_params.pt"))
+        for o, shard in zip(self._inner_optimizers(), state["shards"]):
+            o.optimizer.load_state_dict(shard["state"])
+            mains = [p for g in o.optimizer.param_groups for p in g["params"]]
+            for p, saved in zip(mains, shard["main"]):
+                p.copy_(saved)
         self.step = int(state["step"])
 
     def shutdown(self) -> None:

@@ -1,0 +1,51 @@
+"""Where a megatron-backend train step spends its GPU time (torch.profiler, top kernels) and
+how it splits between forward+backward and the optimizer step.
+
+    python tools/device/profile_step.py qwen3-1.7b 4096
+"""
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from megatron_mfu import overrides  # noqa: E402
+
+
+def main(name="qwen3-1.7b", seq=4096):
+    from rlrun.config import load
+    from rlrun.train.base import TrainBatch
+    from rlrun.train.megatron_backend import MegatronBackend
+    cfg = load(overrides(name, int(seq)))
+    be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=100)
+    be.init()
+    ids = torch.randint(0, cfg.model.vocab_size, (int(seq),))
+    batch = TrainBatch(tokens=[ids], response_start=[1], loss_mask=[torch.ones(int(seq) - 1)],
+                       advantages=[torch.ones(int(seq) - 1)])
+    phases = {"fwd_bwd": [], "opt_step": []}
+    run, step = be._run, be.opt.step
+
+    def timed(key, fn):
+        def wrapper(*a, **k):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            r = fn(*a, **k)
+            torch.cuda.synchronize()
+            phases[key].append(time.perf_counter() - t0)
+            return r
+        return wrapper
+    be._run, be.opt.step = timed("fwd_bwd", run), timed("opt_step", step)
+    for _ in range(5):
+        be.train_step(batch)
+    print({k: round(statistics.median(v[2:]), 4) for k, v in phases.items()})
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]) as prof:
+        be.train_step(batch)
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=28, max_name_column_width=60))
+    be.shutdown()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
