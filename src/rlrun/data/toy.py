@@ -6,12 +6,17 @@ an exact-match reward, so a 2-layer model learns them in a few dozen GRPO steps 
 docs/data.md for the measured curves).
 
 Tasks (prompt -> label):
-    last   "73915=" -> "5"   last digit (easiest)
+    echo   "73915"  -> "5"   repeat the last prompt token (easiest; the default)
+    last   "73915=" -> "5"   last digit (the model must look one token back)
     first  "73915=" -> "7"   first digit
     max    "73915=" -> "9"   largest digit (needs attention over the whole prompt)
     add    "3+4="   -> "7"   (a + b) mod 10 of two digits (hardest)
-The model should answer the label and then <eos>; the reward (rm_type exact_match) compares the
-decoded response (special tokens skipped, whitespace stripped) with the label.
+The reward (rm_type exact_match) compares the decoded response (special tokens skipped, whitespace
+stripped) with the label. Measured with rlrun.data.toy_grpo (tiny Qwen3, random init, GRPO, 8x8
+samples per step; docs/data.md): with rollout.max_response_len=1 and lr 4e-3, `echo` passes a
+mean reward of 0.5 after ~27 steps and ends at 0.85-0.91 after 40; `last`/`first` need ~100
+steps at lr 3e-3. With 2+ response tokens the model must also learn to stop (<eos>), which none
+of the tasks learns within 150 steps: keep max_response_len=1 for the few-minute CPU default.
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ TOY_TASKS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
 }
 
 
-def toy_dataset(n: int, seed: int, task: str = "last") -> list[dict]:
+def toy_dataset(n: int, seed: int, task: str = "echo") -> list[dict]:
     """n rows {"input", "label", "metadata": {"task"}}, deterministic for a (seed, task)."""
     if task not in TOY_TASKS:
         raise ValueError(f"toy task {task!r} is unknown; use one of {', '.join(TOY_TASKS)}")
@@ -91,7 +96,7 @@ def toy_dataset(n: int, seed: int, task: str = "last") -> list[dict]:
     return rows
 
 
-def write_toy_jsonl(path: str | Path, n: int, seed: int, task: str = "last") -> Path:
+def write_toy_jsonl(path: str | Path, n: int, seed: int, task: str = "echo") -> Path:
     """Write toy_dataset(n, seed, task) as JSONL (input/label/metadata keys) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

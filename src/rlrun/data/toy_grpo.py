@@ -2,7 +2,7 @@
 
 It uses the real pieces (rlrun.algo advantages and loss, the toy tokenizer, a random-init
 transformers Qwen3ForCausalLM of the tiny shape) without Ray or an engine, so it measures only
-whether and how fast a task is learnable. Run: `python -m rlrun.data.toy_grpo --task last --lr 3e-3`.
+whether and how fast a task is learnable. Run: `python -m rlrun.data.toy_grpo --task echo --lr 4e-3`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def sample(model, ids, attn, max_new_tokens: int, temperature: float, eos: int, 
     return resp, mask & (resp != pad)
 
 
-def run(task="last", lr=3e-3, steps=40, prompts_per_step=8, n=8, seed=0, max_new_tokens=2, temperature=1.0,
+def run(task="echo", lr=4e-3, steps=40, prompts_per_step=8, n=8, seed=0, max_new_tokens=1, temperature=1.0,
         steps_per_rollout=1, log=print) -> list[float]:
     """GRPO for `steps` rollouts; returns the mean exact-match reward of each rollout.
 
@@ -113,13 +113,13 @@ def run(task="last", lr=3e-3, steps=40, prompts_per_step=8, n=8, seed=0, max_new
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--task", default="last")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--task", default="echo")
+    ap.add_argument("--lr", type=float, default=4e-3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-new-tokens", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=1)
     ap.add_argument("--steps-per-rollout", type=int, default=1)
     a = ap.parse_args(argv)
     torch.set_num_threads(1)

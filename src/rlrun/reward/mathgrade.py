@@ -13,6 +13,7 @@ import re
 import threading
 
 _UNITS = re.compile(r"\\text\{\s*[a-zA-Z ]*\}|\\mbox\{[^}]*\}|\^\{?\\circ\}?|\\%|%|\$")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _SPACES = re.compile(r"\s+|\\[,;:! ]|\\quad|\\left|\\right")
 
 
@@ -20,6 +21,8 @@ def normalize(ans: str) -> str:
     """Conservative normalisation for the fast path: spacing, $, units, \\dfrac, trailing dot."""
     s = _SPACES.sub("", _UNITS.sub("", ans.strip()))
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):  # 1,000 -> 1000
+        s = s.replace(",", "")
     return s.rstrip(".").lstrip("+")
 
 
@@ -30,6 +33,8 @@ def math_equal(pred: str, gold: str, timeout_s: int = 5) -> bool:
     p, g = normalize(pred), normalize(gold)
     if p == g:
         return True
+    if _NUMBER.fullmatch(p) and _NUMBER.fullmatch(g):  # two plain numbers: no need for sympy
+        return abs(float(p) - float(g)) <= 1e-9 * max(1.0, abs(float(g)))
     from math_verify import parse, verify
 
     # math-verify's own time limit uses SIGALRM, which only the main thread may set; elsewhere
