@@ -270,3 +270,19 @@ def test_import_env_option_supplies_variables_the_script_expects(tmp_path):
     err = io.StringIO()
     assert cli_main(["import", "slime", str(script), "--env", "BASE_DIR"], io.StringIO(), err) == 2
     assert "NAME=VALUE" in err.getvalue()
+
+
+def test_sglang_flags_resolve_against_the_pinned_server_args():
+    d = decode(parse_args(args("--rollout-batch-size 2 --sglang-mem-frac 0.6 --sglang-cuda-graph-bs 1 2 4 "
+                               "--sglang-enable-dp-attention --sglang-context-length 4096 --sglang-no-such-flag 1 "
+                               "--sglang-router-ip 10.0.0.1")))
+    v = d.values
+    assert v["rollout.mem_fraction_static"] == 0.6 and v["rollout.context_length"] == 4096
+    assert v["rollout.sglang"] == {"cuda_graph_bs": [1, 2, 4], "enable_dp_attention": True}
+    assert any("--sglang-mem-fraction-static" in n for n in d.notes)  # the abbreviation is named
+    why = {o.flag: w for o, w in d.unknown}
+    assert set(why) == {"--sglang-no-such-flag", "--sglang-router-ip"}
+    assert "ServerArgs" in why["--sglang-no-such-flag"]
+    # the abbreviation and its full spelling are the same flag in a round-trip comparison
+    assert flag_set(args("--rollout-batch-size 2 --sglang-mem-frac 0.6")) == \
+        flag_set(args("--rollout-batch-size 2 --sglang-mem-fraction-static 0.6"))

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
     ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, KEEP, MOE_FLAGS, ROWS, SECRET_FLAGS, Row,
@@ -17,7 +18,6 @@ from rlrun.interop.slime_table import (
 )
 from rlrun.interop.slime_values import same, slime_default
 
-_SLIME_SGLANG_FLAGS = {"--sglang-router-ip", "--sglang-router-port", "--sglang-config"}
 _ROPE_FLAGS = ("--use-rope-scaling", "--rotary-scaling-factor")
 _MOE_FREQ = re.compile(r"^\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*\(?\s*(\d+)\s*\)?\s*\)?$")
 
@@ -86,7 +86,7 @@ def _typed(text: str, typ: type) -> Any:
 
 
 def _guess(text: str) -> Any:
-    """A --sglang-* value with its natural type (SGLang's argparse would type it)."""
+    """A flag value with its natural type, for comparing values of flags rlrun does not type itself."""
     for typ in (int, float):
         try:
             return typ(text)
@@ -191,12 +191,23 @@ class _Decoder:
         elif flag in ("--wandb-project", "--wandb-team"):
             self.expect(occ, 1)
             self.set("logging.wandb." + ("project" if flag == "--wandb-project" else "entity"), vals[0], occ)
-        elif flag.startswith("--sglang-") and flag not in _SLIME_SGLANG_FLAGS:
-            key = flag[len("--sglang-"):].replace("-", "_")
-            self.sglang[key] = True if not vals else _guess(vals[0]) if len(vals) == 1 else [_guess(v) for v in vals]
+        elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
+            self.sglang_flag(occ)
         else:
             return self.constant(occ)
         return True
+
+    def sglang_flag(self, occ: Occ) -> None:
+        got = sglang.resolve(occ.flag, occ.values)
+        if got.field is None:
+            self.unknown.append((occ, got.note))
+            return
+        if got.note:
+            self.notes.append(f"{occ.where}: {occ.flag}: {got.note}")
+        if got.field in sglang.TYPED:
+            self.set(sglang.TYPED[got.field], got.value, occ)
+        else:
+            self.sglang[got.field] = got.value
 
     def constant(self, occ: Occ) -> bool:
         fixed = {f: v for _, f, v in CONSTANT_FLAGS} | {f: v for f, v in MOE_FLAGS}
@@ -294,6 +305,10 @@ def flag_set(args: Iterable[Any], entry: str = "train.py") -> set[tuple[str, tup
         flag = occ.flag
         negated = flag.startswith("--no-") and ("--" + flag[5:]) in by_flag
         row = by_flag.get("--" + flag[5:] if negated else flag)
+        if row is None and flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
+            got = sglang.resolve(flag, occ.values)  # an abbreviation compares as the flag it expands to
+            flag = sglang.PREFIX + got.field.replace("_", "-") if got.field else flag
+            row = by_flag.get(flag)
         if row is None:
             out.add((flag, tuple(_guess(v) for v in occ.values)))
             continue

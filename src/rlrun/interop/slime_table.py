@@ -237,7 +237,8 @@ SPECIAL: dict[str, str] = {
     "logging.wandb.mode": "disabled: no flag; offline/online: `--use-wandb --wandb-mode MODE`",
     "logging.wandb.project": "`--wandb-project` (only with wandb on)",
     "logging.wandb.entity": "`--wandb-team` (only with wandb on)",
-    "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag",
+    "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag. Import "
+    "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
     "hardware.env": "`export VAR=value` lines before `ray job submit`",
     "cluster.address": "the `ray job submit --address` (a `ray://`/`http://` address; default the local head)",
