@@ -286,3 +286,15 @@ def test_sglang_flags_resolve_against_the_pinned_server_args():
     # the abbreviation and its full spelling are the same flag in a round-trip comparison
     assert flag_set(args("--rollout-batch-size 2 --sglang-mem-frac 0.6")) == \
         flag_set(args("--rollout-batch-size 2 --sglang-mem-fraction-static 0.6"))
+
+
+def test_export_and_import_load_neither_torch_nor_ray():
+    import subprocess
+    import sys
+
+    code = ("import io, sys\nfrom rlrun.interop.slime import cli_main\n"
+            "cli_main(['export', 'slime', 'experiment=qwen3-4b-grpo-mi300x'], io.StringIO(), io.StringIO())\n"
+            f"cli_main(['import', 'slime', {str(SEED)!r}], io.StringIO(), io.StringIO())\n"
+            "print(sorted(m for m in ('torch', 'ray', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "[]", done.stderr
