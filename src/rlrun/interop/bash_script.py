@@ -128,7 +128,7 @@ class _Reader:
                 i = self.array_assignment(toks, i + 1, words.pop())
                 continue
             if isinstance(tok, Op):  # a redirection or subshell: its target is no argument of ours
-                i += 2 if tok.text not in "()" else 1
+                i += 1 if tok.text in ("(", ")") else 2
                 continue
             words.append(tok)
             i += 1
@@ -165,8 +165,7 @@ class _Reader:
             self.script.variables[name] = Unknown(f"assigned inside a loop/if/function at line {line}")
 
     def array_assignment(self, toks: list[Token], i: int, target: Word) -> int:
-        name = _assign_target(target)
-        assert name is not None
+        name = _assign_target(target) or ""  # the caller checked that target is `NAME=` / `NAME+=`
         append = "+=" in (target.literal() or "")
         elements: list[Arg] = []
         while i < len(toks) and not _is_op(toks[i], ")"):
@@ -179,11 +178,11 @@ class _Reader:
         if i >= len(toks):
             raise ScriptError(f"{self.file}:{target.line}: array {name}=( is never closed with ')'")
         old = self.script.variables.get(name)
-        if append and isinstance(old, Unknown):
-            pass
-        elif append and isinstance(old, list):
+        if not append:
+            self.script.variables[name] = elements
+        elif isinstance(old, list):
             self.script.variables[name] = old + elements
-        else:
+        elif not isinstance(old, Unknown):  # `+=` onto an unset name starts the array
             self.script.variables[name] = elements
         return i + 1
 
@@ -214,9 +213,10 @@ class _Reader:
             self.python_command(rest, words[k].line, address=None, env={})
 
     def assign(self, word: Word, exported: bool) -> None:
-        name = _assign_target(word)
-        assert name is not None
-        value_word = _strip_assignment(word)
+        split = _split_assignment(word)
+        if split is None:  # callers pass assignment words only
+            return
+        name, value_word = split
         if any(isinstance(s, CmdSub) for s in value_word.segments):
             src = " ".join(s.source for s in value_word.segments if isinstance(s, CmdSub))
             if "dirname" in src and ("BASH_SOURCE" in src or "$0" in src):
@@ -356,11 +356,12 @@ def _assign_target(word: Word) -> str | None:
     return None
 
 
-def _strip_assignment(word: Word) -> Word:
-    first = word.segments[0]
-    assert isinstance(first, Lit)
-    rest = first.text[_ASSIGN.match(first.text).end() :]  # type: ignore[union-attr]
-    return Word((Lit(rest), *word.segments[1:]), word.line)
+def _split_assignment(word: Word) -> tuple[str, Word] | None:
+    """`NAME=value...` -> (NAME, the value as a word of its own)."""
+    first = word.segments[0] if word.segments else None
+    if not (isinstance(first, Lit) and (m := _ASSIGN.match(first.text))):
+        return None
+    return m.group(1), Word((Lit(first.text[m.end():]), *word.segments[1:]), word.line)
 
 
 def _runtime_env_vars(raw: str | None, file: str, line: int) -> dict[str, str]:
