@@ -298,3 +298,9 @@ def test_export_and_import_load_neither_torch_nor_ray():
             "print(sorted(m for m in ('torch', 'ray', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_import_with_an_unknown_forced_group_exits_2_with_choices():
+    err = io.StringIO()
+    assert cli_main(["import", "slime", str(SEED), "--model", "qwen3-5b"], io.StringIO(), err) == 2
+    assert "qwen3-5b" in err.getvalue()

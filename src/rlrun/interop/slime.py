@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from rlrun.interop.bash_lexer import BashSyntaxError
-from rlrun.interop.bash_script import ScriptError
 
 USAGE = """\
 rlrun export slime [--config-dir DIR] [overrides ...]
@@ -40,6 +38,7 @@ def _export(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
 
 
 def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
+    from rlrun.config import ConfigError
     from rlrun.interop.slime_import import experiment_name, import_script
 
     parser = argparse.ArgumentParser(prog="rlrun import slime")
@@ -61,7 +60,10 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     environ = dict(e.split("=", 1) for e in args.env)
     try:
         result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced, environ=environ)
-    except (ScriptError, BashSyntaxError) as exc:
+    except ConfigError as exc:  # e.g. a --config-dir that does not exist, a forced group that is unknown
+        err.write(f"rlrun import slime: {exc}\n")
+        return 2
+    except ValueError as exc:  # ScriptError, BashSyntaxError, no group option for the machine
         err.write(f"rlrun import slime: {exc}\n")
         return 2
     if args.out:

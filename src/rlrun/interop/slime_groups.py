@@ -74,6 +74,9 @@ def choose_groups(composer: Any, values: dict[str, Any], env: dict[str, str], di
                 continue
             diff = _differing(tree, values) + (_env_differing(tree, env) if group == "hardware" else [])
             scored.append((len(diff), option, tuple(diff)))
+        if not scored:
+            raise ValueError(f"no {group} option for a {vendor} machine among {options}; "
+                             f"pick one with --{group} NAME")
         scored.sort(key=lambda s: s[0])  # stable: ties keep the preferred order
         best = scored[0]
         out[group] = Choice(group, best[1], best[2], scored[1][1] if len(scored) > 1 else None)
