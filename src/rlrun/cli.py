@@ -107,14 +107,17 @@ def cmd_validate(a: Args) -> int:
 
 
 def cmd_plan(a: Args) -> int:
-    from rlrun.config.render import plan_text
-
     _, plan = _load(a)
     doc = json.dumps(plan.to_dict(), indent=2)
     if a.out:
         with open(a.out, "w") as f:
             f.write(doc + "\n")
-    print(doc if a.json else plan_text(plan))
+    if a.json:
+        print(doc)
+    else:
+        from rlrun.config.render import print_plan
+
+        print_plan(plan)
     return 0
 
 

@@ -32,7 +32,7 @@ def test_plan_json_is_one_object_and_imports_neither_torch_nor_ray():
     assert status == {"rc": 0, "torch": False, "ray": False}
     plan = json.loads("\n".join(out[:-1]))
     for key in ("world_size", "tp", "pp", "cp", "dp", "ep", "colocate", "samples_per_rollout", "steps_per_rollout",
-                "global_batch_size", "placement"):
+                "global_batch_size", "placement", "params_total", "params_active", "memory_gib", "fits"):
         assert key in plan
     assert (plan["world_size"], plan["tp"], plan["dp"]) == (8, 2, 4)
     assert plan["placement"][0] == {"node": 0, "gpu": 0, "role": "trainer", "rank": 0}

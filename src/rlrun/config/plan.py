@@ -62,6 +62,11 @@ class Plan:
     env: dict[str, str]
     placement: list[Slot]
     ranks: list[RankCoord]
+    params_total: int = 0
+    params_active: int = 0
+    memory_gib: dict[str, float] = field(default_factory=dict)  # per GPU by role: trainer, engine, peak, available
+    fits: bool = True
+    memory: dict[str, Any] = field(default_factory=dict)        # the full estimate (rlrun.config.memory.Memory)
     choices: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -145,6 +150,14 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append("data.max_prompt_len is null: prompt length bounded by rollout.context_length")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
+    from rlrun.config.memory import estimate
+    from rlrun.config.params import count_params
+
+    params, mem = count_params(cfg.model), estimate(cfg)
+    notes += list(mem.notes)
+    if not mem.fits:
+        notes.append(f"memory: estimated peak {mem.peak:.1f} GiB per GPU exceeds {mem.available:.1f} GiB "
+                     "(more GPUs, TP/PP/EP, offload, recompute or a smaller max_tokens_per_gpu help)")
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
@@ -155,5 +168,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
         offload_train=t.offload, offload_rollout=r.offload, env=dict(cfg.hardware.env),
-        placement=placement, ranks=rank_layout(cfg, world), choices=dict(choices or {}), notes=notes,
+        placement=placement, ranks=rank_layout(cfg, world), params_total=params.total,
+        params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
+        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,
     )

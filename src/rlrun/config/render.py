@@ -1,35 +1,95 @@
-"""Human-readable plan output. Plain text here (fast, no dependencies); `rlrun plan` upgrades to rich
-tables when rich is available and stdout is a terminal."""
+"""Human-readable plan output: rich tables for `rlrun plan` (rich is imported only here, so the JSON path
+and `rlrun validate` stay light) and a few plain lines for `rlrun run`."""
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 from rlrun.config.plan import Plan
 
 
 def summary_lines(plan: Plan) -> list[str]:
     mode = "colocated" if plan.colocate else "disaggregated"
+    n = plan.samples_per_rollout // plan.prompts_per_rollout
     return [
         f"GPUs: {plan.trainer_gpus} trainer + {plan.rollout_gpus} rollout ({mode}) on {plan.num_nodes} node(s) "
         f"of {plan.gpus_per_node}",
         f"trainer: world {plan.world_size} = TP {plan.tp} x PP {plan.pp} x CP {plan.cp} x DP {plan.dp} (EP {plan.ep})",
         f"rollout: {plan.num_engines} engine(s) x {plan.gpus_per_engine} GPU(s)",
-        f"batch: {plan.prompts_per_rollout} prompts x {plan.samples_per_rollout // plan.prompts_per_rollout} samples "
-        f"= {plan.samples_per_rollout} = {plan.global_batch_size} x {plan.steps_per_rollout} "
-        f"(global batch x optimizer steps per rollout); {plan.micro_batches_per_step} micro-batch(es) per step "
-        f"per DP rank",
+        f"batch: {plan.prompts_per_rollout} prompts x {n} samples = {plan.samples_per_rollout} = "
+        f"{plan.global_batch_size} x {plan.steps_per_rollout} (global batch x optimizer steps per rollout)",
         f"steps: {plan.num_rollout} rollouts x {plan.steps_per_rollout} = {plan.total_steps} optimizer steps",
+        f"params: {_b(plan.params_total)} total, {_b(plan.params_active)} active; memory peak "
+        f"{plan.memory_gib.get('peak', 0):.1f} / {plan.memory_gib.get('available', 0):.1f} GiB per GPU "
+        f"({'fits' if plan.fits else 'DOES NOT FIT'})",
     ]
 
 
-def placement_lines(plan: Plan) -> list[str]:
+def _b(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e8 else f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n:,}"
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", show_header=True, header_style="bold")
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+def _memory_rows(plan: Plan) -> list[list[Any]]:
+    m = plan.memory
+    g = lambda v: f"{v:.2f}"  # noqa: E731
+    return [
+        ["trainer", "weights / grads / optimizer / activations",
+         f"{g(m['trainer_weights'])} / {g(m['trainer_grads'])} / {g(m['trainer_optimizer'])} / "
+         f"{g(m['trainer_activations'])}", g(m["trainer_total"])],
+        ["engine", f"weights / KV cache ({m['kv_tokens']:,} tokens, {m['kv_sequences']:,} sequences)",
+         f"{g(m['engine_weights'])} / {g(m['engine_kv_cache'])}", g(m["engine_total"])],
+        ["per GPU", "peak (offload train {} / rollout {})".format(plan.offload_train, plan.offload_rollout),
+         f"of {g(m['available'])} available", f"{g(m['peak'])} {'fits' if plan.fits else 'DOES NOT FIT'}"],
+    ]
+
+
+def print_plan(plan: Plan) -> None:
+    from rich.console import Console
+
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    print("\n".join(summary_lines(plan)[:-1]))  # plain print: one line each, easy to grep
+    batch = [["prompts per rollout", plan.prompts_per_rollout],
+             ["samples per rollout", plan.samples_per_rollout],
+             ["global batch (samples per optimizer step)", plan.global_batch_size],
+             ["optimizer steps per rollout", plan.steps_per_rollout],
+             ["samples per DP rank per step", plan.samples_per_dp_rank],
+             ["micro-batches per step per DP rank" + (" (<=, dynamic)" if plan.dynamic_batching else ""),
+              plan.micro_batches_per_step],
+             ["rollouts / optimizer steps / samples", f"{plan.num_rollout} / {plan.total_steps} / {plan.total_samples}"],
+             ["params total / active", f"{_b(plan.params_total)} / {_b(plan.params_active)}"]]
+    console.print(_table("batch math", ["", "value"], batch))
+    ranks = [[r.rank, r.node, r.gpu, r.tp, r.cp, r.dp, r.pp, r.ep] for r in plan.ranks]
+    console.print(_table("trainer ranks (megatron order tp-cp-ep-dp-pp)",
+                         ["rank", "node", "gpu", "tp", "cp", "dp", "pp", "ep"], ranks))
     by_gpu: dict[tuple[int, int], list[str]] = {}
     for s in plan.placement:
         by_gpu.setdefault((s.node, s.gpu), []).append(f"{s.role} {s.rank}")
-    return [f"node {n} gpu {g}: {', '.join(v)}" for (n, g), v in sorted(by_gpu.items())]
+    console.print(_table(f"placement ({'colocated' if plan.colocate else 'disaggregated'})",
+                         ["node", "gpu", "runs"], [[n, g, ", ".join(v)] for (n, g), v in sorted(by_gpu.items())]))
+    console.print(_table("memory per GPU (GiB, estimate)", ["role", "what", "GiB", "total"], _memory_rows(plan)))
+    if plan.env:
+        console.print(_table("env for actors", ["var", "value"], sorted(plan.env.items())))
+    for n in plan.notes:
+        console.print(f"note: {n}", highlight=False)
 
 
 def plan_text(plan: Plan) -> str:
-    lines = summary_lines(plan) + ["placement:"] + ["  " + x for x in placement_lines(plan)]
-    if plan.env:
-        lines += ["env:"] + [f"  {k}={v}" for k, v in sorted(plan.env.items())]
+    """Plain text (for logs and tests)."""
+    by_gpu: dict[tuple[int, int], list[str]] = {}
+    for s in plan.placement:
+        by_gpu.setdefault((s.node, s.gpu), []).append(f"{s.role} {s.rank}")
+    lines = summary_lines(plan) + ["placement:"]
+    lines += [f"  node {n} gpu {g}: {', '.join(v)}" for (n, g), v in sorted(by_gpu.items())]
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""Rules details not covered by the invalid catalogue: valid edge cases that must pass, and lists kept in
+step with other packages."""
+import pytest
+
+from rlrun.config import ConfigError, load
+from rlrun.config.rules import RM_TYPES
+
+
+def test_reward_types_match_the_reward_package():
+    from rlrun.reward.rules import RULES
+
+    assert set(RM_TYPES) == set(RULES) | {"remote"}
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=glm4-9b", "hardware=h100", "parallelism.tp=4"],             # 2 KV groups, TP 4: replicated KV heads
+    ["model=glm4-9b", "hardware=h100", "parallelism.tp=8"],
+    ["data.rm_type=boxed_math"], ["data.rm_type=my_pkg.rewards:score"],  # boxed_ prefix, custom function
+    ["algo=reinforce_plus_plus", "rollout.n_samples_per_prompt=1"],      # no group needed
+    ["train.num_steps_per_rollout=4"],                                    # 64 / 4 = 16 per step
+    ["hardware=h100", "model=qwen3-0.6b", "train.colocate=false", "train.gpus_per_node=4", "rollout.num_gpus=4"],
+])
+def test_valid_edge_cases(overrides):
+    load(overrides)
+
+
+def test_batch_identity_message_has_the_numbers():
+    with pytest.raises(ConfigError) as e:
+        load(["experiment=qwen3-4b-grpo-mi300x", "rollout.rollout_batch_size=20"])
+    (p,) = [p for p in e.value.problems if p.path == "train.global_batch_size"]
+    assert "20 * 8 = 160" in p.message and "256" in p.message and "divisor of 160" in p.fix
+
+
+def test_kv_groups_fix_names_valid_tp():
+    with pytest.raises(ConfigError) as e:
+        load(["hardware=h100", "model=qwen3-14b", "parallelism.tp=4", "model.num_query_groups=10"])
+    (p,) = e.value.problems
+    assert p.path == "parallelism.tp" and "10 KV groups and TP 4" in p.message and "5, 10, 20" in p.fix
