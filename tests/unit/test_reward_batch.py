@@ -90,6 +90,10 @@ def test_errors_are_counted_not_raised(pool):
     metrics = {}
     assert score_batch(f"{__name__}:boom", ["a"], ["1"], pool=pool, metrics=metrics) == [0.0]
     assert metrics["reward/errors"] == 1
+    metrics = {}  # a missing response (None) in an in-process type and a pooled type
+    assert score_batch("exact_match", [None, "1"], ["1", "1"], metrics=metrics) == [0.0, 1.0]
+    assert score_batch("f1", [None], ["1"], pool=pool, metrics=metrics) == [0.0]
+    assert metrics["reward/errors"] == 2
 
 
 def test_custom_async_and_per_group(pool):
@@ -162,6 +166,12 @@ def test_remote_scores_retries_and_timeouts(server):
     metrics = {}
     score_batch("remote", ["a"], ["a"], remote_url="http://127.0.0.1:9/none", max_retries=0, metrics=metrics)
     assert metrics["reward/errors"] == 1
+
+
+def test_remote_huge_response_within_limit(server):
+    t0 = time.monotonic()
+    assert score_batch("remote", [HUGE], ["1"], remote_url=f"{server}/rm", timeout_s=LIMIT) == [0.0]
+    assert time.monotonic() - t0 < LIMIT
 
 
 def test_remote_needs_url():

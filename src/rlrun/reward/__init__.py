@@ -107,7 +107,11 @@ def score_batch(
     local = [i for i, t in enumerate(types) if i not in set(remote)]
     in_proc = [i for i in local if types[i] in _IN_PROCESS]
     for i in in_proc:
-        out[i] = (rule_score(types[i], responses[i], labels[i], metadatas[i]), "ok")
+        try:
+            out[i] = (rule_score(types[i], responses[i], labels[i], metadatas[i]), "ok")
+        except Exception as e:  # noqa: BLE001 - e.g. a None response; counted like a worker error
+            log.warning("reward %s failed: %r", types[i], e)
+            out[i] = (0.0, "error")
     pooled = [i for i in local if types[i] not in _IN_PROCESS]
     if pooled:
         _score_pooled(pooled, types, responses, labels, metadatas, group_size, timeout_s, pool, out)
