@@ -155,3 +155,26 @@ def test_params_from_config_reads_sections():
     del algo.gamma
     with pytest.raises(ValueError, match="config has no algo.gamma"):
         AlgoParams.from_config(cfg)
+
+
+@pytest.mark.parametrize("estimator,expected", [
+    # logp -1 vs old -1.5: r = e^.5 = 1.6487, A = 1
+    ("grpo", -1.28),  # PPO clip at 1 + .28
+    ("cispo", 1.28),  # -1.28 * A * logp(-1)
+    ("gspo", -1.28),  # one token: sequence ratio = token ratio
+])
+def test_compute_loss_picks_the_policy_loss_from_the_estimator(estimator, expected):
+    p = params(advantage_estimator=estimator)
+    loss, m = compute_loss(torch.tensor([[-1.0]]), torch.tensor([[-1.5]]), None, None, torch.ones(1, 1),
+                           torch.ones(1, 1), None, p)
+    assert loss.item() == pytest.approx(expected, abs=1e-6) and m["pg_clipfrac"] == 1.0
+    assert m["ppo_kl"] == pytest.approx(-0.5)
+
+
+def test_compute_loss_per_token_uses_token_mean():
+    # A = [1, 1 | 3], on-policy pg = -A; per-token: (-1 - 1 - 3) / 3; per-sample: (-1 + -3) / 2
+    adv = torch.tensor([[1.0, 1.0], [3.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    per_tok, _ = compute_loss(torch.zeros(2, 2), None, None, None, adv, mask, None, params(calculate_per_token_loss=True))
+    per_seq, _ = compute_loss(torch.zeros(2, 2), None, None, None, adv, mask, None, params())
+    assert per_tok.item() == pytest.approx(-5 / 3) and per_seq.item() == pytest.approx(-2.0)
