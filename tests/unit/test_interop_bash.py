@@ -1,8 +1,11 @@
 """The bash reader: slime scripts are read, never run; every argument keeps its file:line."""
 
+import shlex
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlrun.interop.bash_lexer import BashSyntaxError, CmdSub, Lit, Param, tokenize
 from rlrun.interop.bash_script import ScriptError, read_script
@@ -24,7 +27,7 @@ def args_of(path: Path) -> list[str]:
 
 def test_lexer_keeps_quote_context_for_expansion():
     (word,) = [t for t in tokenize("""a'$X'"$Y"$Z""") if not hasattr(t, "text")]
-    assert word.segments == (Lit("a"), Lit("$X"), Param("Y", True), Lit(""), Param("Z", False))
+    assert word.segments == (Lit("a"), Lit("$X"), Param("Y", True), Param("Z", False))
 
 
 def test_lexer_command_substitution_and_continuation():
@@ -130,3 +133,18 @@ def test_no_such_script_and_unclosed_array(tmp_path):
 def test_ray_job_without_python_entry_is_an_error(tmp_path):
     with pytest.raises(ScriptError, match="does not run `-- python3 train.py"):
         read_script(write(tmp_path, "ray job submit --address=x -- bash go.sh\n"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=12), max_size=6))
+def test_any_words_quoted_by_shlex_read_back_unchanged(tmp_path_factory, words):
+    """What the export writes (shlex.quote) the reader gives back word for word, spaces, $ and quotes included."""
+    path = tmp_path_factory.mktemp("q") / "run.sh"
+    body = "\n".join("   " + shlex.quote(w) for w in words)
+    path.write_text(f"A=(\n{body}\n)\npython3 train.py \"${{A[@]}}\"\n")
+    assert args_of(path) == words
+
+
+def test_empty_quoted_scalar_is_a_word_empty_array_is_none(tmp_path):
+    script = write(tmp_path, 'E=""\nA=()\npython3 train.py --e "$E" "${A[@]}" --end\n')
+    assert args_of(script) == ["--e", "", "--end"]

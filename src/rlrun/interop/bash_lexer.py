@@ -188,8 +188,10 @@ class _Lexer:
                 segments.append(self.expansion(quoted=True))
             else:
                 buf.append(self.advance())
-        # An empty "" is still a word (an empty argument), so keep an empty literal.
-        segments.append(Lit("".join(buf)))
+        # An empty "" is still a word (an empty argument), so it keeps an empty literal; `"${A[@]}"` must
+        # not get one, or an empty array would splice one empty word instead of none.
+        if buf or not segments:
+            segments.append(Lit("".join(buf)))
         return segments
 
     def expansion(self, quoted: bool) -> Segment:
