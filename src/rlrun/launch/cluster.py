@@ -6,10 +6,14 @@ fails in a second with what was asked and what exists, instead of hanging in Ray
 from __future__ import annotations
 
 import os
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
+
+from rlrun.launch import reaper
 
 
 class ResourceError(RuntimeError):
@@ -30,6 +34,7 @@ class Cluster:
 
     address: str | None
     owned: bool
+    reaper: subprocess.Popen | None = None  # kills the embedded cluster's processes if we die
 
     def nodes(self) -> list[NodeResources]:
         return alive_nodes()
@@ -38,6 +43,11 @@ class Cluster:
         # Disconnect in both cases; only an embedded cluster's processes die with it.
         if ray.is_initialized():
             ray.shutdown()
+        if self.reaper is not None:
+            # ray.shutdown() leaves Ray's agents draining for a while: the reaper ends them now.
+            self.reaper.terminate()
+            self.reaper.wait(timeout=30)
+            self.reaper = None
 
 
 def plan_demand(plan) -> list[int]:
@@ -73,7 +83,15 @@ def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Clus
     # Keep Ray's temp files out of a shared /tmp root when several runs share a machine.
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(**kwargs, **common)
-    return Cluster(address=None, owned=True)
+    ray_pids = [p for p in reaper.descendants(os.getpid()) if _is_ray_process(p)]
+    return Cluster(address=None, owned=True, reaper=reaper.spawn(ray_pids))
+
+
+def _is_ray_process(pid: int) -> bool:
+    try:
+        return b"ray" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def alive_nodes() -> list[NodeResources]:
