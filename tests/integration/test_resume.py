@@ -16,27 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from rlrun.launch.reaper import descendants
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
-
-
-def _descendants(pid: int) -> set[int]:
-    """All live descendant pids of `pid`, from /proc (no psutil needed)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def _alive(pids: set[int]) -> set[int]:
@@ -89,7 +72,7 @@ def test_sigkill_then_resume_continues_from_the_last_checkpoint(tmp_path):
         return latest.exists() and latest.read_text() == "iter_0000004" and len(rows) >= 5
 
     _wait_for(checkpointed_and_logged_past_it, proc, 240, "checkpoint iter_0000004")
-    children = _descendants(proc.pid)
+    children = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     killed_rows = read_metrics(run_dir / METRICS_FILE)
@@ -114,7 +97,7 @@ def test_sigterm_stops_cleanly_without_orphans(tmp_path):
     run_dir = _wait_for(lambda: _run_dir(tmp_path), proc, 120, "the run dir")
     _wait_for(lambda: (run_dir / METRICS_FILE).exists() and (run_dir / METRICS_FILE).read_text(), proc, 240,
               "the first step")
-    children = _descendants(proc.pid)
+    children = descendants(proc.pid)
     assert children, "rlrun started no child processes (Ray, router)?"
     os.kill(proc.pid, signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
