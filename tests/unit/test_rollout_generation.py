@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlrun.rollout.api import parse_sampling_params
-from rlrun.rollout.generation import Sequence, StopChecker, generate, sample_next
+from rlrun.rollout.generation import RunningBatch, Sequence, StopChecker, generate, sample_next
 from rlrun.rollout.tiny_model import build_model, build_tokenizer
 
 
@@ -126,3 +126,40 @@ def test_max_new_tokens_zero_and_abort(tiny):
     generate(model, [zero, victim], stop, 0, run_step=lambda fn: fn(), between_steps=between)
     assert zero.finish == {"type": "length", "length": 0} and zero.output_ids == []
     assert victim.finish["type"] == "abort" and len(victim.output_ids) == 3
+
+
+def test_requests_joining_a_running_batch_match_running_alone(tiny):
+    """Continuous batching: rows admitted mid-way (longer and shorter prompts than the batch's
+    width) and rows leaving early do not change anyone's samples or log-probs."""
+    model, tok = tiny
+
+    def make():
+        return {
+            "a": Sequence("a", [3, 4, 5], parse_sampling_params({"max_new_tokens": 12, "ignore_eos": True}),
+                          torch.Generator().manual_seed(1)),
+            "b": Sequence("b", list(range(3, 17)), parse_sampling_params({"max_new_tokens": 4, "ignore_eos": True}),
+                          torch.Generator().manual_seed(2)),
+            "c": Sequence("c", [7], parse_sampling_params({"max_new_tokens": 6, "ignore_eos": True}),
+                          torch.Generator().manual_seed(3)),
+        }
+
+    stop = StopChecker(tok, {1}, model.config.max_position_embeddings)
+    seqs = make()
+    batch = RunningBatch(model, stop, 0, run_step=lambda fn: fn())
+    batch.admit([seqs["a"]])
+    for step in range(9):
+        if step == 2:
+            batch.admit([seqs["b"]])  # 14-token prompt: wider than the running batch
+        if step == 7:
+            batch.admit([seqs["c"]])  # 1-token prompt, after b has left (columns trimmed)
+        batch.drop_finished()
+        batch.step()
+    while len(batch):
+        batch.drop_finished()
+        if len(batch):
+            batch.step()
+    for name, alone in make().items():
+        _run(model, tok, [alone])
+        assert seqs[name].output_ids == alone.output_ids, name
+        assert seqs[name].logprobs == pytest.approx(alone.logprobs, abs=1e-5), name
+        assert seqs[name].finish == alone.finish

@@ -136,3 +136,19 @@ def test_release_and_resume_memory(server):
     assert requests.post(f"{url}/resume_memory_occupation", json={}).status_code == 200
     assert requests.get(f"{url}/server_info").json()["released_memory"] == []
     assert requests.post(f"{url}/release_memory_occupation", json={"tags": ["kv"]}).status_code == 400
+
+
+def test_a_short_request_joins_and_leaves_while_a_long_one_runs(server):
+    """Continuous batching: no waiting for the running batch to finish."""
+    engine, url = server
+    results = []
+    t = _generate_in_thread(url, results, input_ids=[3], rid="long2",
+                            sampling_params={"max_new_tokens": 100000, "ignore_eos": True})
+    while not engine.busy():
+        time.sleep(0.01)
+    short = gen(url, input_ids=[4, 5], sampling_params={"max_new_tokens": 3, "ignore_eos": True})
+    assert short["meta_info"]["completion_tokens"] == 3
+    assert results == [] and "long2" in engine._running  # the long request is still generating
+    requests.post(f"{url}/abort_request", json=api.abort_request_body(rid="long2"))
+    t.join(timeout=30)
+    assert results[0]["meta_info"]["finish_reason"]["type"] == "abort"

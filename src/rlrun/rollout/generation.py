@@ -102,58 +102,138 @@ class StopChecker:
         return self.tokenizer.decode(ids, skip_special_tokens=sp.skip_special_tokens)
 
 
-@torch.no_grad()
+def _left_pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    missing = width - t.shape[dim]
+    if missing == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+class RunningBatch:
+    """Continuous batching: sequences join (admit) and leave (drop_finished) between decode steps.
+
+    Every row is left-padded to the batch's width; `mask` marks real tokens, `last_pos` holds each
+    row's own position (so RoPE never sees the padding). New requests are prefilled as their own
+    mini-batch and merged into the running KV cache by left-padding the shorter of the two along
+    the time axis; columns that no remaining row uses are trimmed after rows leave.
+    run_step(fn) runs a forward under the engine's weight lock, so weights change between steps.
+    """
+
+    def __init__(self, model, stop: StopChecker, pad_id: int,
+                 run_step: Callable[[Callable[[], torch.Tensor]], torch.Tensor]):
+        self.model, self.stop, self.pad_id, self.run_step = model, stop, pad_id, run_step
+        self.seqs: list[Sequence] = []
+        self.cache = self.mask = self.last_pos = None
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _forward(self, cache, mask, ids, positions) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True)
+        return out.logits[:, -1, :].float()
+
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        tokens, lps = sample_next(logits, seqs)
+        for seq, tok, lp in zip(seqs, tokens, lps):
+            seq.output_ids.append(tok)
+            seq.logprobs.append(lp)
+            self.stop.check(seq)
+
+    @torch.no_grad()
+    def admit(self, new: list[Sequence]) -> list[Sequence]:
+        """Prefills `new` and adds it to the batch; returns those finished without a token
+        (max_new_tokens=0), which never join."""
+        from transformers import DynamicCache
+
+        empty = [s for s in new if s.sampling.max_new_tokens == 0]
+        for seq in empty:
+            seq.finish = finish_reason("length", length=0)
+        new = [s for s in new if s.finish is None]
+        if not new:
+            return empty
+        device = self.device
+        width = max(len(s.prompt_ids) for s in new)
+        ids = torch.full((len(new), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(new), width), dtype=torch.long)
+        for i, s in enumerate(new):
+            ids[i, width - len(s.prompt_ids):] = torch.tensor(s.prompt_ids)
+            mask[i, width - len(s.prompt_ids):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self.run_step(lambda: self._forward(cache, mask, ids, positions))
+        self._sample(new, logits)
+        if self.cache is None:
+            self.seqs, self.cache, self.mask, self.last_pos = new, cache, mask, positions[:, -1]
+        else:
+            self._merge(new, cache, mask, positions[:, -1])
+        return empty
+
+    def _merge(self, new, cache, mask, last_pos) -> None:
+        width = max(self.mask.shape[1], mask.shape[1])
+        for old_layer, new_layer in zip(self.cache.layers, cache.layers):
+            for name in ("keys", "values"):
+                merged = torch.cat([_left_pad(getattr(old_layer, name), width, 2),
+                                    _left_pad(getattr(new_layer, name), width, 2)], dim=0)
+                setattr(old_layer, name, merged)
+        self.mask = torch.cat([_left_pad(self.mask, width, 1), _left_pad(mask, width, 1)], dim=0)
+        self.last_pos = torch.cat([self.last_pos, last_pos])
+        self.seqs = self.seqs + new
+
+    def drop_finished(self) -> list[Sequence]:
+        done = [s for s in self.seqs if s.finish is not None]
+        if not done:
+            return []
+        keep = [i for i, s in enumerate(self.seqs) if s.finish is None]
+        if not keep:
+            self.seqs, self.cache, self.mask, self.last_pos = [], None, None, None
+            return done
+        index = torch.tensor(keep, device=self.mask.device)
+        self.cache.batch_select_indices(index)
+        self.mask, self.last_pos = self.mask[index], self.last_pos[index]
+        self.seqs = [self.seqs[i] for i in keep]
+        # drop leading columns no remaining row attends to (they only cost compute)
+        used = self.mask.any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else 0
+        if first:
+            self.mask = self.mask[:, first:]
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        return done
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """Feeds every row's last sampled token and samples the next one."""
+        device = self.device
+        ids = torch.tensor([s.output_ids[-1] for s in self.seqs], device=device)[:, None]
+        self.mask = torch.cat([self.mask, torch.ones((len(self.seqs), 1), dtype=self.mask.dtype, device=device)],
+                              dim=1)
+        self.last_pos = self.last_pos + 1
+        mask, positions, cache = self.mask, self.last_pos[:, None], self.cache
+        logits = self.run_step(lambda: self._forward(cache, mask, ids, positions))
+        self._sample(self.seqs, logits)
+
+    def fail(self) -> list[Sequence]:
+        """After an exception: forget the batch, hand back its sequences."""
+        seqs, self.seqs, self.cache, self.mask, self.last_pos = self.seqs, [], None, None, None
+        return seqs
+
+
 def generate(model, seqs: list[Sequence], stop: StopChecker, pad_id: int,
              run_step: Callable[[Callable[[], torch.Tensor]], torch.Tensor],
              between_steps: Callable[[list[Sequence]], None]) -> None:
-    """Runs `seqs` to completion in one batch, filling output_ids/logprobs/finish in place.
-
-    run_step(fn) runs one forward under the engine's weight lock (so weight updates land between
-    steps, like SGLang's in-place pause); between_steps(active) applies aborts/pauses.
-    Finished rows are dropped from the batch and from the KV cache.
-    """
-    from transformers import DynamicCache
-
-    for seq in seqs:
-        if seq.sampling.max_new_tokens == 0:
-            seq.finish = finish_reason("length", length=0)
-    active = [s for s in seqs if s.finish is None]
-    if not active:
-        return
-    device = next(model.parameters()).device
-    width = max(len(s.prompt_ids) for s in active)
-    ids = torch.full((len(active), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(active), width), dtype=torch.long)
-    for i, s in enumerate(active):  # left padding: every row's last prompt token is at column -1
-        ids[i, width - len(s.prompt_ids):] = torch.tensor(s.prompt_ids)
-        mask[i, width - len(s.prompt_ids):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-
-    def forward(step_ids, step_pos):
-        out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                    past_key_values=cache, use_cache=True)
-        return out.logits[:, -1, :].float()
-
-    logits = run_step(lambda: forward(ids, positions))
-    last_pos = positions[:, -1]
-    while active:
-        tokens, lps = sample_next(logits, active)
-        for seq, tok, lp in zip(active, tokens, lps):
-            seq.output_ids.append(tok)
-            seq.logprobs.append(lp)
-            stop.check(seq)
-        between_steps(active)
-        keep = [i for i, s in enumerate(active) if s.finish is None]
-        if not keep:
-            return
-        step_ids = torch.tensor([tokens[i] for i in keep], device=device)[:, None]
-        if len(keep) < len(active):
-            index = torch.tensor(keep, device=device)
-            cache.batch_select_indices(index)
-            mask, last_pos = mask[index], last_pos[index]
-            active = [active[i] for i in keep]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], dim=1)
-        last_pos = last_pos + 1
-        logits = run_step(lambda: forward(step_ids, last_pos[:, None]))
+    """Runs `seqs` to completion as one batch (no later arrivals), filling them in place."""
+    batch = RunningBatch(model, stop, pad_id, run_step)
+    batch.admit(seqs)
+    while len(batch):
+        between_steps(batch.seqs)
+        batch.drop_finished()
+        if len(batch):
+            batch.step()

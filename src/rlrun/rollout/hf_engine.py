@@ -22,7 +22,7 @@ import torch
 from rlrun.rollout import weights as W
 from rlrun.rollout.api import (DEFAULT_WEIGHT_VERSION, MEMORY_TAGS, GenerateItem, GenerateResult,
                                RequestError)
-from rlrun.rollout.generation import Sequence, StopChecker, generate
+from rlrun.rollout.generation import RunningBatch, Sequence, StopChecker
 
 
 class HFEngine:
@@ -46,7 +46,9 @@ class HFEngine:
         self._weights_lock = threading.RLock()
         self._cv = threading.Condition()
         self._queue: list[tuple[Sequence, Future]] = []
-        self._running: dict[str, Sequence] = {}
+        self._batch = RunningBatch(model, self.stop, self.pad_id, self._run_step)
+        self._futures: dict[int, Future] = {}  # id(seq) -> its HTTP handler's future
+        self._running: dict[str, Sequence] = {}  # rid -> sequence in the batch
         self._abort_rids: set[str] = set()
         self._pause_mode: str | None = None
         self._stopping = False
@@ -103,18 +105,6 @@ class HFEngine:
                               logprobs=seq.logprobs if seq.return_logprob else None,
                               weight_version=self.weight_version)
 
-    def _take_batch(self) -> list[tuple[Sequence, Future]]:
-        with self._cv:
-            while not self._stopping and (not self._queue or self._pause_mode is not None):
-                self._cv.wait()
-            if self._stopping:
-                return []
-        time.sleep(self.batch_wait_s)  # let concurrent requests of one rollout join this batch
-        with self._cv:
-            batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size:]
-            self._running = {seq.rid: seq for seq, _ in batch}
-        return batch
-
     def _between_steps(self, active: list[Sequence]) -> None:
         with self._cv:
             while self._pause_mode == "in_place" and not self._stopping:
@@ -127,24 +117,63 @@ class HFEngine:
         with self._weights_lock:
             return fn()
 
-    def _loop(self) -> None:
-        while True:
-            batch = self._take_batch()
-            if not batch:
-                return
-            try:
-                generate(self.model, [s for s, _ in batch], self.stop, self.pad_id,
-                         self._run_step, self._between_steps)
-            except Exception as exc:  # a failed batch fails its requests, never the scheduler
-                for _, fut in batch:
-                    fut.set_exception(exc)
-            else:
-                for seq, fut in batch:
+    def _next_admissions(self) -> list[Sequence] | None:
+        """Blocks until there is work; returns the queued requests that fit into the running batch
+        (none while paused), or None when the engine stops."""
+        with self._cv:
+            while not self._stopping and not len(self._batch) and (not self._queue or self._pause_mode):
+                self._cv.wait()
+            if self._stopping:
+                return None
+            idle = not len(self._batch)
+        if idle:
+            time.sleep(self.batch_wait_s)  # let a rollout's burst of requests share one prefill
+        with self._cv:
+            if self._pause_mode is not None:
+                return []
+            free = self.max_batch_size - len(self._batch)
+            taken, self._queue = self._queue[:free], self._queue[free:]
+            for seq, fut in taken:
+                self._futures[id(seq)] = fut
+                self._running[seq.rid] = seq
+            return [seq for seq, _ in taken]
+
+    def _resolve(self, seqs: list[Sequence], exc: Exception | None = None) -> None:
+        with self._cv:
+            for seq in seqs:
+                fut = self._futures.pop(id(seq))
+                self._running.pop(seq.rid, None)
+                self._abort_rids.discard(seq.rid)
+                if exc is None:
                     fut.set_result(self._result(seq))
-            with self._cv:
-                for seq, _ in batch:
-                    self._abort_rids.discard(seq.rid)
-                self._running = {}
+                else:
+                    fut.set_exception(exc)
+
+    def _loop(self) -> None:
+        """Continuous batching: admit waiting requests, apply aborts/pauses, drop finished rows,
+        decode one step; repeat."""
+        while True:
+            new = self._next_admissions()
+            if new is None:
+                break
+            try:
+                if new:
+                    self._resolve(self._batch.admit(new))  # max_new_tokens=0 finishes at once
+                self._between_steps(self._batch.seqs)
+                self._resolve(self._batch.drop_finished())
+                if len(self._batch):
+                    self._batch.step()
+            except Exception as exc:  # a failed step fails the requests in flight, never the scheduler
+                self._batch.fail()
+                with self._cv:
+                    in_flight = [seq for seq in self._running.values() if id(seq) in self._futures]
+                self._resolve(in_flight, exc)
+        for seq in self._batch.fail():  # stopping: answer every request still in flight
+            seq.abort("engine shutting down")
+        with self._cv:
+            in_flight = [seq for seq in self._running.values() if id(seq) in self._futures]
+        self._resolve(in_flight)
+        self.abort(abort_all=True)  # and the queued ones
 
     def abort(self, rid: str | None = None, abort_all: bool = False) -> None:
         with self._cv:
