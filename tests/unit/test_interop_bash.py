@@ -80,10 +80,13 @@ for ((i=0; i<3; i++)); do
   arr+=(1)
 done
 printf -v FREQ "[%s]" "x"
-python3 train.py --has $HAS --freq "$FREQ"
+setup() {
+  FN=1
+}
+python3 train.py --has $HAS --freq "$FREQ" --fn $FN
 """)
     read = read_script(script)
-    assert [a.text for a in read.launch.args] == ["--has", "${HAS}", "--freq", "${FREQ}"]
+    assert [a.text for a in read.launch.args] == ["--has", "${HAS}", "--freq", "${FREQ}", "--fn", "${FN}"]
     assert any("HAS" in n and "loop/if" in n for n in read.notes)
     assert any("printf -v" in n for n in read.notes)
 

@@ -119,7 +119,8 @@ class _Reader:
         first = toks[i].literal()  # type: ignore[union-attr]
         if first in _COMPOUND_OPEN or (first == "{"):
             return self.skip_compound(toks, i)
-        if i + 2 < len(toks) and _is_op(toks[i + 1], "(") and _is_op(toks[i + 2], ")"):
+        function_def = not _assign_target(toks[i])  # type: ignore[arg-type]  # `A=()` is an empty array
+        if function_def and i + 2 < len(toks) and _is_op(toks[i + 1], "(") and _is_op(toks[i + 2], ")"):
             return self.skip_compound(toks, i + 3)  # `name() { ... }`: a function body is not run
         words: list[Word] = []
         while i < len(toks) and not (isinstance(toks[i], Op) and toks[i].text in _STATEMENT_END):
