@@ -44,8 +44,11 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
     builds too (same seed), with the tokenizer's special-token ids in its config."""
     if cfg.checkpoint.hf:
         return cfg.checkpoint.hf
+    from transformers.utils import logging as hf_logging
+
     from rlrun.train.hf_model import build_causal_lm
 
+    hf_logging.disable_progress_bar()  # the run's own progress bar is the only one on screen
     model = build_causal_lm(cfg.model, None, cfg.run.seed)
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
         setattr(model.config, name, getattr(tokenizer, name))
