@@ -118,6 +118,9 @@ class PromptDataset:
             if tokenizer is None:
                 raise DataError("data.apply_chat_template=true needs a tokenizer")
             messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            if not getattr(tokenizer, "chat_template", None):
+                raise DataError(f"{where}: data.apply_chat_template=true but the tokenizer has no chat template; "
+                                "set data.apply_chat_template=false or use a chat model's tokenizer")
             text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         elif isinstance(prompt, str):
             text = prompt

@@ -10,6 +10,7 @@ import math-verify before they report ready, so the import never eats into a tas
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
 import time
 from multiprocessing.connection import wait
 
@@ -74,8 +75,13 @@ class RewardPool:
         self._ctx = mp.get_context("spawn")
         self._start_timeout_s = start_timeout_s
         self._workers = [_Worker(self._ctx, start_timeout_s) for _ in range(num_workers)]
+        self._lock = threading.Lock()  # one batch at a time: workers hold one task each
 
     def run(self, tasks: list[tuple], timeouts_s: list[float]) -> list[tuple[object, str]]:
+        with self._lock:
+            return self._run(tasks, timeouts_s)
+
+    def _run(self, tasks: list[tuple], timeouts_s: list[float]) -> list[tuple[object, str]]:
         results: list[tuple[object, str] | None] = [None] * len(tasks)
         pending = list(range(len(tasks) - 1, -1, -1))  # pop() from the end keeps input order
         busy: dict[int, tuple[int, float]] = {}  # worker index -> (task index, deadline)
