@@ -60,7 +60,10 @@ def mark_latest(save_dir: str | Path, ckpt: Path) -> None:
 
 
 def find_latest(save_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint under save_dir, or None when there is none."""
+    """The newest complete checkpoint under save_dir (or save_dir itself when it is an iter_*
+    dir), or None when there is none."""
+    if (Path(save_dir) / "driver.json").is_file():
+        return Path(save_dir)
     pointer = Path(save_dir) / LATEST
     if not pointer.is_file():
         return None

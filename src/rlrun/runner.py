@@ -215,7 +215,8 @@ def run(cfg, plan, run_dir) -> dict:
             summary = loop.run(Run(cfg, plan, Path(run_dir), stack))
     finally:
         signal.signal(signal.SIGTERM, previous)
-    print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
-          f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir {summary['run_dir']}",
-          flush=True)
+    if summary["steps"]:
+        print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
+              f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir "
+              f"{summary['run_dir']}", flush=True)
     return summary

@@ -77,6 +77,7 @@ def test_latest_points_at_the_last_complete_checkpoint(tmp_path):
     ckpt.iter_dir(tmp_path, 6).mkdir()  # killed while saving: never marked
     found = ckpt.find_latest(tmp_path)
     assert found.name == "iter_0000004" and ckpt.read_driver_state(found).data_state == {"position": 32}
+    assert ckpt.find_latest(ckpt.iter_dir(tmp_path, 2)).name == "iter_0000002"  # checkpoint.load=an iter dir
 
 
 def test_driver_rng_round_trips():
