@@ -89,6 +89,12 @@ def test_moe_layer_freq(freq, first_k):
     assert v["model.moe.first_k_dense"] == first_k
 
 
+def test_moe_layer_freq_spellings_compare_equal_in_round_trips():
+    base = ["--num-layers", "4", "--num-experts", "8", "--moe-layer-freq"]
+    assert flag_set(base + ["[0]*2+[1]*2"]) == flag_set(base + ["[0, 0, 1, 1]"])
+    assert flag_set(base + ["[0]*0+[1]*4"]) == flag_set(base[:-1])
+
+
 def test_values_the_script_computes_at_run_time_are_reported_not_imported():
     d = decode(parse_args(["--num-layers", "4", "--num-experts", "8", "--moe-layer-freq", "${MOE_LAYER_FREQ}",
                            "--sglang-cuda-graph-bs", "1", "2", "$(seq 16 8 256)"]))
@@ -304,3 +310,41 @@ def test_import_with_an_unknown_forced_group_exits_2_with_choices():
     err = io.StringIO()
     assert cli_main(["import", "slime", str(SEED), "--model", "qwen3-5b"], io.StringIO(), err) == 2
     assert "qwen3-5b" in err.getvalue()
+
+
+QWEN3_30B_A3B = """MODEL_ARGS=(
+   --num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144
+   --num-attention-heads 32 --group-query-attention --num-query-groups 4 --kv-channels 128
+   --vocab-size 151936 --rotary-base 1000000 --norm-epsilon 1e-6 --normalization RMSNorm
+   --position-embedding-type rope --disable-bias-linear --qk-layernorm --swiglu
+   --untie-embeddings-and-output-weights
+   --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 --moe-router-score-function softmax
+   --moe-layer-freq "[0]*0+[1]*48"
+   --moe-grouped-gemm --moe-token-dispatcher-type alltoall --moe-router-dtype fp32 --moe-permute-fusion
+   --moe-aux-loss-coeff 0
+)
+"""
+
+
+def test_moe_script_picks_the_moe_model_and_layout_and_round_trips(tmp_path):
+    """A Qwen3-30B-A3B variant of the seed script on 8x H100 (TP 4, EP 8): MoE values match the group."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "qwen3-30B-A3B.sh").write_text(QWEN3_30B_A3B)
+    script = tmp_path / "run-moe.sh"
+    text = SEED.read_text().replace("models/qwen3-4B.sh", "models/qwen3-30B-A3B.sh")
+    text = text.replace("--tensor-model-parallel-size 2", "--tensor-model-parallel-size 4")
+    text = text.replace("--expert-model-parallel-size 1", "--expert-model-parallel-size 8")
+    script.write_text(text.replace('export HIP_VISIBLE_DEVICES=${HIP_VISIBLE_DEVICES:-"0,1,2,3,4,5,6,7"}\n', "")
+                      .replace("export RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES=${RAY_EXPERIMENTAL_NOSET_HIP"
+                               "_VISIBLE_DEVICES:-\"1\"}\n", ""))
+    r = import_script(script, name="moe")
+    assert {g: c.option for g, c in r.choices.items()} == {
+        "model": "qwen3-30b-a3b", "algo": "grpo", "hardware": "h100", "parallelism": "tp4_ep8",
+        "data": "dapo-math-17k"}
+    assert r.problems == [] and r.unknown == []
+    assert not [p for p in r.overrides if p.startswith(("model.", "parallelism."))]
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "moe.yaml").write_text(r.yaml_text)
+    exported = render_script(load(["experiment=moe"], config_dir=tmp_path).model_dump(mode="python"))
+    before, after = script_flags(script), exported_flags(exported, tmp_path)
+    assert before - after == set()  # `--moe-layer-freq [0]*0+[1]*48` is "every layer MoE", the default

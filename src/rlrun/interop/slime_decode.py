@@ -19,6 +19,9 @@ from rlrun.interop.slime_table import (
 from rlrun.interop.slime_values import same, slime_default
 
 _ROPE_FLAGS = ("--use-rope-scaling", "--rotary-scaling-factor")
+# Flags with a codec of their own whose absence means a fixed value: (rlrun path, that value).
+_SPECIAL_DEFAULTS = {"--moe-layer-freq": ("model.moe.first_k_dense", 0),
+                     "--rotary-scaling-factor": ("model.rope_scaling_factor", 1.0)}
 _MOE_FREQ = re.compile(r"^\(?\s*\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\]\s*\*\s*\(?\s*(\d+)\s*\)?\s*\)?$")
 
 
@@ -309,6 +312,11 @@ def flag_set(args: Iterable[Any], entry: str = "train.py") -> set[tuple[str, tup
             got = sglang.resolve(flag, occ.values)  # an abbreviation compares as the flag it expands to
             flag = sglang.PREFIX + got.field.replace("_", "-") if got.field else flag
             row = by_flag.get(flag)
+        if flag in _SPECIAL_DEFAULTS:  # spelled many ways ([0]*3+[1]*58 or [0, 0, 0, 1, ...]): compare values
+            path, default = _SPECIAL_DEFAULTS[flag]
+            if path in decoded.values and not same(decoded.values[path], default):
+                out.add((flag, (decoded.values[path],)))
+            continue
         if row is None:
             out.add((flag, tuple(_guess(v) for v in occ.values)))
             continue
