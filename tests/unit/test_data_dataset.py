@@ -75,9 +75,7 @@ def test_chat_template_and_length_filter(tmp_path, tok):
     assert item.text == "12=" and item.tokens == tok("12=", add_special_tokens=False)["input_ids"]
     with pytest.raises(DataError, match="need data.apply_chat_template=true"):
         PromptDataset(p, tokenizer=tok)
-    from rlrun.data.toy import build_toy_tokenizer as build
-
-    plain = build()
+    plain = build_toy_tokenizer()
     plain.chat_template = None
     with pytest.raises(DataError, match=r"c.jsonl:1: data.apply_chat_template=true but the tokenizer has no chat"):
         PromptDataset(p, tokenizer=plain, apply_chat_template=True)
