@@ -95,3 +95,7 @@ def cli_main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | None 
         return (_export if argv[0] == "export" else _import)(argv[2:], out, err)
     except SystemExit as exc:  # argparse's usage errors
         return int(exc.code or 0) if isinstance(exc.code, int) else 2
+
+
+if __name__ == "__main__":  # `python -m rlrun.interop.slime import slime run.sh --env BASE_DIR=/data`
+    sys.exit(cli_main(sys.argv[1:]))
