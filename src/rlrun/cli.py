@@ -29,6 +29,7 @@ class Args:
     command: str = "run"
     overrides: list[str] = field(default_factory=list)
     positional: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)   # every non-option token, in order (diff's A and B)
     json: bool = False
     out: Optional[str] = None
     cfg: Optional[str] = None
@@ -68,8 +69,10 @@ def parse(argv: Sequence[str]) -> Args:
             raise UsageError(f"unknown option {tok!r}")
         elif "=" in tok or tok.startswith("~"):
             a.overrides.append(tok)
+            a.args.append(tok)
         else:
             a.positional.append(tok)
+            a.args.append(tok)
     return a
 
 

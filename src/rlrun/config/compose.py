@@ -67,12 +67,23 @@ class Composer:
         self.close()
 
     def compose(self, overrides: Sequence[str]) -> Composed:
-        from hydra import compose
-        from hydra.errors import HydraException
-        from omegaconf import OmegaConf, open_dict
+        from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
-        overrides = tuple(overrides)
+        cfg, choices = self.compose_tree(overrides)
+        try:
+            raw = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as e:
+            raise ConfigError([interpolation_problem(e)]) from None
+        return Composed(raw=raw, choices=choices, overrides=tuple(overrides))
+
+    def compose_tree(self, overrides: Sequence[str]):
+        """Hydra's composition, unresolved (a DictConfig without the hydra node), and the group choices."""
+        from hydra import compose
+        from hydra.errors import HydraException
+        from omegaconf import open_dict
+        from omegaconf.errors import OmegaConfBaseException
+
         # Hydra stops at the first bad override; drop it and retry so that all of them are reported at once.
         problems, todo = [], list(overrides)
         while True:
@@ -91,13 +102,10 @@ class Composer:
         choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
         with open_dict(cfg):
             del cfg["hydra"]
-        try:
-            raw = OmegaConf.to_container(cfg, resolve=True)
-        except OmegaConfBaseException as e:
-            key = getattr(e, "full_key", "") or ""
-            raise ConfigError([Problem(str(key), f"cannot resolve an interpolation: {e.msg if hasattr(e, 'msg') else e}",
-                                       "point ${...} at an existing key, e.g. ${model.name}")]) from None
-        return Composed(raw=raw, choices=choices, overrides=overrides)
+        return cfg, choices
+
+    def keys_at(self, parent: str, overrides: Sequence[str] = ()) -> list[str]:
+        return self._keys_at(parent, overrides)
 
     def _problem_from_hydra(self, e: Exception, overrides: Sequence[str]) -> Problem:
         msg = str(e)
@@ -106,12 +114,17 @@ class Composer:
             path = m.group(1)
             parent, _, leaf = path.rpartition(".")
             keys = self._keys_at(parent, overrides)
-            best = closest(leaf, keys)
-            where = f" under {parent}" if parent else ""
-            fix = (f"write {'.'.join(filter(None, [parent, best]))}" if best else
-                   f"use one of the keys{where}: {', '.join(keys)}" if keys else "check the key's spelling")
-            return Problem(path, f"unknown key {leaf!r}{where}{did_you_mean(leaf, keys)}",
-                           fix + " (`rlrun --cfg job` prints the whole tree)", value=path)
+            if leaf in keys:  # the key exists: its new value (a mapping) brings keys the section lacks
+                return new_keys_problem(path, msg)
+            return unknown_key(path, keys)
+        m = re.search(r"An item is already at '([^']+)'", msg)
+        if m:
+            return Problem(m.group(1), f"+{m.group(1)} adds a key, but {m.group(1)} is set already",
+                           f"write {m.group(1)}=... to change it (or ++{m.group(1)}=... to add or change)", m.group(1))
+        m = re.search(r"Could not delete from config\. (?:'([^']+)' does not exist|The value of '([^']+)')", msg)
+        if m:
+            path = m.group(1) or m.group(2)
+            return Problem(path, f"~{path}: {msg.split('. ', 1)[1].strip()}", "check the key and value", path)
         m = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
         if m:  # an unknown option of a config group
             group, option = m.group(1), m.group(2)
@@ -147,6 +160,29 @@ class Composer:
         from hydra.core.global_hydra import GlobalHydra
 
         return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def unknown_key(path: str, keys: Sequence[str]) -> Problem:
+    parent, _, leaf = path.rpartition(".")
+    best = closest(leaf, keys)
+    where = f" under {parent}" if parent else ""
+    fix = (f"write {'.'.join(filter(None, [parent, best]))}" if best else
+           f"use one of the keys{where}: {', '.join(keys)}" if keys else "check the key's spelling")
+    return Problem(path, f"unknown key {leaf!r}{where}{did_you_mean(leaf, keys)}",
+                   fix + " (`rlrun --cfg job` prints the whole tree; +key=value adds a key on purpose)", value=path)
+
+
+def new_keys_problem(path: str, detail: str) -> Problem:
+    m = re.search(r"Key '([^']+)' is not in struct", detail)
+    extra = f" ({m.group(1)!r} is not in {path})" if m else ""
+    return Problem(path, f"the new value of {path} adds keys to a section with a fixed set of keys{extra}",
+                   f"add each new key on purpose with +{path}.<key>=value", value=path)
+
+
+def interpolation_problem(e: Exception) -> Problem:
+    key = getattr(e, "full_key", "") or ""
+    return Problem(str(key), f"cannot resolve an interpolation: {getattr(e, 'msg', e)}",
+                   "point ${...} at an existing key, e.g. ${model.name}")
 
 
 def _unparsable(overrides: Sequence[str]) -> str | None:

@@ -1,0 +1,54 @@
+"""rlrun diff on override lists, run dirs and YAML files; exit codes like diff(1)."""
+import json
+
+import yaml
+
+from rlrun.cli import main
+from rlrun.config import load
+from rlrun.config.diff import split_overrides
+from rlrun.config.plan import make_plan
+from rlrun.config.rundir import prepare_run_dir
+
+
+def test_split_overrides_keeps_bracketed_values():
+    assert split_overrides("model=qwen3-4b,optim.lr=1e-6") == ["model=qwen3-4b", "optim.lr=1e-6"]
+    assert split_overrides("rollout.stop=[a,b] optim.lr=1e-6") == ["rollout.stop=[a,b]", "optim.lr=1e-6"]
+    assert split_overrides("data.name='a,b',~eval.datasets") == ["data.name='a,b'", "~eval.datasets"]
+
+
+def test_identical_exits_0(capsys):
+    assert main(["diff", "default", "optim.lr=1e-3"]) == 0  # 1e-3 is the CPU default
+    assert capsys.readouterr().out.startswith("identical")
+
+
+def test_changes_and_plan_differences_as_json(capsys):
+    assert main(["diff", "optim.lr=1e-3", "optim.lr=3e-3,rollout.n_samples_per_prompt=4", "--format", "json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["identical"] is False
+    assert d["changed"]["optim.lr"] == {"a": 0.001, "b": 0.003}
+    assert d["changed"]["train.global_batch_size"] == {"a": 64, "b": 32}   # derived values differ too
+    assert d["plan"]["samples_per_rollout"] == {"a": 64, "b": 32}
+    assert d["added"] == {} and d["removed"] == {}
+
+
+def test_run_dirs_and_yaml_files(tmp_path, capsys):
+    dirs = []
+    for ov in (["optim.lr=1e-3"], ["optim.lr=2e-3", "rollout.num_rollout=20"]):
+        ov = ov + [f"run.output_dir={tmp_path}"]
+        cfg = load(ov)
+        dirs.append(prepare_run_dir(cfg, make_plan(cfg), ov))
+    assert main(["diff", str(dirs[0]), str(dirs[1])]) == 1
+    out = capsys.readouterr().out
+    assert "optim.lr: 0.001 -> 0.002" in out and "total_steps: 40 -> 20" in out
+    # A run dir's config.yaml and a YAML list of overrides are accepted as well.
+    (tmp_path / "ov.yaml").write_text(yaml.safe_dump(["optim.lr=2e-3", "rollout.num_rollout=20",
+                                                      f"run.output_dir={tmp_path}"]))
+    assert main(["diff", str(dirs[1] / "config.yaml"), str(tmp_path / "ov.yaml")]) == 0
+
+
+def test_markdown_and_bad_inputs(capsys):
+    assert main(["diff", "default", "model=qwen3-0.6b,hardware=h100", "--format", "md"]) == 1
+    md = capsys.readouterr().out
+    assert "### groups" in md and "| `model` | `tiny` | `qwen3-0.6b` |" in md
+    assert main(["diff", "default", "rollout.temperature=0"]) == 2
+    assert main(["diff", "/no/such/dir"]) == 2
