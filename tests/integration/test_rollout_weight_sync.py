@@ -53,3 +53,20 @@ def test_bf16_broadcast_is_cast_into_the_engine_dtype(group):
                       master_port=free_port(), backend="gloo")
     expected = W.checksum({n: t.float() for n, t in state.items()})  # exact: bf16 -> fp32 is lossless
     assert set(group.checksums().values()) == {expected}
+
+
+def test_release_resume_around_training_then_push(group):
+    """The colocated order: release -> (train) -> resume -> push weights -> generate."""
+    import requests
+
+    group.release_memory()
+    for url in group.urls:
+        info = requests.get(f"{url}/server_info", timeout=10).json()
+        assert info["released_memory"] == ["cuda_graph", "kv_cache", "weights"]
+    group.resume_memory(["weights"])
+    state = build_model(seed=13).state_dict()
+    group.update_weights_from_tensor(list(state.items()), "13")
+    group.resume_memory(["kv_cache", "cuda_graph"])
+    assert set(group.checksums().values()) == {W.checksum(state)}
+    r = requests.post(f"{group.urls[0]}/generate", json={"input_ids": [3], "sampling_params": {"max_new_tokens": 1}})
+    assert r.status_code == 200 and r.json()["meta_info"]["weight_version"] == "13"

@@ -152,3 +152,16 @@ def test_a_short_request_joins_and_leaves_while_a_long_one_runs(server):
     requests.post(f"{url}/abort_request", json=api.abort_request_body(rid="long2"))
     t.join(timeout=30)
     assert results[0]["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+def test_update_weights_from_tensor_file_variant(server, tmp_path):
+    """load_format="rlrun_file": the bytes stay on local disk, the body carries the path."""
+    _, url = server
+    state = build_model(seed=5).state_dict()
+    path = tmp_path / "bucket.pt"
+    torch.save(list(state.items()), path)
+    r = requests.post(f"{url}/update_weights_from_tensor", json=api.update_weights_from_tensor_body(
+        [str(path)], "f1", load_format=W.FILE_LOAD_FORMAT))
+    assert r.json()["success"], r.text
+    assert requests.get(f"{url}/rlrun/weights_checksum").json() == {"checksum": W.checksum(state),
+                                                                    "weight_version": "f1"}

@@ -139,6 +139,16 @@ class EngineGroup:
                                          api.update_weights_from_disk_body(model_path, str(version))))
             self._payloads, self._disk_path, self.weight_version = None, model_path, str(version)
 
+    def release_memory(self, tags: list[str] | None = None) -> None:
+        """Colocated training: engines free weights/kv_cache/cuda_graph (None = all) while the trainer
+        runs (SGLang frees GPU memory only with enable_memory_saver = rollout.offload)."""
+        body = api.memory_occupation_body(tags)
+        self._each(lambda url: _post(url, "/release_memory_occupation", body))
+
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        body = api.memory_occupation_body(tags)
+        self._each(lambda url: _post(url, "/resume_memory_occupation", body))
+
     def checksums(self) -> dict[str, str]:
         return dict(zip(self.urls, self._each(
             lambda url: requests.get(f"{url}/rlrun/weights_checksum", timeout=60).json()["checksum"])))
