@@ -17,9 +17,9 @@ from rlrun import checkpoint as ckpt
 from rlrun import loop
 from rlrun.launch import steps
 from rlrun.metrics import METRICS_FILE, MetricsLogger, plot, read_metrics
-from rlrun.rollout import weights as W
 
 ENGINE_INIT_DIR = "engine_init"
+WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
 SUMMARY_WINDOW = 5  # steps averaged for the first/last reward of the summary
 MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
 
@@ -129,10 +129,12 @@ class Run:
         return samples, kept, info
 
     def sync_weights(self, version: int, push: bool = True) -> None:
-        state = self.trainer.state_dict_for_sync()
-        want = W.checksum(state)
+        """Trainer weights -> every engine (via a safetensors file on the node's disk), verified
+        by checksum; push=False only verifies that the engines already hold them."""
+        sync_dir = self.run_dir / WEIGHT_SYNC_DIR
+        want = self.trainer.export_weights(str(sync_dir) if push else None)
         if push:
-            self.engines.update_weights_from_tensor(list(state.items()), str(version))
+            self.engines.update_weights_from_disk(str(sync_dir), str(version))
         bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
         if bad:
             raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "

@@ -35,6 +35,26 @@ class _Rank:
     def call(self, method: str, *args, **kwargs):
         return getattr(self.impl, method)(*args, **kwargs)
 
+    def export_weights(self, path: str | None) -> str:
+        """Checksum of the sync state; with `path`, also write it there as an HF safetensors file.
+
+        The weights go from this actor to the engines through the local disk: they never pass
+        through the driver, and safetensors is what update_weights_from_disk reads.
+        """
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+
+        from rlrun.rollout.weights import checksum
+
+        state = self.impl.state_dict_for_sync()
+        if path is not None:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            tmp = Path(path) / "model.safetensors.tmp"
+            save_file(state, str(tmp))
+            tmp.replace(Path(path) / "model.safetensors")  # engines never read a half-written file
+        return checksum(state)
+
 
 class TrainGroup:
     def __init__(self, cfg, plan, placement: Placement, env: dict[str, str]):
@@ -69,6 +89,10 @@ class TrainGroup:
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         return ray.get(self.actors[0].call.remote("state_dict_for_sync"))
+
+    def export_weights(self, path: str | None) -> str:
+        """Rank 0 writes the sync state under `path` (None: only checksum it); returns its checksum."""
+        return ray.get(self.actors[0].export_weights.remote(path))
 
     def save(self, path: str) -> None:
         self._all("save", path)
