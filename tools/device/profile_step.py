@@ -1,7 +1,10 @@
 """Where a megatron-backend train step spends its GPU time (torch.profiler, top kernels) and
 how it splits between forward+backward and the optimizer step.
 
-    python tools/device/profile_step.py qwen3-1.7b 4096
+    python tools/device/profile_step.py qwen3-1.7b 4096 [plain|fastops|fused|all] [table]
+
+Variants: plain = megatron-core's own fallbacks, fastops = rlrun.train.megatron.fast_ops,
+fused = compiled SwiGLU/bias-dropout-add, all = both (the backend's default).
 """
 import statistics
 import sys
@@ -14,7 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from megatron_mfu import overrides  # noqa: E402
 
 
-def main(name="qwen3-1.7b", seq=4096):
+def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
+    from rlrun.train import megatron_backend
+    from rlrun.train.megatron import model as mm
+    megatron_backend.FAST_OPS = variant in ("fastops", "all")
+    mm.TORCH_COMPILE_FUSIONS = variant in ("fused", "all")
     from rlrun.config import load
     from rlrun.train.base import TrainBatch
     from rlrun.train.megatron_backend import MegatronBackend
@@ -39,7 +46,14 @@ def main(name="qwen3-1.7b", seq=4096):
     be._run, be.opt.step = timed("fwd_bwd", run), timed("opt_step", step)
     for _ in range(5):
         be.train_step(batch)
-    print({k: round(statistics.median(v[2:]), 4) for k, v in phases.items()})
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(3):
+        be.train_step(batch)
+    print("PHASES", variant, {k: round(statistics.median(v[2:]), 4) for k, v in phases.items()},
+          f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
+    if not table:
+        be.shutdown()
+        return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]) as prof:
         be.train_step(batch)
         torch.cuda.synchronize()

@@ -30,6 +30,7 @@ from rlrun.train.torch_backend import TorchBackend
 
 _HF_DIR = "model"
 _OPTIM = "optim_rank{rank}.pt"
+FAST_OPS = True  # rlrun.train.megatron.fast_ops; a switch for the step profiler
 
 
 def _hf_getter(path: str | None, model_cfg, seed: int):
@@ -89,7 +90,7 @@ class MegatronBackend(TrainerBackend):
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-        from rlrun.train.megatron import model as mm
+        from rlrun.train.megatron import fast_ops, model as mm
 
         torch.cuda.set_device(self.gpu)
         if not dist.is_initialized():
@@ -117,6 +118,8 @@ class MegatronBackend(TrainerBackend):
             config=self.tconfig, module=gpt,
             ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                      use_distributed_optimizer=True))
+        if FAST_OPS:
+            fast_ops.install()
         o = cfg.optim
         self.opt = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,

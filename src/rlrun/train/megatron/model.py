@@ -9,6 +9,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# Fused SwiGLU and bias-dropout-add through megatron-core's jit_fuser (torch.compile): fewer
+# kernels and saved activations than the unfused path. A module switch (not a config key) so the
+# step profiler can measure both; docs/benchmarks.md has the numbers.
+TORCH_COMPILE_FUSIONS = True
+
 # model.family -> rope flavour megatron-core must use to match the HF implementation of that family.
 _INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False}
 
@@ -41,9 +46,9 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
         gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, add_qkv_bias=model.add_qkv_bias,
         qk_layernorm=model.qk_layernorm, rotary_interleaved=_INTERLEAVED_ROPE[model.family],
         hidden_dropout=0.0, attention_dropout=0.0,
-        # No TE/Apex: the unfused paths (fusions here are jit/TE kernels we do not have).
-        apply_rope_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
-        bias_activation_fusion=False, persist_layer_norm=False,
+        # Rope and softmax fusions are TE/Apex kernels we do not have; the two others are compiled.
+        apply_rope_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
+        bias_dropout_fusion=TORCH_COMPILE_FUSIONS, bias_activation_fusion=TORCH_COMPILE_FUSIONS,
         bf16=dtype == torch.bfloat16, params_dtype=dtype, pipeline_dtype=dtype,
         use_cpu_initialization=cpu_init,
         tensor_model_parallel_size=parallelism.tp, pipeline_model_parallel_size=parallelism.pp,
