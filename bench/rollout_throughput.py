@@ -20,8 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlrun.rollout.client import RolloutClient  # noqa: E402
-from rlrun.rollout.engines import EngineGroup, HFEngineProcess  # noqa: E402
-from rlrun.rollout.router import Router  # noqa: E402
+from rlrun.rollout.engines import local_engine_group  # noqa: E402
 from rlrun.rollout.tiny_model import save_tiny_model  # noqa: E402
 
 
@@ -58,33 +57,19 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rlrun-tput-"))
     model_dir = save_tiny_model(tmp / "tiny")
     for n_engines in args.engines:
-        engines = [HFEngineProcess(model_dir, seed=i, log_dir=tmp / "logs", threads=args.threads).start()
-                   for i in range(n_engines)]
-        router = Router(policy="round_robin", log_dir=tmp / "logs")
-        group = None
-        try:
-            for e in engines:
-                e.wait_healthy(300)
-            router.start()
-            group = EngineGroup(router, engines, restart=lambda i: None, health_interval_s=60).start()
-            asyncio.run(rollout(router.url, 16, 4, 16, False))  # warm-up
-            seconds, lat, tokens = asyncio.run(rollout(router.url, args.requests, args.max_new_tokens,
+        with local_engine_group(model_dir, n_engines, log_dir=tmp / "logs", threads=args.threads,
+                                health_interval_s=60) as group:
+            url = group.router.url
+            asyncio.run(rollout(url, 16, 4, 16, False))  # warm-up
+            seconds, lat, tokens = asyncio.run(rollout(url, args.requests, args.max_new_tokens,
                                                        args.concurrency, args.vary))
-            lat.sort()
-            print(json.dumps({"engines": n_engines, "requests": args.requests, "output_tokens": tokens,
-                              "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
-                              "latency_p50_s": round(statistics.median(lat), 3),
-                              "latency_p95_s": round(lat[int(0.95 * (len(lat) - 1))], 3),
-                              "model": "tiny Qwen3 (2 layers, hidden 32)", "threads_per_engine": args.threads,
-                              "vary": args.vary, "concurrency": args.concurrency}),
-                  flush=True)
-        finally:
-            if group is not None:
-                group.stop()
-            for e in engines:
-                e.stop()
-            router.stop()
-
+        lat.sort()
+        print(json.dumps({"engines": n_engines, "requests": args.requests, "output_tokens": tokens,
+                          "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
+                          "latency_p50_s": round(statistics.median(lat), 3),
+                          "latency_p95_s": round(lat[int(0.95 * (len(lat) - 1))], 3),
+                          "model": "tiny Qwen3 (2 layers, hidden 32)", "threads_per_engine": args.threads,
+                          "vary": args.vary, "concurrency": args.concurrency}), flush=True)
 
 if __name__ == "__main__":
     main()

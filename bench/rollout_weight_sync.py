@@ -26,9 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlrun.rollout import weights as W  # noqa: E402
-from rlrun.rollout.engines import EngineGroup, HFEngineProcess, broadcast_weights  # noqa: E402
+from rlrun.rollout.engines import broadcast_weights, local_engine_group  # noqa: E402
 from rlrun.rollout.process import free_port  # noqa: E402
-from rlrun.rollout.router import Router  # noqa: E402
 from rlrun.rollout.tiny_model import build_tokenizer  # noqa: E402
 
 SHAPES = {  # (hidden, ffn, layers, heads, kv heads, head_dim, vocab)
@@ -64,15 +63,8 @@ def main() -> None:
     base.save_pretrained(tmp / "base")
     tok = build_tokenizer()
     tok.save_pretrained(tmp / "base")
-    engines = [HFEngineProcess(tmp / "base", seed=i, log_dir=tmp / "logs", device=args.engine_device,
-                               dtype=args.dtype, threads=1).start() for i in range(args.engines)]
-    router = Router(log_dir=tmp / "logs")
-    group = None
-    try:
-        for e in engines:
-            e.wait_healthy(600)
-        router.start()
-        group = EngineGroup(router, engines, restart=lambda i: None, health_interval_s=60).start()
+    with local_engine_group(tmp / "base", args.engines, log_dir=tmp / "logs", device=args.engine_device,
+                            dtype=args.dtype, threads=1, health_interval_s=60) as group:
         trainer = build(args.shape, dtype, seed=1).to(args.trainer_device)
         named = list(trainer.state_dict().items())
         want = W.checksum(dict(named))
@@ -94,15 +86,8 @@ def main() -> None:
             print(json.dumps({"path": path, "shape": args.shape, "dtype": args.dtype, "backend": args.backend,
                               "engines": args.engines, "bytes": nbytes, "seconds": round(seconds, 4),
                               "gb_per_s": round(nbytes / seconds / 1e9, 4), "checksum_equal": equal}), flush=True)
-            # scramble between paths so that each path must really move the weights
+            # back to the base weights between paths so that each path must really move the weights
             group.update_weights_from_disk(str(tmp / "base"), "base")
-    finally:
-        if group is not None:
-            group.stop()
-        for e in engines:
-            e.stop()
-        router.stop()
-
 
 if __name__ == "__main__":
     main()

@@ -9,8 +9,7 @@ import requests
 
 from rlrun.rollout import weights as W
 from rlrun.rollout.client import RolloutClient, Sampling
-from rlrun.rollout.engines import EngineGroup, HFEngineProcess
-from rlrun.rollout.router import Router
+from rlrun.rollout.engines import local_engine_group
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -21,23 +20,9 @@ N_ENGINES, N_REQUESTS = 3, 256
 @pytest.fixture
 def cluster(tmp_path):
     model_dir = save_tiny_model(tmp_path / "tiny", seed=0)
-
-    def launch(i):
-        return HFEngineProcess(model_dir, seed=100 + i, log_dir=tmp_path / "logs").start()
-
-    def restart(i):
-        return launch(i).wait_healthy(120)
-
-    engines = [launch(i) for i in range(N_ENGINES)]  # start all, then wait: startups overlap
-    for e in engines:
-        e.wait_healthy(120)
-    router = Router(policy="round_robin", log_dir=tmp_path / "logs", health_check_interval_s=1).start()
-    group = EngineGroup(router, engines, restart, health_interval_s=0.3, failure_threshold=2).start()
-    yield group
-    group.stop()
-    router.stop()
-    for e in group.engines + engines:
-        e.stop()
+    with local_engine_group(model_dir, N_ENGINES, log_dir=tmp_path / "logs", seed=100,
+                            health_interval_s=0.3, startup_timeout_s=120) as group:
+        yield group
 
 
 def test_rollout_survives_an_engine_killed_mid_way(cluster):

@@ -4,9 +4,8 @@ import pytest
 import torch
 
 from rlrun.rollout import weights as W
-from rlrun.rollout.engines import EngineGroup, HFEngineProcess, broadcast_weights
+from rlrun.rollout.engines import broadcast_weights, local_engine_group
 from rlrun.rollout.process import free_port
-from rlrun.rollout.router import Router
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 
 
@@ -14,14 +13,8 @@ from rlrun.rollout.tiny_model import build_model, save_tiny_model
 def group(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sync")
     model_dir = save_tiny_model(tmp / "tiny", seed=0)
-    engines = [HFEngineProcess(model_dir, seed=i, log_dir=tmp / "logs").start() for i in range(2)]
-    for e in engines:
-        e.wait_healthy(120)
-    router = Router(log_dir=tmp / "logs").start()
-    grp = EngineGroup(router, engines, restart=lambda i: None, health_interval_s=5).start()
-    yield grp
-    grp.stop()
-    router.stop()
+    with local_engine_group(model_dir, 2, log_dir=tmp / "logs", health_interval_s=5, startup_timeout_s=120) as grp:
+        yield grp
 
 
 def test_broadcast_from_trainer_rank0_to_two_engine_processes(group):

@@ -102,13 +102,19 @@ def _generate_in_thread(url, results, **body):
     return t
 
 
-def test_abort_request_finishes_with_abort(server):
-    engine, url = server
-    results = []
-    t = _generate_in_thread(url, results, input_ids=[3], rid="long",
+def _start_long_request(engine, url, rid, results):
+    """A request that runs until aborted (or the 2048-token context ends it, seconds later)."""
+    t = _generate_in_thread(url, results, input_ids=[3], rid=rid,
                             sampling_params={"max_new_tokens": 100000, "ignore_eos": True})
     while not engine.busy():
         time.sleep(0.01)
+    return t
+
+
+def test_abort_request_finishes_with_abort(server):
+    engine, url = server
+    results = []
+    t = _start_long_request(engine, url, "long", results)
     time.sleep(0.05)
     assert requests.post(f"{url}/abort_request", json=api.abort_request_body(rid="long")).status_code == 200
     t.join(timeout=30)
@@ -142,10 +148,7 @@ def test_a_short_request_joins_and_leaves_while_a_long_one_runs(server):
     """Continuous batching: no waiting for the running batch to finish."""
     engine, url = server
     results = []
-    t = _generate_in_thread(url, results, input_ids=[3], rid="long2",
-                            sampling_params={"max_new_tokens": 100000, "ignore_eos": True})
-    while not engine.busy():
-        time.sleep(0.01)
+    t = _start_long_request(engine, url, "long2", results)
     short = gen(url, input_ids=[4, 5], sampling_params={"max_new_tokens": 3, "ignore_eos": True})
     assert short["meta_info"]["completion_tokens"] == 3
     assert results == [] and "long2" in engine._running  # the long request is still generating

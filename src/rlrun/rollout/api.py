@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_WEIGHT_VERSION = "default"  # what a fresh SGLang server reports (ServerArgs.weight_version)

@@ -19,8 +19,9 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import requests
 
@@ -227,3 +228,31 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
     finally:
         pool.shutdown(wait=False)
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}
+
+
+@contextmanager
+def local_engine_group(model_dir: str | Path, n: int, *, log_dir: str | Path, seed: int = 0,
+                       policy: str = "round_robin", health_interval_s: float = 0.5,
+                       startup_timeout_s: float = 600.0, **engine_kwargs) -> Iterator[EngineGroup]:
+    """n hf engine processes on this machine behind a fresh sglang-router, with restart on failure
+    (engine i restarts with its original seed). For benchmarks, tests and single-node runs
+    without Ray. Everything started here is stopped on exit."""
+    def launch(i: int) -> HFEngineProcess:
+        return HFEngineProcess(model_dir, seed=seed + i, log_dir=log_dir, **engine_kwargs).start()
+
+    engines = [launch(i) for i in range(n)]  # start all, then wait: startups overlap
+    router = Router(policy=policy, log_dir=log_dir, health_check_interval_s=1)
+    group = None
+    try:
+        for engine in engines:
+            engine.wait_healthy(startup_timeout_s)
+        router.start()
+        group = EngineGroup(router, engines, lambda i: launch(i).wait_healthy(startup_timeout_s),
+                            health_interval_s=health_interval_s).start()
+        yield group
+    finally:
+        if group is not None:
+            group.stop()  # also stops engines that replaced dead ones
+        for engine in engines:
+            engine.stop()
+        router.stop()
