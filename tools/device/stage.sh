@@ -27,6 +27,11 @@ if [ ! -e "$marker" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-build-isolation --target "$SITE" "${pkgs[@]}"
   touch "$marker"
 fi
+# rlrun itself runs from the carried working tree (src/ on PYTHONPATH); its dist-info makes
+# importlib.metadata.version("rlrun") work as in an installed checkout (the config cache keys on it).
+ver=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+mkdir -p "$SITE/rlrun-$ver.dist-info"
+printf 'Metadata-Version: 2.1\nName: rlrun\nVersion: %s\n' "$ver" > "$SITE/rlrun-$ver.dist-info/METADATA"
 export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)"
