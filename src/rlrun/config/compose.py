@@ -207,5 +207,21 @@ def _culprit(problem: Problem, overrides: list[str]) -> str | None:
 
 
 def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None) -> Composed:
-    with Composer(config_dir) as c:
-        return c.compose(overrides)
+    """Compose with Hydra, or reuse the unresolved tree of an earlier identical composition (cache.py)."""
+    from rlrun.config import cache
+
+    overrides = tuple(overrides)
+    dirs = [conf_dir()] + ([Path(config_dir).resolve()] if config_dir is not None else [])
+    k = cache.key(overrides, dirs) if cache.enabled() else None
+    hit = cache.get(k) if k else None
+    if hit is None:
+        from omegaconf import OmegaConf
+
+        with Composer(config_dir) as c:
+            cfg, choices = c.compose_tree(overrides)
+        hit = {"tree": OmegaConf.to_container(cfg, resolve=False), "choices": choices}
+        if k:
+            cache.put(k, hit["tree"], choices)
+    from rlrun.config.points import resolve
+
+    return Composed(raw=resolve(hit["tree"]), choices=hit["choices"], overrides=overrides)
