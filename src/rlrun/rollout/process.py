@@ -1,7 +1,9 @@
 """A child server process (sglang-router, SGLang, an hf engine) that never outlives rlrun.
 
 - own process group (start_new_session) so that stop() kills the server and its children;
-- PR_SET_PDEATHSIG=SIGKILL (Linux) so that a SIGKILLed parent still takes the server down;
+- PR_SET_PDEATHSIG=SIGKILL (Linux) so that a SIGKILLed parent still takes the server down
+  (it fires when the *thread* that started the child ends: start servers from long-lived
+  threads, e.g. the main thread, a Ray actor's executor, EngineGroup's monitor);
 - atexit + stop() for the normal and the SIGTERM/SIGINT paths (the runner turns signals into
   SystemExit, which runs atexit);
 - stdout+stderr to a log file whose tail goes into every startup error.

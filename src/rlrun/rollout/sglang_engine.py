@@ -55,14 +55,54 @@ class SGLangEngine:
         self.process.stop()
 
 
-class SGLangEngineActor(SGLangEngine):
-    """Ray actor body (ray.remote(SGLangEngineActor) via sglang_engine_actor_class)."""
+class SGLangEngineActor:
+    """Ray actor body: builds the argv and picks the ports *on the actor's node* (the driver may
+    run elsewhere), then owns the server process. Ray options (placement-group bundle, GPU share,
+    runtime_env with the hardware env incl. NOSET_CUDA_VISIBLE_DEVICES) come from the runner."""
 
-    def get_url(self) -> str:
-        return self.url
+    def __init__(self, cfg, rank: int, gpus: list[int], log_dir: str, env: dict | None = None,
+                 model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER):
+        self.engine = SGLangEngine.from_config(cfg, rank, gpus, log_dir, env=env, model_path=model_path)
+        if launcher != LAUNCHER:  # tests: a stand-in server that accepts SGLang's flags
+            self.engine = SGLangEngine(self.engine.args, log_dir=log_dir, env=env, launcher=launcher)
+
+    def start(self, timeout_s: float = 900.0) -> str:
+        return self.engine.start(timeout_s)
+
+    def alive(self) -> bool:
+        return self.engine.alive()
+
+    def stop(self) -> None:
+        self.engine.stop()
 
 
-def sglang_engine_actor_class():
-    import ray
+class RaySGLangEngine:
+    """What EngineGroup drives (.url, .alive(), .stop()) around one SGLangEngineActor.
 
-    return ray.remote(SGLangEngineActor)
+        RaySGLangEngine(cfg, i, placement.gpu_ids("engine", i), placement.options("engine", i),
+                        runtime_env(env), log_dir)
+    """
+
+    def __init__(self, cfg, rank: int, gpus: list[int], actor_options: dict, runtime_env: dict | None,
+                 log_dir: str | Path, *, model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER,
+                 timeout_s: float = 900.0):
+        import ray
+
+        self._ray = ray
+        cls = ray.remote(SGLangEngineActor).options(**actor_options, runtime_env=runtime_env)
+        self.actor = cls.remote(cfg, rank, gpus, str(log_dir), (runtime_env or {}).get("env_vars"),
+                                model_path, tuple(launcher))
+        self.url = ray.get(self.actor.start.remote(timeout_s))
+
+    def alive(self) -> bool:
+        try:
+            return bool(self._ray.get(self.actor.alive.remote(), timeout=10))
+        except Exception:  # noqa: BLE001 - actor dead or unreachable: the engine is gone
+            return False
+
+    def stop(self) -> None:
+        try:
+            self._ray.get(self.actor.stop.remote(), timeout=30)
+        except Exception:  # noqa: BLE001 - already dead: killing the actor is all that is left
+            pass
+        self._ray.kill(self.actor)
