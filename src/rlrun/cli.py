@@ -136,14 +136,17 @@ def cmd_run(a: Args) -> int:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
 
-    runner.run(cfg, plan, run_dir)
+    result = runner.run(cfg, plan, run_dir)
+    if isinstance(result, dict) and result:
+        print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                    for k, v in result.items() if isinstance(v, (int, float, str))))
     return 0
 
 
 def cmd_interop(a: Args, argv: Sequence[str]) -> int:
     from rlrun.interop import slime
 
-    return int(slime.cli_main(list(argv)[1:]))
+    return int(slime.cli_main(list(argv)))  # argv keeps its verb: ["export"|"import", "slime", ...]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
