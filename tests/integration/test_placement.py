@@ -89,3 +89,17 @@ def test_too_big_plan_fails_fast_with_what_was_asked(two_nodes):
     assert time.monotonic() - start < 2
     msg = str(err.value)
     assert "3 node(s) with [8, 8, 8] GPUs" in msg and "2 alive node(s) with [8, 8] GPUs" in msg
+
+
+def test_actor_env_layers_vendor_flags_profile_and_plan():
+    from rlrun.launch.env import actor_env
+
+    rocm = load(["hardware=mi300x"]).hardware
+    env = actor_env(rocm.vendor, rocm.env, {"EXTRA": 1})
+    assert env["RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"] == "1" and env["NCCL_CUMEM_ENABLE"] == "0"
+    assert env["HIP_VISIBLE_DEVICES"] == rocm.env["HIP_VISIBLE_DEVICES"] and env["EXTRA"] == "1"
+    cpu = actor_env("cpu", {"OMP_NUM_THREADS": "1"})
+    assert cpu == {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}  # no GPU flags on the CPU
+    assert actor_env("cuda", {"NCCL_CUMEM_ENABLE": "1"})["NCCL_CUMEM_ENABLE"] == "1"  # the profile wins
+    with pytest.raises(ValueError, match="hardware.vendor='tpu'"):
+        actor_env("tpu", {})
