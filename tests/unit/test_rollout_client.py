@@ -120,3 +120,43 @@ def test_generate_batch_with_seeds_is_reproducible(url):
             async with RolloutClient(url) as client:
                 await client.generate_batch([Sample(prompt="a")] * 4, Sampling(max_new_tokens=1), seeds=[1])
         run(bad())
+
+
+def test_abort_all_then_continue_a_partial_rollout(url):
+    """slime's partial rollout: abort in-flight requests (partial responses kept, status ABORTED),
+    later continue them from prompt + partial response with the remaining budget."""
+    samples = [Sample(prompt="", prompt_tokens=[3, 4]) for _ in range(2)]
+    sampling = Sampling(max_new_tokens=1200, ignore_eos=True)  # long enough to be aborted mid-way
+
+    async def first_round():
+        async with RolloutClient(url) as client:
+            task = asyncio.ensure_future(client.generate_batch(samples, sampling))
+            await asyncio.sleep(0.3)
+            await client.abort_all([url])
+            await task
+
+    run(first_round())
+    assert all(s.status is Status.ABORTED for s in samples)
+    partial = [list(s.response_tokens) for s in samples]
+    assert all(0 < len(p) < 1200 for p in partial)
+
+    async def second_round():
+        async with RolloutClient(url) as client:
+            await client.generate_batch(samples, Sampling(max_new_tokens=len(partial[0]) + 5))
+
+    run(second_round())
+    s = samples[0]
+    assert s.response_tokens[:len(partial[0])] == partial[0]
+    assert len(s.response_tokens) == len(s.rollout_logprobs) == len(s.loss_mask) <= len(partial[0]) + 5
+    assert s.status in (Status.COMPLETED, Status.TRUNCATED)
+
+
+def test_continuing_needs_prompt_tokens(url):
+    s = Sample(prompt="the cat", response_tokens=[4], status=Status.ABORTED)
+
+    async def go():
+        async with RolloutClient(url) as client:
+            await client.generate_batch([s], Sampling(max_new_tokens=3))
+
+    with pytest.raises(RolloutError, match="prompt_tokens"):
+        run(go())

@@ -9,6 +9,7 @@ idempotent, so retrying a request whose engine died mid-way is safe.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import uuid
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class Sampling:
     # RL wants the text to match the tokens the trainer sees (slime sends the same two flags).
     skip_special_tokens: bool = False
     no_stop_trim: bool = True
+    ignore_eos: bool = False  # benchmarks and tests: fixed-length responses
 
     @classmethod
     def from_config(cls, rollout_cfg) -> "Sampling":
@@ -50,7 +52,8 @@ class Sampling:
     def to_json(self, seed: int | None = None) -> dict:
         out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
                "top_k": self.top_k, "stop": list(self.stop), "stop_token_ids": list(self.stop_token_ids),
-               "skip_special_tokens": self.skip_special_tokens, "no_stop_trim": self.no_stop_trim}
+               "skip_special_tokens": self.skip_special_tokens, "no_stop_trim": self.no_stop_trim,
+               "ignore_eos": self.ignore_eos}
         if seed is not None:
             out["sampling_seed"] = seed
         return out
@@ -136,6 +139,9 @@ class RolloutClient:
             raise ValueError(f"generate_batch got {len(samples)} samples but {len(seeds)} seeds")
 
         async def one(sample, seed):
+            if sample.status is Status.ABORTED and sample.response_tokens:
+                await self._continue(sample, sampling, seed)
+                return sample
             out = await self.generate(text=sample.prompt, input_ids=sample.prompt_tokens or None,
                                       sampling=sampling, seed=seed)
             fill_sample(sample, out)
@@ -143,24 +149,45 @@ class RolloutClient:
 
         return list(await asyncio.gather(*(one(s, seed) for s, seed in zip(samples, seeds))))
 
+    async def _continue(self, sample, sampling: Sampling, seed: int | None) -> None:
+        """Partial rollout: an aborted sample continues from prompt + its response so far, under
+        the current weights, with the remaining token budget (slime's --partial-rollout)."""
+        if not sample.prompt_tokens:
+            raise RolloutError("continuing an aborted sample needs sample.prompt_tokens (the response "
+                               "tokens are appended to them); tokenize prompts before the rollout")
+        budget = sampling.max_new_tokens - len(sample.response_tokens)
+        if budget <= 0:
+            sample.status = Status.TRUNCATED
+            return
+        out = await self.generate(input_ids=list(sample.prompt_tokens) + list(sample.response_tokens),
+                                  sampling=dataclasses.replace(sampling, max_new_tokens=budget), seed=seed)
+        fill_sample(sample, out, append=True)
+
     async def abort_all(self, engine_urls: list[str]) -> None:
         """/abort_request to every engine (the router forwards a request to one engine only)."""
         await asyncio.gather(*(self.post("/abort_request", api.abort_request_body(abort_all=True), url=u)
                                for u in engine_urls))
 
 
-def fill_sample(sample, out: dict) -> None:
-    """Writes an SGLang /generate answer into an rlrun.data.Sample (names: docs/CONTRACT.md)."""
+def fill_sample(sample, out: dict, append: bool = False) -> None:
+    """Writes an SGLang /generate answer into an rlrun.data.Sample (names: docs/CONTRACT.md);
+    append=True extends a partial (aborted) response instead of replacing it."""
     meta = out["meta_info"]
     tokens = list(out["output_ids"])
     logprobs = [lp for lp, _tok, _txt in meta.get("output_token_logprobs", [])]
     if len(logprobs) != len(tokens):
         raise RolloutError(f"request {meta.get('id')}: {len(tokens)} output ids but {len(logprobs)} "
                            f"log-probs; send return_logprob=true")
-    sample.response = out["text"]
-    sample.response_tokens = tokens
-    sample.rollout_logprobs = logprobs
-    sample.loss_mask = [1] * len(tokens)
+    if append:
+        sample.response += out["text"]
+        sample.response_tokens = list(sample.response_tokens) + tokens
+        sample.rollout_logprobs = list(sample.rollout_logprobs or []) + logprobs
+        sample.loss_mask = list(sample.effective_loss_mask) + [1] * len(tokens)
+    else:
+        sample.response = out["text"]
+        sample.response_tokens = tokens
+        sample.rollout_logprobs = logprobs
+        sample.loss_mask = [1] * len(tokens)
     sample.weight_version = weight_version_number(meta["weight_version"])
     sample.status = STATUS_BY_FINISH[meta["finish_reason"]["type"]]
     sample.metadata["finish_reason"] = meta["finish_reason"]
