@@ -64,7 +64,7 @@ def test_cfg_job_and_help(capsys):
 
 def test_plan_out_writes_json(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    assert main(["plan", "--out", str(out)]) == 0
+    assert main(["plan", "--out", str(out), "rollout.rollout_batch_size=8", "rollout.n_samples_per_prompt=8"]) == 0
     assert json.loads(out.read_text())["global_batch_size"] == 64
 
 

@@ -16,7 +16,7 @@ def test_run_dir_holds_the_four_files_and_round_trips(tmp_path):
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "overrides.yaml", "plan.json", "versions.json"]
     raw, overrides = read_run_dir(run_dir)
     assert RunConfig.model_validate(raw) == cfg and overrides == ov
-    assert json.loads((run_dir / "plan.json").read_text())["global_batch_size"] == 64
+    assert json.loads((run_dir / "plan.json").read_text())["global_batch_size"] == cfg.train.global_batch_size
     assert json.loads((run_dir / "versions.json").read_text())["pydantic"]
 
 

@@ -17,12 +17,14 @@ def test_split_overrides_keeps_bracketed_values():
 
 
 def test_identical_exits_0(capsys):
-    assert main(["diff", "default", "optim.lr=1e-3"]) == 0  # 1e-3 is the CPU default
+    assert main(["diff", "optim.lr=0.002", "optim.lr=2e-3"]) == 0  # two spellings, one value
     assert capsys.readouterr().out.startswith("identical")
 
 
 def test_changes_and_plan_differences_as_json(capsys):
-    assert main(["diff", "optim.lr=1e-3", "optim.lr=3e-3,rollout.n_samples_per_prompt=4", "--format", "json"]) == 1
+    a = "rollout.rollout_batch_size=8,optim.lr=1e-3"
+    b = "rollout.rollout_batch_size=8,optim.lr=3e-3,rollout.n_samples_per_prompt=4"
+    assert main(["diff", a, b, "--format", "json"]) == 1
     d = json.loads(capsys.readouterr().out)
     assert d["identical"] is False
     assert d["changed"]["optim.lr"] == {"a": 0.001, "b": 0.003}
@@ -33,7 +35,7 @@ def test_changes_and_plan_differences_as_json(capsys):
 
 def test_run_dirs_and_yaml_files(tmp_path, capsys):
     dirs = []
-    for ov in (["optim.lr=1e-3"], ["optim.lr=2e-3", "rollout.num_rollout=20"]):
+    for ov in (["optim.lr=1e-3", "rollout.num_rollout=40"], ["optim.lr=2e-3", "rollout.num_rollout=20"]):
         ov = ov + [f"run.output_dir={tmp_path}"]
         cfg = load(ov)
         dirs.append(prepare_run_dir(cfg, make_plan(cfg), ov))

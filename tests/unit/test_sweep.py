@@ -56,7 +56,7 @@ def test_launch_writes_run_dirs_and_summary(tmp_path, monkeypatch):
 def test_cli_plan_and_validate_multirun(capsys):
     assert main(["validate", "-m", "optim.lr=1e-6,3e-6", "rollout.n_samples_per_prompt=4,8"]) == 0
     assert capsys.readouterr().out.strip() == "4 points valid"
-    assert main(["plan", "-m", "--json", "rollout.n_samples_per_prompt=4,8"]) == 0
+    assert main(["plan", "-m", "--json", "rollout.rollout_batch_size=8", "rollout.n_samples_per_prompt=4,8"]) == 0
     plans = json.loads(capsys.readouterr().out)
     assert [p["samples_per_rollout"] for p in plans] == [32, 64]
 
