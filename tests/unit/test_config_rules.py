@@ -36,3 +36,8 @@ def test_kv_groups_fix_names_valid_tp():
         load(["hardware=h100", "model=qwen3-14b", "parallelism.tp=4", "model.num_query_groups=10"])
     (p,) = e.value.problems
     assert p.path == "parallelism.tp" and "10 KV groups and TP 4" in p.message and "5, 10, 20" in p.fix
+
+
+def test_env_values_become_strings():
+    env = load(["+hardware.env.FOO=1", "+hardware.env.BAR=true"]).hardware.env
+    assert (env["FOO"], env["BAR"]) == ("1", "true")

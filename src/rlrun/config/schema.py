@@ -6,9 +6,9 @@ rlrun.config.derive before validation, so a RunConfig always holds concrete valu
 live in rlrun.config.rules."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -47,8 +47,13 @@ class HardwareSection(Section):
     gpus_per_node: PosInt
     memory_gib: PosFloat
     peak_bf16_tflops: PosFloat
-    env: dict[str, str]
+    env: dict[str, Union[str, int, float, bool]]  # stringified below: `+hardware.env.X=1` parses as an int
     defaults: HardwareDefaults
+
+    @field_validator("env")
+    @classmethod
+    def _env_as_strings(cls, env: dict) -> dict[str, str]:
+        return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in env.items()}
 
 
 class MoESection(Section):
