@@ -63,3 +63,12 @@ def test_release_resume_around_training_then_push(group):
     assert set(group.checksums().values()) == {W.checksum(state)}
     r = requests.post(f"{group.urls[0]}/generate", json={"input_ids": [3], "sampling_params": {"max_new_tokens": 1}})
     assert r.status_code == 200 and r.json()["meta_info"]["weight_version"] == "13"
+
+
+def test_sglang_ipc_payload_between_processes(group):
+    """SGLang's own /update_weights_from_tensor payload (ForkingPickler; CPU tensors as shared
+    memory files, CUDA tensors as IPC handles) read by separate engine processes."""
+    state = build_model(seed=17).state_dict()
+    group.update_weights_from_tensor(list(state.items()), "17", bucket_bytes=8 << 10, transport="ipc")
+    assert set(group.checksums().values()) == {W.checksum(state)}
+    assert set(group.versions().values()) == {"17"}

@@ -71,3 +71,25 @@ def test_gloo_broadcast_group_outside_the_default_group():
         t.join(timeout=30)
     for rank in (1, 2):
         assert all(torch.equal(a, b) for a, b in zip(got[rank], sent))
+
+
+def test_ipc_payload_roundtrip_keeps_the_callers_storage_private():
+    t = torch.arange(6.0)
+    payload, keepalive = W.serialize_ipc([("w", t)])
+    assert not t.is_shared()  # the caller's tensor was copied, not moved into shared memory
+    (name, back), = W.deserialize_named_tensors(payload, None)
+    assert name == "w" and torch.equal(back, t) and keepalive[0].is_shared()
+
+
+def test_payload_unpickler_refuses_arbitrary_callables():
+    import base64
+    import os
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    payload = base64.b64encode(pickle.dumps(Evil())).decode()
+    with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+        W.deserialize_named_tensors(payload, None)

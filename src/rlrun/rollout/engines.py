@@ -85,7 +85,9 @@ class EngineGroup:
         self.health_timeout_s = health_timeout_s
         self.restarts = 0
         self.weight_version = api.DEFAULT_WEIGHT_VERSION
-        self._payloads: list[str] | None = None  # latest from_tensor buckets, replayed on restart
+        self._named: list | None = None  # latest from_tensor state (HF names), replayed on restart
+        self._transport = "serialized"
+        self._bucket_bytes = 256 << 20
         self._disk_path: str | None = None  # or the latest checkpoint dir pushed from disk
         self._failures = [0] * len(self.engines)
         self._lock = threading.RLock()  # weight pushes and replacements never interleave
@@ -116,29 +118,48 @@ class EngineGroup:
     def _each(self, fn: Callable[[str], object], urls: list[str] | None = None) -> list:
         return list(self._pool.map(fn, urls if urls is not None else self.urls))
 
-    def _push(self, url: str, payloads: list[str], version: str) -> None:
-        _post(url, "/pause_generation", api.pause_generation_body("in_place"))
-        try:
-            for i, payload in enumerate(payloads):  # version is set by the last bucket only
-                last = i == len(payloads) - 1
-                _post(url, "/update_weights_from_tensor", api.update_weights_from_tensor_body(
-                    [payload], version if last else None, flush_cache=last))
-        finally:
-            _post(url, "/continue_generation", {})
+    def _payloads(self, named: list, transport: str, bucket_bytes: int) -> tuple[list[str], list]:
+        """One payload per bucket, plus what must stay alive until the engines answered."""
+        if transport == "serialized":
+            return [W.serialize_named_tensors(b) for b in W.buckets(named, bucket_bytes)], []
+        if transport == "ipc":
+            pairs = [W.serialize_ipc(b) for b in W.buckets(named, bucket_bytes)]
+            return [p for p, _ in pairs], [k for _, k in pairs]
+        raise ValueError(f"weight transport {transport!r} unknown: serialized | ipc")
+
+    def _push(self, urls: list[str], named: list, version: str, transport: str, bucket_bytes: int) -> None:
+        payloads, keepalive = self._payloads(named, transport, bucket_bytes)
+
+        def push(url: str) -> None:
+            _post(url, "/pause_generation", api.pause_generation_body("in_place"))
+            try:
+                for i, payload in enumerate(payloads):  # version is set by the last bucket only
+                    last = i == len(payloads) - 1
+                    _post(url, "/update_weights_from_tensor", api.update_weights_from_tensor_body(
+                        [payload], version if last else None, flush_cache=last))
+            finally:
+                _post(url, "/continue_generation", {})
+
+        self._each(push, urls)
+        del keepalive  # every engine has copied the weights out of the shared memory
 
     def update_weights_from_tensor(self, named: list[tuple[str, "object"]], version: str,
-                                   bucket_bytes: int = 256 << 20) -> None:
-        """Pushes a full state (HF names) to every engine, bucketed; remembered for restarts."""
-        payloads = [W.serialize_named_tensors(b) for b in W.buckets(named, bucket_bytes)]
+                                   bucket_bytes: int = 256 << 20, transport: str = "serialized") -> None:
+        """Pushes a full state (HF names) to every engine, bucketed, between pause and continue.
+
+        transport "serialized": bytes in the HTTP body (any host); "ipc": SGLang's own payload
+        (shared memory / CUDA IPC, engines on this host: the colocated mode). The state is kept
+        for restarts: do not modify `named` in place afterwards (pass copies)."""
         with self._lock:
-            self._each(lambda url: self._push(url, payloads, str(version)))
-            self._payloads, self._disk_path, self.weight_version = payloads, None, str(version)
+            self._push(self.urls, named, str(version), transport, bucket_bytes)
+            self._named, self._disk_path, self.weight_version = named, None, str(version)
+            self._transport, self._bucket_bytes = transport, bucket_bytes
 
     def update_weights_from_disk(self, model_path: str, version: str) -> None:
         with self._lock:
             self._each(lambda url: _post(url, "/update_weights_from_disk",
                                          api.update_weights_from_disk_body(model_path, str(version))))
-            self._payloads, self._disk_path, self.weight_version = None, model_path, str(version)
+            self._named, self._disk_path, self.weight_version = None, model_path, str(version)
 
     def release_memory(self, tags: list[str] | None = None) -> None:
         """Colocated training: engines free weights/kv_cache/cuda_graph (None = all) while the trainer
@@ -186,8 +207,8 @@ class EngineGroup:
             self.router.remove_worker(old.url)
             old.stop()
             new = self.restart_fn(i)
-            if self._payloads is not None:
-                self._push(new.url, self._payloads, self.weight_version)
+            if self._named is not None:
+                self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes)
             elif self._disk_path is not None:
                 _post(new.url, "/update_weights_from_disk",
                       api.update_weights_from_disk_body(self._disk_path, self.weight_version))

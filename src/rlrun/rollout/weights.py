@@ -1,11 +1,13 @@
 """Moving weights into a rollout engine: serialisation, bucketing, checksums, broadcast groups.
 
 Three transports, the same three SGLang offers:
-  from_tensor       SGLang: base64(MultiprocessingSerializer([(name, tensor)])) = CUDA IPC handles,
-                    valid only between processes on the same GPU. CPU stand-in used by the hf
-                    engine: base64(torch.save([(name, tensor)])) (load_format=None, bytes travel in
-                    the HTTP body) or a path to such a file (load_format="rlrun_file", bytes stay
-                    on local disk). Same endpoint, same bucketing, different payload encoding.
+  from_tensor       SGLang's payload (serialize_ipc): base64 of a ForkingPickler pickle of
+                    [(name, tensor)] - CUDA tensors as CUDA IPC handles (receiver on the same GPU),
+                    CPU tensors as named shared-memory files - so sender and receiver share a host
+                    (colocated). The hf engine reads it exactly like SGLang's tp_worker does.
+                    Portable variants (hf engine only): base64(torch.save(...)) with the bytes in
+                    the HTTP body (serialize_named_tensors; works across hosts, replayable), or a
+                    local file path with load_format="rlrun_file".
   from_distributed  torch.distributed broadcast from trainer rank 0 to every engine (gloo on CPU,
                     nccl on GPU) in a process group made only for weight sync.
   from_disk         an HF checkpoint directory (safetensors).
@@ -17,6 +19,7 @@ import datetime
 import difflib
 import hashlib
 import io
+import pickle
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -31,13 +34,49 @@ def serialize_named_tensors(named: list[tuple[str, torch.Tensor]]) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def serialize_ipc(named: list[tuple[str, torch.Tensor]]) -> tuple[str, list[torch.Tensor]]:
+    """SGLang's own /update_weights_from_tensor payload (its MultiprocessingSerializer format).
+    Returns (payload, keepalive): the sender must hold `keepalive` until the engine answered, since
+    the engine maps the sender's memory. CPU tensors are copied into shared memory first (pickling
+    would otherwise move the caller's own storages there)."""
+    import torch.multiprocessing as tmp
+    from multiprocessing.reduction import ForkingPickler
+
+    # CPU storages travel by shm file name; the default fd strategy needs the two processes to
+    # share a multiprocessing authkey, which a trainer and an engine server never do.
+    tmp.set_sharing_strategy("file_system")
+    shared = [(n, t.detach() if t.is_cuda else t.detach().clone()) for n, t in named]
+    buf = io.BytesIO()
+    ForkingPickler(buf).dump(shared)
+    return base64.b64encode(buf.getvalue()).decode("ascii"), [t for _, t in shared]
+
+
+class _WeightsUnpickler(pickle.Unpickler):
+    """Loads only what a [(name, tensor)] pickle needs: a payload arrives over HTTP, and pickle
+    would otherwise run any callable it names (SGLang restricts its unpickler the same way)."""
+
+    ALLOWED = ("builtins.", "collections.", "copyreg.", "torch.", "multiprocessing.reduction.",
+               "multiprocessing.resource_sharer.")
+
+    def find_class(self, module, name):
+        if (module, name) in {("builtins", "eval"), ("builtins", "exec"), ("builtins", "compile")} \
+                or not (module + ".").startswith(self.ALLOWED):
+            raise pickle.UnpicklingError(f"weight payload refers to {module}.{name}, which is not allowed")
+        return super().find_class(module, name)
+
+
 def deserialize_named_tensors(payload: str, load_format: str | None) -> list[tuple[str, torch.Tensor]]:
     if load_format == FILE_LOAD_FORMAT:
         return torch.load(payload, map_location="cpu", weights_only=True)
     if load_format is not None:
-        raise ValueError(f"load_format={load_format!r} is not supported by the hf engine "
-                         f"(None: base64 torch.save bytes, {FILE_LOAD_FORMAT!r}: a local file path)")
-    return torch.load(io.BytesIO(base64.b64decode(payload)), map_location="cpu", weights_only=True)
+        raise ValueError(f"load_format={load_format!r} is not supported by the hf engine (None: SGLang's "
+                         f"IPC pickle or base64 torch.save bytes, {FILE_LOAD_FORMAT!r}: a local file path)")
+    data = base64.b64decode(payload)
+    if data[:4] == b"PK\x03\x04":  # torch.save's zip container
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    import torch.multiprocessing as _reductions  # noqa: F401 - registers the rebuild functions the pickle names
+
+    return _WeightsUnpickler(io.BytesIO(data)).load()
 
 
 def buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
