@@ -30,8 +30,15 @@ def _fingerprint(dirs: Sequence[Path]) -> list:
     return out
 
 
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
 def key(overrides: Sequence[str], dirs: Sequence[Path]) -> str:
-    versions = [metadata.version(p) for p in ("rlrun", "hydra-core", "omegaconf")]
+    versions = [_version(p) for p in ("rlrun", "hydra-core", "omegaconf")]
     blob = json.dumps([list(overrides), [str(d) for d in dirs], _fingerprint(dirs), versions])
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 

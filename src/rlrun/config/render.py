@@ -20,9 +20,13 @@ def summary_lines(plan: Plan) -> list[str]:
         f"{plan.global_batch_size} x {plan.steps_per_rollout} (global batch x optimizer steps per rollout)",
         f"steps: {plan.num_rollout} rollouts x {plan.steps_per_rollout} = {plan.total_steps} optimizer steps",
         f"params: {_b(plan.params_total)} total, {_b(plan.params_active)} active; memory peak "
-        f"{plan.memory_gib.get('peak', 0):.1f} / {plan.memory_gib.get('available', 0):.1f} GiB per GPU "
+        f"{_gib(plan.memory_gib.get('peak', 0))} of {_gib(plan.memory_gib.get('available', 0))} per GPU "
         f"({'fits' if plan.fits else 'DOES NOT FIT'})",
     ]
+
+
+def _gib(x: float) -> str:
+    return f"{x:.1f} GiB" if x >= 1 else f"{x * 1024:.1f} MiB"
 
 
 def _b(n: int) -> str:

@@ -109,7 +109,9 @@ def _scalar_metrics(result: Any) -> dict[str, Any]:
 
 def write_summary(root: Path, rows: list[dict]) -> None:
     (root / "summary.json").write_text(json.dumps({"points": rows}, indent=2) + "\n")
-    metric_keys = sorted({k for r in rows for k in r.get("metrics", {})})
+    # Numbers make the table; paths and other strings stay in summary.json.
+    metric_keys = sorted({k for r in rows for k, v in r.get("metrics", {}).items()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
     head = ["#", "overrides", "status", "run dir", *metric_keys]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
