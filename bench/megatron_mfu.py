@@ -98,16 +98,10 @@ def bench_transformers(cfg, seq: int, n: int, warmup: int):
         torch.cuda.empty_cache()
 
 
-def plan_estimate_gib(cfg):
-    """The config layer's per-GPU trainer memory estimate, if it has one (it owns the estimator)."""
-    try:
-        from rlrun.config import memory
-    except ImportError:
-        return None
-    for fn in ("trainer_memory_gib", "estimate_trainer_gib"):
-        if hasattr(memory, fn):
-            return float(getattr(memory, fn)(cfg))
-    return None
+def plan_estimate_gib(cfg) -> float:
+    """`rlrun plan`'s per-GPU trainer memory for the same config (rlrun.config.memory)."""
+    from rlrun.config.memory import estimate
+    return round(estimate(cfg).trainer_total, 1)
 
 
 def run_one(name: str, backend: str, args) -> dict:

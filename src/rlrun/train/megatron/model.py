@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-# Fused SwiGLU and bias-dropout-add through megatron-core's jit_fuser (torch.compile): fewer
-# kernels and saved activations than the unfused path. A module switch (not a config key) so the
-# step profiler can measure both; docs/benchmarks.md has the numbers.
-TORCH_COMPILE_FUSIONS = True
+# Fused SwiGLU and bias-dropout-add through megatron-core's jit_fuser (torch.compile). Off: on
+# one H100 (Qwen3-1.7B shape, seq 4096) they saved 2.6 GiB but made fwd+bwd 30 ms slower
+# (0.221 -> 0.251 s; docs/benchmarks.md). A module switch, not a config key, so the step
+# profiler (tools/device/profile_step.py) can measure both.
+TORCH_COMPILE_FUSIONS = False
 
 # model.family -> rope flavour megatron-core must use to match the HF implementation of that family.
 _INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False}
