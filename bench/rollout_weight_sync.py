@@ -3,10 +3,14 @@
 Paths (the ones SGLang offers; see src/rlrun/rollout/weights.py):
   broadcast  /init_weights_update_group + /update_weights_from_distributed, torch.distributed
              broadcast from this process (rank 0): gloo on CPU, nccl on GPU
-  tensor     /update_weights_from_tensor, CPU stand-in payload (base64 torch.save in the HTTP body)
+  tensor     /update_weights_from_tensor, portable payload (base64 torch.save in the HTTP body)
+  ipc        /update_weights_from_tensor, SGLang's payload: CUDA IPC handles (GPU) or shared
+             memory (CPU); trainer and engine on one host, on GPU the same or another GPU
   disk       /update_weights_from_disk (save_pretrained + load)
 
-CPU:  python bench/rollout_weight_sync.py --paths broadcast tensor disk
+CPU:  python bench/rollout_weight_sync.py --paths broadcast tensor ipc disk
+1 GPU (colocated, CUDA IPC): python bench/rollout_weight_sync.py --trainer-device cuda:0 \
+          --engine-device cuda:0 --dtype bfloat16 --shape qwen3-0.6b --paths ipc disk
 GPU (NCCL needs one GPU per rank: trainer on cuda:0, engine on cuda:1, e.g. nvidia-h200-x2):
       python bench/rollout_weight_sync.py --backend nccl --trainer-device cuda:0 --engine-device cuda:1 \
           --dtype bfloat16 --shape qwen3-0.6b --paths broadcast
@@ -55,7 +59,7 @@ def main() -> None:
     p.add_argument("--engine-device", default="cpu")
     p.add_argument("--engines", type=int, default=1)
     p.add_argument("--bucket-mb", type=int, default=256)
-    p.add_argument("--paths", nargs="+", default=["broadcast", "tensor", "disk"])
+    p.add_argument("--paths", nargs="+", default=["broadcast", "tensor", "ipc", "disk"])
     args = p.parse_args()
     dtype = W.dtype_from_name(args.dtype)
     tmp = Path(tempfile.mkdtemp(prefix="rlrun-wsync-"))
@@ -74,13 +78,14 @@ def main() -> None:
             if path == "broadcast":
                 broadcast_weights(group.urls, named, str(version), master_address="127.0.0.1",
                                   master_port=free_port(), backend=args.backend, bucket_bytes=args.bucket_mb << 20)
-            elif path == "tensor":
-                group.update_weights_from_tensor(named, str(version), bucket_bytes=args.bucket_mb << 20)
+            elif path in ("tensor", "ipc"):
+                group.update_weights_from_tensor(named, str(version), bucket_bytes=args.bucket_mb << 20,
+                                                 transport="serialized" if path == "tensor" else "ipc")
             elif path == "disk":
                 trainer.save_pretrained(tmp / f"v{version}")
                 group.update_weights_from_disk(str(tmp / f"v{version}"), str(version))
             else:
-                raise SystemExit(f"unknown path {path!r}: broadcast | tensor | disk")
+                raise SystemExit(f"unknown path {path!r}: broadcast | tensor | ipc | disk")
             seconds = time.perf_counter() - t0
             equal = set(group.checksums().values()) == {want}
             print(json.dumps({"path": path, "shape": args.shape, "dtype": args.dtype, "backend": args.backend,
