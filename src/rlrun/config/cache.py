@@ -21,12 +21,22 @@ def enabled() -> bool:
     return os.environ.get("RLRUN_NO_CACHE", "") in ("", "0")
 
 
+MAX_DEPTH = 3  # config.yaml, group/option.yaml, group/sub/option.yaml: deeper files are not config groups
+
+
 def _fingerprint(dirs: Sequence[Path]) -> list:
     out = []
     for d in dirs:
-        for f in sorted(Path(d).rglob("*.y*ml")):
-            st = f.stat()
-            out.append([str(f), st.st_size, st.st_mtime_ns])
+        root = Path(d)
+        for here, subdirs, files in os.walk(root):
+            depth = len(Path(here).relative_to(root).parts)
+            # prune hidden dirs (.venv, .git) and anything too deep to be a group: an extra config dir may
+            # be a whole repository
+            subdirs[:] = sorted(s for s in subdirs if not s.startswith(".") and depth < MAX_DEPTH - 1)
+            for f in sorted(files):
+                if f.endswith((".yaml", ".yml")):
+                    st = (Path(here) / f).stat()
+                    out.append([str(Path(here) / f), st.st_size, st.st_mtime_ns])
     return out
 
 

@@ -62,6 +62,8 @@ def print_plan(plan: Plan) -> None:
     from rich.console import Console
 
     console = Console() if sys.stdout.isatty() else Console(width=120)
+    if plan.choices:
+        print("groups: " + " ".join(f"{g}={c}" for g, c in plan.choices.items() if c is not None))
     print("\n".join(summary_lines(plan)[:-1]))  # plain print: one line each, easy to grep
     batch = [["prompts per rollout", plan.prompts_per_rollout],
              ["samples per rollout", plan.samples_per_rollout],
