@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import fields
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -186,6 +187,24 @@ class MegatronBackend(TrainerBackend):
                                    group=ps.get_pipeline_model_parallel_group())
         return box[0]
 
+    def _model_parallel_batch(self, batch: TrainBatch) -> tuple[TrainBatch, range]:
+        """The driver shards a batch over all trainer ranks as if each were a DP rank, but the
+        ranks of one model-parallel group (TP x PP) must run the same samples. Rebuild their union
+        (in global-rank order) and return it with the positions of this rank's own shard in it."""
+        from megatron.core import parallel_state as ps
+        group = ps.get_model_parallel_group()
+        if dist.get_world_size(group) == 1:
+            return batch, range(len(batch))
+        parts = [None] * dist.get_world_size(group)
+        dist.all_gather_object(parts, (self.rank, batch), group=group)
+        parts.sort(key=lambda p: p[0])
+        start = sum(len(b) for r, b in parts if r < self.rank)
+        merged = parts[0][1]
+        for _, b in parts[1:]:
+            merged = TrainBatch(**{f.name: None if getattr(merged, f.name) is None else
+                                   getattr(merged, f.name) + getattr(b, f.name) for f in fields(TrainBatch)})
+        return merged, range(start, start + len(batch))
+
     @torch.no_grad()
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
         if which not in ("actor", "ref"):
@@ -194,6 +213,7 @@ class MegatronBackend(TrainerBackend):
         if model is None:
             raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
         model.eval()
+        batch, mine = self._model_parallel_batch(batch)
         mbs = self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu)
 
         def collect(mb, logits):
@@ -205,7 +225,7 @@ class MegatronBackend(TrainerBackend):
         for d in self._run(model, mbs, collect, forward_only=True) or []:
             out.update(d)
         out = self._to_all_stages(out)
-        return [out[i] for i in range(len(batch))]
+        return [out[i] for i in mine]
 
     # -- training ---------------------------------------------------------------------------
     def _cat(self, xs, idx):
@@ -216,6 +236,7 @@ class MegatronBackend(TrainerBackend):
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
         from megatron.core import parallel_state as ps
         self.model.train()
+        batch, _ = self._model_parallel_batch(batch)
         per_token = self.cfg.train.calculate_per_token_loss
         local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
         normalizer = torch.tensor([local], dtype=torch.float64, device="cuda")
