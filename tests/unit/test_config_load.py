@@ -93,3 +93,16 @@ def test_extra_config_dir(tmp_path):
     (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nrollout:\n  rollout_batch_size: 2\n")
     cfg = load(["experiment=mine"], config_dir=tmp_path)
     assert cfg.train.global_batch_size == 16
+
+
+def test_broken_yaml_and_bad_experiment_defaults_name_the_file(tmp_path):
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "bad.yaml").write_text("# @package _global_\noptim:\n  lr: [1\n")
+    (tmp_path / "experiment" / "bad2.yaml").write_text("# @package _global_\ndefaults:\n  - override /model: qwen3-9b\n")
+    with pytest.raises(ConfigError) as e:
+        load(["experiment=bad"], config_dir=tmp_path)
+    assert e.value.paths == [f"{tmp_path}/experiment/bad.yaml:4"]
+    with pytest.raises(ConfigError) as e:
+        load(["experiment=bad2"], config_dir=tmp_path)
+    (p,) = e.value.problems
+    assert p.path == "model" and "experiment/bad2.yaml" in p.message and 'did you mean "qwen3-8b"' in p.message

@@ -84,12 +84,20 @@ class Composer:
         from omegaconf import open_dict
         from omegaconf.errors import OmegaConfBaseException
 
+        import yaml
+
         # Hydra stops at the first bad override; drop it and retry so that all of them are reported at once.
         problems, todo = [], list(overrides)
         while True:
             try:
                 cfg = compose(PRIMARY, overrides=todo + self._extra, return_hydra_config=True)
                 break
+            except yaml.YAMLError as e:  # a broken YAML file: name the file and line
+                mark = getattr(e, "problem_mark", None)
+                where = f"{mark.name}:{mark.line + 1}" if mark else "a config file"
+                detail = " ".join(str(getattr(e, "problem", None) or e).split())
+                raise ConfigError(problems + [Problem(where, f"invalid YAML: {detail}",
+                                                      f"fix the YAML syntax at {where}")]) from None
             except (HydraException, OmegaConfBaseException) as e:
                 problem = self._problem_from_hydra(e, todo)
                 problems.append(problem)
@@ -129,7 +137,11 @@ class Composer:
         if m:  # an unknown option of a config group
             group, option = m.group(1), m.group(2)
             options = self.group_options(group)
-            return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}",
+            asked = any(o.lstrip("+~").split("=", 1)[0].split("@")[0] == group for o in overrides)
+            exp = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("experiment=")), None)
+            origin = "" if asked else (f" (asked for by experiment/{exp}.yaml's defaults list)" if exp else
+                                       " (asked for by a defaults list in conf/)")
+            return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}{origin}",
                            f"pick one of: {', '.join(options)}", value=option)
         m = re.search(r"Could not find '([^']+)'", msg)
         if m:
