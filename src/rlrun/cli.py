@@ -7,7 +7,8 @@
     rlrun diff A B [--format text|json|md]
     rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
     rlrun export|import ...        slime interop
-    --cfg job                      print the resolved config (Hydra's flag) and exit
+    --cfg job [--resolve]          print the resolved config (Hydra's flag) and exit
+    --version
     --config-dir DIR               an extra config dir (e.g. DIR/experiment/mine.yaml)
 
 Exit codes: 0 ok, 1 diff found differences / run failed, 2 invalid config or usage."""
@@ -55,6 +56,10 @@ def parse(argv: Sequence[str]) -> Args:
         name, eq, val = tok.partition("=")
         if tok in ("-h", "--help"):
             a.help = True
+        elif tok == "--resolve":
+            pass  # Hydra's flag for --cfg: rlrun always prints the resolved tree
+        elif tok == "--version":
+            a.command = "version"
         elif tok == "--json":
             a.json = True
         elif tok in ("-m", "--multirun"):
@@ -164,6 +169,11 @@ def _main(argv: list[str]) -> int:
             return cmd_interop(a, argv)
         if a.help:
             print(USAGE)
+            return 0
+        if a.command == "version":
+            from rlrun import __version__
+
+            print(f"rlrun {__version__}")
             return 0
         if a.cfg:
             return cmd_print_cfg(a)
