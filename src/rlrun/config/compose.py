@@ -14,8 +14,9 @@ from typing import Any, Sequence
 
 from rlrun.config.errors import ConfigError, Problem, closest, did_you_mean
 
-# src/rlrun/config/compose.py -> repo root is three levels above the package directory.
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+# src/rlrun/config/compose.py -> repo root is three levels above the package directory (editable install,
+# the supported setup); RLRUN_CONF_DIR points elsewhere, e.g. for a copy of conf/ next to a wheel install.
+CONF_DIR = Path(os.environ.get("RLRUN_CONF_DIR") or Path(__file__).resolve().parents[3] / "conf")
 PRIMARY = "config"
 GROUPS = ("model", "algo", "hardware", "parallelism", "data", "experiment")
 
@@ -30,7 +31,8 @@ class Composed:
 def conf_dir() -> Path:
     if not (CONF_DIR / f"{PRIMARY}.yaml").is_file():
         raise ConfigError([Problem("", f"rlrun's config tree is missing: {CONF_DIR}/{PRIMARY}.yaml not found",
-                                   "run rlrun from its source checkout (pip install -e .)")])
+                                   "install rlrun from its source checkout (pip install -e .) or set "
+                                   "RLRUN_CONF_DIR to a copy of its conf/ directory")])
     return CONF_DIR
 
 
