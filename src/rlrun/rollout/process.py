@@ -64,8 +64,19 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def _exited(self) -> bool:
+        """Has the server exited? Never reaps it: while the leader is an unreaped zombie its pid,
+        hence our process-group id, cannot be reused, so signalling the group stays safe."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and not self._exited()
 
     def wait_healthy(self, url: str, timeout_s: float, interval_s: float = 0.2) -> None:
         """Polls url until 200; raises with the log tail if the process dies or time runs out."""
@@ -73,7 +84,8 @@ class ServerProcess:
         last = "no answer yet"
         while time.monotonic() < deadline:
             if not self.alive():
-                raise RuntimeError(f"{self.name} exited with code {self.proc.returncode} before {url} was "
+                code = self.proc.wait()
+                raise RuntimeError(f"{self.name} exited with code {code} before {url} was "
                                    f"healthy. Command: {' '.join(self.argv)}\n--- last lines of "
                                    f"{self.log_path} ---\n{log_tail(self.log_path)}")
             try:
@@ -89,26 +101,37 @@ class ServerProcess:
                            f"raise the timeout if the model is large.\n--- last lines of {self.log_path} ---\n"
                            f"{log_tail(self.log_path)}")
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        """Signals the whole process group (used by fault-injection tests and stop())."""
-        if self.alive():
+    def _signal_group(self, sig: int) -> None:
+        if self.proc.returncode is None:  # not reaped: the group id is still ours
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 pass
 
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signals the whole process group (fault-injection tests; stop())."""
+        if self.proc is not None:
+            self._signal_group(sig)
+
+    def _wait_exit(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self._exited():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
     def stop(self, grace_s: float = 5.0) -> None:
         if self.proc is None:
             return
-        self.kill(signal.SIGTERM)
+        self._signal_group(signal.SIGTERM)
+        if not self._wait_exit(grace_s):
+            self._signal_group(signal.SIGKILL)
+            self._wait_exit(grace_s)
+        self._signal_group(signal.SIGKILL)  # children left in the group (e.g. SGLang's schedulers)
         try:
-            self.proc.wait(timeout=grace_s)
+            self.proc.wait(timeout=grace_s)  # reap last
         except subprocess.TimeoutExpired:
-            self.kill(signal.SIGKILL)
-            self.proc.wait(timeout=grace_s)
-        try:  # children left in the group (e.g. SGLang's scheduler processes)
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
             pass
         _LIVE.discard(self)
 
