@@ -168,3 +168,48 @@ def test_update_weights_from_tensor_file_variant(server, tmp_path):
     assert r.json()["success"], r.text
     assert requests.get(f"{url}/rlrun/weights_checksum").json() == {"checksum": W.checksum(state),
                                                                     "weight_version": "f1"}
+
+
+def test_out_of_vocabulary_ids_are_a_400(server):
+    _, url = server
+    r = requests.post(f"{url}/generate", json={"input_ids": [3, 99999], "sampling_params": {"max_new_tokens": 1}})
+    assert r.status_code == 400 and "outside the vocabulary" in r.json()["error"]["message"]
+
+
+def _submit(engine, rid, max_new_tokens):
+    item = api.GenerateItem(rid=rid, input_ids=[3], text=None, return_logprob=False,
+                            sampling=api.parse_sampling_params({"max_new_tokens": max_new_tokens, "ignore_eos": True}))
+    return engine.submit([item])[0]
+
+
+def test_a_failing_forward_fails_its_requests_not_the_scheduler():
+    from rlrun.rollout.tiny_model import build_tokenizer
+
+    model = build_model(seed=0)
+    engine = HFEngine(model, build_tokenizer())
+    broken = {"on": True}
+
+    def fault(module, args):  # fault injection: the next forward raises, like a CUDA error would
+        if broken["on"]:
+            broken["on"] = False
+            raise RuntimeError("injected forward failure")
+
+    handle = model.model.register_forward_pre_hook(fault)
+    try:
+        with pytest.raises(RuntimeError, match="injected forward failure"):
+            _submit(engine, "x", 3).result(timeout=30)
+        assert _submit(engine, "y", 3).result(timeout=30).finish["type"] == "length"  # still serving
+    finally:
+        handle.remove()
+        engine.shutdown()
+
+
+def test_shutdown_answers_requests_in_flight():
+    from rlrun.rollout.tiny_model import build_tokenizer
+
+    engine = HFEngine(build_model(seed=0), build_tokenizer())
+    fut = _submit(engine, "long", 100000)
+    while not engine.busy():
+        time.sleep(0.01)
+    engine.shutdown()
+    assert fut.result(timeout=10).finish["type"] == "abort"

@@ -38,6 +38,7 @@ class HFEngine:
         self.released: set[str] = set()
         self.num_requests = 0  # requests accepted (served via /server_info; tests check routing)
         cfg = model.config
+        self.vocab_size = cfg.vocab_size
         eos = cfg.eos_token_id if cfg.eos_token_id is not None else tokenizer.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
         self.stop = StopChecker(tokenizer, eos_ids, cfg.max_position_embeddings)
@@ -87,6 +88,10 @@ class HFEngine:
                 ids = item.input_ids if item.input_ids is not None else self.tokenizer(item.text)["input_ids"]
                 if not ids:
                     raise RequestError(f"request {item.rid}: the prompt is empty")
+                bad = [t for t in ids if not 0 <= t < self.vocab_size]
+                if bad:
+                    raise RequestError(f"request {item.rid}: input_ids {bad[:5]} outside the vocabulary "
+                                       f"[0, {self.vocab_size})")
                 seed = item.sampling.sampling_seed
                 if seed is None:
                     seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
