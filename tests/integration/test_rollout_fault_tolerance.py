@@ -76,3 +76,54 @@ def test_rollout_survives_an_engine_killed_mid_way(cluster):
     r = requests.post(f"{new.url}/generate", json={"input_ids": [3], "sampling_params": {"max_new_tokens": 2}},
                       timeout=30)
     assert r.json()["meta_info"]["weight_version"] == "1"
+
+
+class _InProcessEngine:
+    """An hf engine served from this process, in the shape EngineGroup drives."""
+
+    def __init__(self, model_dir):
+        from rlrun.rollout.hf_engine import HFEngine
+        from rlrun.rollout.hf_server import ThreadedServer
+
+        self.engine = HFEngine.from_dir(model_dir)
+        self.server = ThreadedServer(self.engine)
+        self.url = self.server.start()
+        self.stopped = False
+
+    def alive(self):
+        return not self.stopped
+
+    def stop(self):
+        if not self.stopped:
+            self.stopped = True
+            self.server.stop()
+            self.engine.shutdown()
+
+
+def test_a_restart_that_fails_is_retried_with_backoff(tmp_path):
+    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.router import Router
+
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    attempts = []
+
+    def restart(i):
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            raise RuntimeError("no GPU free (injected)")
+        return _InProcessEngine(model_dir)
+
+    with Router(log_dir=tmp_path) as router:
+        group = EngineGroup(router, [_InProcessEngine(model_dir)], restart, health_interval_s=0.1,
+                            failure_threshold=1).start()
+        try:
+            group.engines[0].stop()  # the engine dies
+            deadline = time.monotonic() + 30
+            while group.restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert group.restarts == 1 and len(attempts) == 2
+            assert "no GPU free (injected)" in group.last_error
+            assert attempts[1] - attempts[0] >= 1.9  # waited 2 s after the first failure
+            assert set(router.workers()) == {group.engines[0].url}
+        finally:
+            group.stop()

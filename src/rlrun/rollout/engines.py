@@ -90,6 +90,9 @@ class EngineGroup:
         self._bucket_bytes = 256 << 20
         self._disk_path: str | None = None  # or the latest checkpoint dir pushed from disk
         self._failures = [0] * len(self.engines)
+        self._failed_restarts = [0] * len(self.engines)
+        self._retry_at = [0.0] * len(self.engines)
+        self.last_error: str | None = None  # the latest failed restart, for the runner's logs
         self._lock = threading.RLock()  # weight pushes and replacements never interleave
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="engine-monitor", daemon=True)
@@ -193,12 +196,19 @@ class EngineGroup:
             for i, engine in enumerate(list(self.engines)):
                 if self._stop.is_set():
                     return
+                if time.monotonic() < self._retry_at[i]:
+                    continue  # a restart of this engine failed recently: back off
                 self._failures[i] = 0 if self._healthy(engine) else self._failures[i] + 1
                 if self._failures[i] >= self.failure_threshold:
                     try:
                         self.replace(i)
-                    except Exception as exc:  # noqa: BLE001 - keep watching; retried next round
-                        print(f"[rlrun] restarting engine {i} failed: {exc}", file=sys.stderr, flush=True)
+                        self._failed_restarts[i] = 0
+                    except Exception as exc:  # noqa: BLE001 - keep watching; retried after a backoff
+                        self._failed_restarts[i] += 1
+                        wait = min(60.0, 2.0 ** self._failed_restarts[i])
+                        self._retry_at[i] = time.monotonic() + wait
+                        self.last_error = f"restarting engine {i} failed ({self._failed_restarts[i]}x): {exc}"
+                        print(f"[rlrun] {self.last_error}; next try in {wait:.0f}s", file=sys.stderr, flush=True)
 
     def replace(self, i: int) -> None:
         """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it."""
@@ -207,11 +217,15 @@ class EngineGroup:
             self.router.remove_worker(old.url)
             old.stop()
             new = self.restart_fn(i)
-            if self._named is not None:
-                self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes)
-            elif self._disk_path is not None:
-                _post(new.url, "/update_weights_from_disk",
-                      api.update_weights_from_disk_body(self._disk_path, self.weight_version))
+            try:
+                if self._named is not None:
+                    self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes)
+                elif self._disk_path is not None:
+                    _post(new.url, "/update_weights_from_disk",
+                          api.update_weights_from_disk_body(self._disk_path, self.weight_version))
+            except Exception:
+                new.stop()  # never leave an engine with stale weights running
+                raise
             self.engines[i] = new
             self._failures[i] = 0
             self.router.add_worker(new.url)
