@@ -263,6 +263,11 @@ def test_rlrun_cli_dispatches_export_and_import(tmp_path, capsys):
     assert "--rollout-temperature 0.8" in capsys.readouterr().out
     assert main(["import", "slime", str(SEED), "--out", str(tmp_path / "experiment" / "seed.yaml")]) == 0
     assert (tmp_path / "experiment" / "seed.yaml").read_text().startswith("# @package _global_")
+    # interop's own options reach it through the rlrun CLI (they are not rlrun options)
+    named = tmp_path / "experiment" / "named.yaml"
+    capsys.readouterr()
+    assert main(["import", "slime", str(SEED), "--name", "named", "--out", str(named)]) == 0
+    assert "experiment named" in capsys.readouterr().err
 
 
 def test_import_env_option_supplies_variables_the_script_expects(tmp_path):
