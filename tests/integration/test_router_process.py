@@ -97,3 +97,16 @@ def test_router_dies_with_its_parent(tmp_path, sig):
         assert wait_gone(router_pid), f"router {router_pid} orphaned after parent got {sig!r}"
     finally:
         parent.kill()
+
+
+def test_cache_aware_policy_keeps_a_prompt_on_one_engine(engines, tmp_path):
+    """rollout.router.policy's default: the n samples of a GRPO group share a prefix, so they go to
+    the engine that has it cached (SGLang's radix cache; the hf engine has none)."""
+    with Router(policy="cache_aware", worker_urls=engines, log_dir=tmp_path) as router:
+        before = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
+        for _ in range(6):
+            r = requests.post(f"{router.url}/generate", json={"text": "the cat sat on the mat",
+                                                              "sampling_params": {"max_new_tokens": 2}}, timeout=30)
+            assert r.status_code == 200
+        after = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
+        assert sorted(a - b for a, b in zip(after, before)) == [0, 6]
