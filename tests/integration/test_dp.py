@@ -43,7 +43,7 @@ def _batch() -> TrainBatch:
 def _train_once(world: int):
     # max_tokens_per_gpu=24 forces several packed micro-batches per rank.
     cfg = load([f"train.gpus_per_node={world}", "train.max_tokens_per_gpu=24", "rollout.num_gpus=1",
-                "train.colocate=false"])
+                "train.colocate=false", "optim.lr=1e-3"])
     plan = make_plan(cfg)
     placement = Placement(plan, "cpu")
     group = TrainGroup(cfg, plan, placement, {"OMP_NUM_THREADS": "1"})
@@ -63,6 +63,6 @@ def test_two_ranks_make_the_same_update_as_one(ray_cpu):
     assert m1["train/response_tokens"] == m2["train/response_tokens"] == 31
     # the update happened (lr 1e-3 moves weights by ~1e-3) and is the same on both layouts
     assert set(w1) == set(w2)
-    w0 = build_causal_lm(load([]).model, None, load([]).run.seed).state_dict()
+    w0 = build_causal_lm(load([]).model, None, load([]).run.seed).state_dict()  # lr 1e-3 moves each by ~1e-3
     assert max((w1[k] - w0[k]).abs().max().item() for k in w1) > 5e-4
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5

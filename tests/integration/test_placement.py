@@ -25,7 +25,8 @@ def _plan(trainer: int, rollout: int, per_engine: int, colocate: bool):
     nodes = -(-(trainer if colocate else trainer + rollout) // 8)
     ov = ["hardware=h100", f"cluster.num_nodes={nodes}", f"train.num_nodes={-(-trainer // 8)}",
           f"train.gpus_per_node={min(trainer, 8)}", f"train.colocate={str(colocate).lower()}",
-          f"rollout.gpus_per_engine={per_engine}"]
+          f"rollout.gpus_per_engine={per_engine}",
+          "rollout.rollout_batch_size=24"]  # 24 x 8 samples split over 6 or 16 DP ranks
     if not colocate:
         ov.append(f"rollout.num_gpus={rollout}")
     return make_plan(load(ov))

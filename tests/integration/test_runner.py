@@ -45,7 +45,7 @@ def test_default_job_end_to_end(tmp_path):
     rows = read_metrics(run_dir / METRICS_FILE)
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     for r in rows:
-        assert r["rollout/samples"] == cfg.rollout.rollout_batch_size * cfg.rollout.n_samples_per_prompt == 64
+        assert r["rollout/samples"] == plan.samples_per_rollout == cfg.rollout.rollout_batch_size * cfg.rollout.n_samples_per_prompt
         assert 0.0 <= r["rollout/reward_mean"] <= 1.0
         assert 1 <= r["rollout/response_len_mean"] <= cfg.rollout.max_response_len
         assert r["train/train_rollout_logp_abs_diff"] < 1e-5

@@ -45,11 +45,14 @@ def test_dynamic_micro_batches_pack_by_token_budget():
 
 
 def test_micro_batching_does_not_change_the_update():
-    one, many = _backend("train.max_tokens_per_gpu=512"), _backend("train.max_tokens_per_gpu=24")
+    # Adam's first step moves weights by ~lr whatever the gradient's size, so float summation-order
+    # differences in near-zero gradients show up at ~1e-3 * lr: tolerance 1e-5 at lr 1e-3 (measured 8e-7).
+    one = _backend("train.max_tokens_per_gpu=512", "optim.lr=1e-3")
+    many = _backend("train.max_tokens_per_gpu=24", "optim.lr=1e-3")
     m1, m2 = one.train_step(_batch()), many.train_step(_batch())
     assert m1["train/loss"] == pytest.approx(m2["train/loss"], rel=1e-6)
     for (name, p1), p2 in zip(one.model.named_parameters(), many.model.parameters()):
-        torch.testing.assert_close(p1, p2, atol=1e-6, rtol=0, msg=name)
+        torch.testing.assert_close(p1, p2, atol=1e-5, rtol=0, msg=name)
 
 
 def test_save_then_load_continues_exactly(tmp_path):
