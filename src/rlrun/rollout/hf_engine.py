@@ -203,6 +203,14 @@ class HFEngine:
             self._pause_mode = None
             self._cv.notify_all()
 
+    def load(self) -> dict:
+        """SGLang's GetLoadReqOutput for this one scheduler (dp_rank 0)."""
+        with self._cv:
+            running = list(self._running.values())
+            return {"dp_rank": 0, "num_reqs": len(running), "num_waiting_reqs": len(self._queue),
+                    "num_tokens": sum(len(s.prompt_ids) + len(s.output_ids) for s in running),
+                    "ts_tic": time.time()}
+
     def busy(self) -> bool:
         with self._cv:
             return bool(self._running or self._queue)

@@ -102,6 +102,9 @@ def build_app(engine) -> Starlette:
                              "num_requests": engine.num_requests,
                              "released_memory": sorted(engine.released)})
 
+    async def get_load(request: Request):
+        return JSONResponse([engine.load()])  # one entry per data-parallel scheduler, as SGLang
+
     async def weight_version(request: Request):
         # Removed in SGLang 0.5.10 (404 there, use /model_info); kept here for older clients.
         return JSONResponse({"weight_version": engine.weight_version})
@@ -183,6 +186,7 @@ def build_app(engine) -> Starlette:
         Route("/health", health), Route("/health_generate", health_generate),
         Route("/get_model_info", model_info), Route("/model_info", model_info),
         Route("/get_server_info", server_info), Route("/server_info", server_info),
+        Route("/get_load", get_load),
         Route("/get_weight_version", weight_version), Route("/weight_version", weight_version),
         Route("/flush_cache", flush_cache, methods=both),
         Route("/abort_request", abort_request, methods=["POST"]),
