@@ -104,3 +104,17 @@ def test_actor_env_layers_vendor_flags_profile_and_plan():
     assert actor_env("cuda", {"NCCL_CUMEM_ENABLE": "1"})["NCCL_CUMEM_ENABLE"] == "1"  # the profile wins
     with pytest.raises(ValueError, match="hardware.vendor='tpu'"):
         actor_env("tpu", {})
+
+
+def test_cluster_address_joins_without_owning(two_nodes):
+    from rlrun.launch.cluster import start
+
+    ray.shutdown()  # leave the fixture's connection; join as rlrun does with cluster.address
+    joined = start(two_nodes.address, "cuda", _plan(trainer=8, rollout=8, per_engine=1, colocate=True))
+    try:
+        assert not joined.owned and joined.reaper is None
+        assert sorted(n.gpus for n in alive_nodes()) == [8.0, 8.0]
+    finally:
+        joined.shutdown()  # disconnects only: the cluster keeps running
+    ray.init(address=two_nodes.address, include_dashboard=False, log_to_driver=False)
+    assert len(alive_nodes()) == 2
