@@ -106,7 +106,7 @@ def _start_long_request(engine, url, rid, results):
     """A request that runs until aborted (or the 2048-token context ends it, seconds later)."""
     t = _generate_in_thread(url, results, input_ids=[3], rid=rid,
                             sampling_params={"max_new_tokens": 100000, "ignore_eos": True})
-    while not engine.busy():
+    while engine.load()["num_reqs"] == 0:  # admitted into the running batch
         time.sleep(0.01)
     return t
 
