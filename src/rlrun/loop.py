@@ -43,8 +43,9 @@ def run(r) -> dict:
             # 5. advantages over whole groups, 6. optimizer steps on consecutive slices
             batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n)
             with t("train"):
-                for k in range(plan.steps_per_rollout):
-                    metrics.update(r.trainer.train_step(batch.shard(k, plan.steps_per_rollout)))
+                per_step = [r.trainer.train_step(batch.shard(k, plan.steps_per_rollout))
+                            for k in range(plan.steps_per_rollout)]
+            metrics.update(steps.mean_metrics(per_step))
             # 7. the engines get the new weights (verified by checksum) before the next rollout
             with t("weight_sync"):
                 r.sync_weights(version=rollout_id + 1)

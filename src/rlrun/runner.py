@@ -205,12 +205,27 @@ class Run:
                 "checkpoint": str(ckpt.find_latest(self.save_dir) or "")}
 
 
+def check_supported(cfg) -> None:
+    """Refuse, before Ray starts, settings this runner would otherwise silently ignore."""
+    problems = []
+    if cfg.algo.advantage_estimator == "ppo":
+        problems.append("algo.advantage_estimator=ppo needs a critic, which the runner does not build yet; "
+                        "use grpo, gspo, cispo or reinforce_plus_plus(_baseline)")
+    if cfg.train.async_train:
+        problems.append("train.async_train=true is not implemented by the runner; set it to false")
+    if cfg.rollout.partial_rollout:
+        problems.append("rollout.partial_rollout=true is not implemented by the runner; set it to false")
+    if problems:
+        raise ValueError("unsupported settings:\n  " + "\n  ".join(problems))
+
+
 def _raise_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
 def run(cfg, plan, run_dir) -> dict:
     """Run the job; returns a summary (run dir, steps, first/last mean reward, checkpoint)."""
+    check_supported(cfg)
     previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)  # SIGINT already raises
     try:
         with ExitStack() as stack:

@@ -130,3 +130,9 @@ def rollout_metrics(samples: list, prefix: str = "rollout") -> dict[str, float]:
             f"{prefix}/response_len_mean": statistics.fmean(lengths),
             f"{prefix}/truncated_frac": truncated / len(samples),
             f"{prefix}/samples": float(len(samples))}
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key mean over the optimizer steps of one rollout (keys missing from a step are skipped)."""
+    keys = {k for row in rows for k in row}
+    return {k: statistics.fmean(row[k] for row in rows if k in row) for k in sorted(keys)}

@@ -1,0 +1,106 @@
+"""loop.run's control flow against a recording stand-in for runner.Run.
+
+The real Run needs Ray, engines and a router (tests/integration/test_runner.py runs it); here a
+stand-in with the same methods records what the loop asks for, so that the order of phases,
+the log-prob decisions and the eval/save intervals are checked in milliseconds.
+"""
+from __future__ import annotations
+
+import torch
+
+from rlrun import loop
+from rlrun.config import load
+from rlrun.config.plan import make_plan
+from rlrun.data import Sample
+
+
+class _Trainer:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def compute_log_probs(self, batch, which):
+        self.calls.append(("log_probs", which, len(batch)))
+        return [torch.full((int(m.numel()),), -1.0) for m in batch.loss_mask]
+
+    def train_step(self, batch):
+        self.calls.append(("train", len(batch), batch.old_logp is not None, batch.ref_logp is not None))
+        return {"train/loss": float(len(self.calls))}
+
+
+class _Run:
+    def __init__(self, overrides, start=0):
+        self.cfg = load(overrides)
+        self.plan = make_plan(self.cfg)
+        self.calls, self.start = [], start
+        self.trainer = _Trainer(self.calls)
+        self.logged = []
+
+    def restore(self):
+        self.calls.append(("restore",))
+        return self.start
+
+    def collect(self, rollout_id, sampling):
+        r = self.cfg.rollout
+        samples = [Sample(prompt="12", prompt_tokens=[5, 6], response="2", response_tokens=[6], loss_mask=[1],
+                          reward=float(i % 2), rollout_logprobs=[-0.5], group_id=i // r.n_samples_per_prompt)
+                   for i in range(r.rollout_batch_size * r.n_samples_per_prompt)]
+        self.calls.append(("collect", rollout_id, sampling.max_new_tokens))
+        return samples, samples, {}
+
+    def sync_weights(self, version):
+        self.calls.append(("sync", version))
+
+    def evaluate(self, rollout_id):
+        self.calls.append(("eval", rollout_id))
+        return {"eval/reward_mean": 0.5}
+
+    def save(self, rollout_id):
+        self.calls.append(("save", rollout_id))
+
+    def log(self, rollout_id, metrics):
+        self.logged.append((rollout_id, metrics))
+
+    def summary(self):
+        return {"steps": len(self.logged)}
+
+
+def test_one_step_per_rollout_trains_on_policy_and_saves_on_interval_and_at_the_end():
+    r = _Run(["rollout.num_rollout=5", "checkpoint.save_interval=2", "eval.interval=3",
+              "eval.datasets=[{name: x, path: x.jsonl, rm_type: exact_match}]"])
+    assert loop.run(r) == {"steps": 5}
+    kinds = [c[0] for c in r.calls]
+    assert kinds[:5] == ["restore", "collect", "train", "sync", "collect"]
+    assert "log_probs" not in kinds  # on-policy: the live log-probs are the old ones
+    assert [c for c in r.calls if c[0] in ("eval", "save")] == [
+        ("save", 1), ("eval", 2), ("save", 3), ("save", 4)]
+    assert [c[2] for c in r.calls if c[0] == "collect"] == [1] * 5  # rollout.max_response_len of the CPU job
+    row = r.logged[2][1]
+    assert row["eval/reward_mean"] == 0.5 and row["rollout/reward_mean"] == 0.5 and "time/train_s" in row
+
+
+def test_two_steps_per_rollout_need_old_log_probs_and_split_the_batch():
+    r = _Run(["rollout.num_rollout=1", "train.num_steps_per_rollout=2", "algo.use_kl_loss=true",
+              "algo.kl_loss_coef=0.01"])
+    loop.run(r)
+    n = r.plan.samples_per_rollout
+    assert ("log_probs", "actor", n) in r.calls and ("log_probs", "ref", n) in r.calls
+    assert [c for c in r.calls if c[0] == "train"] == [("train", n // 2, True, True)] * 2
+    assert r.logged[0][1]["train/loss"] == (5 + 6) / 2  # the mean over the two optimizer steps
+
+
+def test_resume_starts_at_the_restored_rollout():
+    r = _Run(["rollout.num_rollout=4"], start=3)
+    loop.run(r)
+    assert [c[1] for c in r.calls if c[0] == "collect"] == [3]
+    assert ("save", 3) in r.calls and [i for i, _ in r.logged] == [3]
+
+
+def test_unsupported_settings_are_refused_before_ray_starts():
+    import pytest
+
+    from rlrun.runner import check_supported
+
+    check_supported(load([]))
+    with pytest.raises(ValueError, match="algo.advantage_estimator=ppo needs a critic") as err:
+        check_supported(load(["algo=ppo", "rollout.partial_rollout=true"]))
+    assert "rollout.partial_rollout=true" in str(err.value)
