@@ -84,3 +84,11 @@ def test_hf_config_maps_model_fields():
 def test_deepseek_is_refused_with_the_alternative():
     with pytest.raises(ValueError, match="train.backend=megatron"):
         hf_config(load(["model=deepseek-v3"]).model)
+
+
+def test_recompute_turns_on_activation_checkpointing_without_changing_the_step():
+    plain = _backend("optim.lr=1e-3")
+    ckpt = _backend("optim.lr=1e-3", "train.recompute.granularity=full", "train.recompute.method=uniform",
+                    "train.recompute.num_layers=1")
+    assert ckpt.model.model.gradient_checkpointing and not plain.model.model.gradient_checkpointing
+    assert plain.train_step(_batch())["train/grad_norm"] == pytest.approx(ckpt.train_step(_batch())["train/grad_norm"], rel=1e-5)

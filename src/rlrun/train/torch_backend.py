@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
 from rlrun.algo import AlgoParams, compute_loss, entropy_from_logits
 from rlrun.algo.kl import kl as kl_estimate
+from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at
@@ -59,6 +59,14 @@ class TorchBackend(TrainerBackend):
         ck = self.cfg.checkpoint
         self.model = build_causal_lm(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
         self.model.config.use_cache = False
+        if self.cfg.train.recompute.granularity is not None:
+            # transformers recomputes whole decoder layers: the closest to Megatron's full/selective.
+            # (activation_checkpointing_enable is the newer name; older transformers lack it.)
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable({"use_reentrant": False})
+            else:
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.ref = None
         if self.needs_ref:  # the reference policy: checkpoint.ref, else the initial weights
             self.ref = build_causal_lm(self.cfg.model, ck.ref or ck.hf, self.cfg.run.seed).to(self.device).eval()
@@ -213,7 +221,7 @@ class TorchBackend(TrainerBackend):
 
     def load(self, path: str) -> None:
         src = Path(path)
-        weights = load_file(str(src / _MODEL_DIR / "model.safetensors"), device=str(self.device))
+        weights = dict(load_hf_dir(src / _MODEL_DIR))  # one file or save_pretrained's shards
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
         if set(missing) - tied or unexpected:
