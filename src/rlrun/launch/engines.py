@@ -38,7 +38,9 @@ class RayEngine:
                              f"set rollout.gpus_per_engine=1 or rollout.engine=sglang")
         actor = ray.remote(_PlacedHFEngine).options(**placement.options("engine", engine_id),
                                                      runtime_env=runtime_env(env))
-        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, seed=seed,
+        # Listen on the bundle's node address, so that the router reaches engines on other nodes.
+        host = placement.bundle_of("engine", engine_id)[0].node_ip
+        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, seed=seed, host=host,
                                   max_batch_size=max_batch_size)
         self.url = ray.get(self.actor.start.remote())
 
