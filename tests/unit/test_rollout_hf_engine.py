@@ -150,7 +150,7 @@ def test_a_short_request_joins_and_leaves_while_a_long_one_runs(server):
     results = []
     t = _start_long_request(engine, url, "long2", results)
     load = requests.get(f"{url}/get_load").json()
-    assert load[0]["dp_rank"] == 0 and load[0]["num_reqs"] == 1 and load[0]["num_tokens"] >= 2
+    assert load[0]["dp_rank"] == 0 and load[0]["num_reqs"] == 1 and load[0]["num_tokens"] >= 1
     short = gen(url, input_ids=[4, 5], sampling_params={"max_new_tokens": 3, "ignore_eos": True})
     assert short["meta_info"]["completion_tokens"] == 3
     assert results == [] and "long2" in engine._running  # the long request is still generating
