@@ -2,6 +2,7 @@
 import asyncio
 
 import pytest
+import requests
 
 from rlrun.data import Sample, Status
 from rlrun.rollout.client import RolloutClient, RolloutError, Sampling, fill_sample
@@ -126,19 +127,23 @@ def test_abort_all_then_continue_a_partial_rollout(url):
     """slime's partial rollout: abort in-flight requests (partial responses kept, status ABORTED),
     later continue them from prompt + partial response with the remaining budget."""
     samples = [Sample(prompt="", prompt_tokens=[3, 4]) for _ in range(2)]
-    sampling = Sampling(max_new_tokens=1200, ignore_eos=True)  # long enough to be aborted mid-way
+    sampling = Sampling(max_new_tokens=2000, ignore_eos=True)  # long enough to be aborted mid-way
 
     async def first_round():
         async with RolloutClient(url) as client:
             task = asyncio.ensure_future(client.generate_batch(samples, sampling))
-            await asyncio.sleep(0.3)
+            while True:  # both running, a few tokens each (prompts are 2 tokens)
+                load = (await asyncio.to_thread(requests.get, f"{url}/get_load", timeout=10)).json()[0]
+                if load["num_reqs"] == 2 and load["num_tokens"] >= 2 * 2 + 10:
+                    break
+                await asyncio.sleep(0.01)
             await client.abort_all([url])
             await task
 
     run(first_round())
     assert all(s.status is Status.ABORTED for s in samples)
     partial = [list(s.response_tokens) for s in samples]
-    assert all(0 < len(p) < 1200 for p in partial)
+    assert all(0 < len(p) < 2000 for p in partial)
 
     async def second_round():
         async with RolloutClient(url) as client:
