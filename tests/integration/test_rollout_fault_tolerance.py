@@ -25,6 +25,17 @@ def cluster(tmp_path):
         yield group
 
 
+def in_flight(url: str) -> int:
+    """Requests running or queued on an engine (waits until there is one, up to 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        load = requests.get(f"{url}/get_load", timeout=10).json()[0]
+        n = load["num_reqs"] + load["num_waiting_reqs"]
+        if n or time.monotonic() > deadline:
+            return n
+        time.sleep(0.005)
+
+
 def test_rollout_survives_an_engine_killed_mid_way(cluster):
     group = cluster
     trainer_state = build_model(seed=42).state_dict()  # "the trainer's weights after step 1"
@@ -46,6 +57,7 @@ def test_rollout_survives_an_engine_killed_mid_way(cluster):
                 done += 1
                 if done == 40:  # a fifth of the way in: kill an engine with requests in flight
                     killed_at["done"] = done
+                    killed_at["in_flight"] = await asyncio.to_thread(in_flight, victim.url)
                     victim.kill()
                 return out
 
@@ -55,7 +67,7 @@ def test_rollout_survives_an_engine_killed_mid_way(cluster):
     t0 = time.monotonic()
     outs, retries = asyncio.run(rollout())
     elapsed = time.monotonic() - t0
-    assert killed_at == {"done": 40}
+    assert killed_at["done"] == 40 and killed_at["in_flight"] > 0
     assert len(outs) == N_REQUESTS
     assert all(o["meta_info"]["finish_reason"]["type"] in ("stop", "length") for o in outs)
     assert all(len(o["output_ids"]) == len(o["meta_info"]["output_token_logprobs"]) >= 1 for o in outs)
