@@ -19,7 +19,11 @@ def backend_class(name: str):
         from rlrun.train.torch_backend import TorchBackend
 
         return TorchBackend
-    raise ValueError(f"train.backend={name!r} has no implementation in this build yet; use train.backend=torch")
+    if name == "megatron":
+        from rlrun.train.megatron_backend import MegatronBackend
+
+        return MegatronBackend
+    raise ValueError(f"train.backend={name!r} is unknown; use torch or megatron")
 
 
 class _Rank:
@@ -35,11 +39,14 @@ class _Rank:
     def call(self, method: str, *args, **kwargs):
         return getattr(self.impl, method)(*args, **kwargs)
 
-    def export_weights(self, path: str | None) -> str:
-        """Checksum of the sync state; with `path`, also write it there as an HF safetensors file.
+    def export_weights(self, path: str | None, lead: bool) -> str | None:
+        """On the lead rank: checksum of the sync state and, with `path`, the state written there
+        as an HF safetensors file. Other ranks only take part (state_dict_for_sync may be a
+        collective, e.g. a TP gather) and return None.
 
         The weights go from this actor to the engines through the local disk: they never pass
-        through the driver, and safetensors is what update_weights_from_disk reads.
+        through the driver, and safetensors is what update_weights_from_disk reads. The checksum
+        is taken in the engines' dtype (the hf engine holds fp32), so a bf16 export still matches.
         """
         from pathlib import Path
 
@@ -48,12 +55,14 @@ class _Rank:
         from rlrun.rollout.weights import checksum
 
         state = self.impl.state_dict_for_sync()
+        if not lead:
+            return None
         if path is not None:
             Path(path).mkdir(parents=True, exist_ok=True)
             tmp = Path(path) / "model.safetensors.tmp"
             save_file(state, str(tmp))
             tmp.replace(Path(path) / "model.safetensors")  # engines never read a half-written file
-        return checksum(state)
+        return checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
 
 
 class TrainGroup:
@@ -62,6 +71,7 @@ class TrainGroup:
             raise ValueError(f"train.backend=torch is data-parallel only, but the plan has tp={plan.tp} "
                              f"pp={plan.pp} cp={plan.cp}; use parallelism=tp1 or train.backend=megatron")
         self.world = plan.trainer_gpus
+        self._cls = backend_class(cfg.train.backend)
         actor = ray.remote(_Rank)
         self.actors = []
         for rank in range(self.world):
@@ -88,11 +98,16 @@ class TrainGroup:
         return self._sharded("train_step", batch)[0]  # metrics are all-reduced: every rank agrees
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
-        return ray.get(self.actors[0].call.remote("state_dict_for_sync"))
+        return self._all("state_dict_for_sync")[0]  # a collective for some backends: every rank calls
 
     def export_weights(self, path: str | None) -> str:
-        """Rank 0 writes the sync state under `path` (None: only checksum it); returns its checksum."""
-        return ray.get(self.actors[0].export_weights.remote(path))
+        """Rank 0 writes the sync state under `path` (None: only checksum it); returns its checksum.
+
+        Backends whose export is a collective (megatron: TP gather, PP exchange) run it on every
+        rank; the torch backend's replicas are identical, so rank 0 alone exports.
+        """
+        ranks = self.actors if getattr(self._cls, "sync_is_collective", True) else self.actors[:1]
+        return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(ranks)])[0]
 
     def save(self, path: str) -> None:
         self._all("save", path)

@@ -29,6 +29,8 @@ _MODEL_DIR = "model"
 
 
 class TorchBackend(TrainerBackend):
+    sync_is_collective = False  # every rank holds the full replica: rank 0 alone exports weights
+
     def __init__(self, cfg, *, rank: int, world_size: int, gpu_id: int | None, total_steps: int):
         self.cfg, self.rank, self.world = cfg, rank, world_size
         self.total_steps = total_steps
