@@ -125,7 +125,8 @@ class MegatronBackend(TrainerBackend):
         self.opt = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
             adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad or 0.0, bf16=True,
-            params_dtype=torch.bfloat16, use_distributed_optimizer=True), [self.model])
+            params_dtype=torch.bfloat16, use_distributed_optimizer=True), [self.model],
+            use_gloo_process_groups=False)
         # Without Apex/TE megatron-core falls back to torch.optim.AdamW in its multi-tensor
         # (foreach) mode; the fused single-kernel mode is the fastest torch has for fp32 master
         # weights on the GPU. It must be chosen before the first step creates the state.

@@ -91,7 +91,10 @@ def init_parallel(parallelism, seed: int) -> None:
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=parallelism.tp, pipeline_model_parallel_size=parallelism.pp,
-            context_parallel_size=parallelism.cp, expert_model_parallel_size=parallelism.ep)
+            context_parallel_size=parallelism.cp, expert_model_parallel_size=parallelism.ep,
+            # Nothing here needs CPU collectives; gloo groups only add a socket rendezvous that
+            # can hang on hosts whose hostname does not resolve to a reachable interface.
+            create_gloo_process_groups=False)
     if torch.cuda.is_available():
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
