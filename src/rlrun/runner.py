@@ -84,7 +84,7 @@ class Run:
         model_dir = write_engine_init_dir(cfg, self.tokenizer, self.run_dir / ENGINE_INIT_DIR)
         self.trainer = TrainGroup(cfg, plan, placement, env)
         stack.callback(self.trainer.shutdown)
-        engines, restart = start_engines(cfg, plan, placement, env, model_dir)
+        engines, restart = start_engines(cfg, plan, placement, env, model_dir, str(self.run_dir / "logs"))
         self.router = Router.from_config(cfg.rollout, self.run_dir / "logs")
         stack.callback(self.router.stop)
         self.router.start()
@@ -130,11 +130,19 @@ class Run:
 
     def sync_weights(self, version: int, push: bool = True) -> None:
         """Trainer weights -> every engine (via a safetensors file on the node's disk), verified
-        by checksum; push=False only verifies that the engines already hold them."""
+        by checksum; push=False only verifies that the engines already hold them.
+
+        SGLang servers have no checksum endpoint: for rollout.engine=sglang the check is that
+        every engine reports the pushed weight_version."""
         sync_dir = self.run_dir / WEIGHT_SYNC_DIR
         want = self.trainer.export_weights(str(sync_dir) if push else None)
         if push:
             self.engines.update_weights_from_disk(str(sync_dir), str(version))
+        if self.cfg.rollout.engine == "sglang":
+            stale = {url: v for url, v in self.engines.versions().items() if push and v != str(version)}
+            if stale:
+                raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
+            return
         bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
         if bad:
             raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "

@@ -59,10 +59,18 @@ class RayEngine:
         ray.kill(self.actor)
 
 
-def start_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str):
+def start_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
     """Engines of the plan plus the restart callable EngineGroup needs."""
+    if cfg.rollout.engine == "sglang":
+        from rlrun.rollout.sglang_engine import RaySGLangEngine
+
+        def make_sglang(i: int) -> RaySGLangEngine:
+            return RaySGLangEngine(cfg, i, placement.gpu_ids("engine", i), placement.options("engine", i),
+                                   runtime_env(env), log_dir, model_path=model_dir)
+
+        return [make_sglang(i) for i in range(plan.num_engines)], make_sglang
     if cfg.rollout.engine != "hf":
-        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is not wired into the runner yet; use rollout.engine=hf")
+        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is unknown; use hf or sglang")
     # Several engines share the machine's cores on the cpu profile; one thread each keeps them
     # from oversubscribing (threads=0 leaves torch's default, fine on GPU nodes).
     threads = int(env.get("OMP_NUM_THREADS", 0)) if cfg.hardware.vendor == "cpu" else 0
