@@ -215,3 +215,17 @@ def test_shutdown_answers_requests_in_flight():
         time.sleep(0.01)
     engine.shutdown()
     assert fut.result(timeout=10).finish["type"] == "abort"
+
+
+def test_bfloat16_engine_generates_and_takes_fp32_weights(model_dir):
+    """The GPU setting (bf16 weights) on the CPU: generation works and fp32 updates are cast."""
+    engine = HFEngine.from_dir(model_dir, dtype="bfloat16")
+    try:
+        assert next(engine.model.parameters()).dtype == torch.bfloat16
+        res = _submit(engine, "b", 4).result(timeout=60)
+        assert len(res.output_ids) == 4 and res.finish["type"] == "length"
+        state = build_model(seed=3).state_dict()
+        engine.load_named(list(state.items()), "3")
+        assert W.checksum(engine.model.state_dict()) == W.checksum({n: t.bfloat16() for n, t in state.items()})
+    finally:
+        engine.shutdown()
