@@ -10,9 +10,10 @@ set -e
 SITE=/tmp/site
 STAGE=$HOME/stage
 mkdir -p "$SITE" "$STAGE"
-# Ray's wheel comes in parts (.wB/NAME.whl.part-aa, -ab, ... and NAME.whl.nparts), possibly over
-# two calls: keep what came in $HOME/stage, join once every part is there.
-for p in .wB/*; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
+# Ray's wheel comes in parts (NAME.whl.part-aa, -ab, ... and NAME.whl.nparts) over two calls
+# (.wB/ in the first, .wC/ with the sglang-router wheel in the second, while the machine is still
+# warm): keep what came in $HOME/stage, join once every part is there.
+for p in .wB/* .wC/*; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
 for n in "$STAGE"/*.nparts; do
   [ -e "$n" ] || continue
   whl="${n%.nparts}"
@@ -32,6 +33,7 @@ fi
 ver=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 mkdir -p "$SITE/rlrun-$ver.dist-info"
 printf 'Metadata-Version: 2.1\nName: rlrun\nVersion: %s\n' "$ver" > "$SITE/rlrun-$ver.dist-info/METADATA"
-export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)"
+python3 -c "import ray, sglang_router; print('staged: ray', ray.__version__, '+ sglang-router')" 2>/dev/null || true
