@@ -92,14 +92,17 @@ def test_sigkill_then_resume_continues_from_the_last_checkpoint(tmp_path):
     assert after["train/loss"] == pytest.approx(before["train/loss"], abs=1e-6)
 
 
-def test_sigterm_stops_cleanly_without_orphans(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_cleanly_without_orphans(tmp_path, sig):
     proc = _rlrun(tmp_path)
     run_dir = _wait_for(lambda: _run_dir(tmp_path), proc, 120, "the run dir")
     _wait_for(lambda: (run_dir / METRICS_FILE).exists() and (run_dir / METRICS_FILE).read_text(), proc, 240,
               "the first step")
     children = descendants(proc.pid)
     assert children, "rlrun started no child processes (Ray, router)?"
-    os.kill(proc.pid, signal.SIGTERM)
+    os.kill(proc.pid, sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    assert not _wait_gone(children, 30), f"orphans after SIGTERM: {sorted(_alive(children))}"
+    assert not _wait_gone(children, 30), f"orphans after {sig.name}: {sorted(_alive(children))}"
+    # teardown ran: the plot of the steps so far is drawn
+    assert (run_dir / "reward_length.png").is_file()
