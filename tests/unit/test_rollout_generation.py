@@ -3,6 +3,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlrun.rollout.api import parse_sampling_params
 from rlrun.rollout.generation import RunningBatch, Sequence, StopChecker, generate, sample_next
@@ -163,3 +165,40 @@ def test_requests_joining_a_running_batch_match_running_alone(tiny):
         assert seqs[name].output_ids == alone.output_ids, name
         assert seqs[name].logprobs == pytest.approx(alone.logprobs, abs=1e-5), name
         assert seqs[name].finish == alone.finish
+
+
+_request = st.tuples(st.lists(st.integers(3, 38), min_size=1, max_size=9),  # prompt
+                     st.integers(0, 7),                                     # max_new_tokens
+                     st.integers(0, 6),                                     # decode step it arrives at
+                     st.integers(0, 2**31))                                 # sampling seed
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_request, min_size=1, max_size=5))
+def test_any_admission_schedule_equals_running_alone(tiny, requests_):
+    """Property: whatever the prompts, lengths and arrival steps, continuous batching gives every
+    request the tokens (and, within 1e-5, the log-probs) it gets alone."""
+    model, tok = tiny
+
+    def make(i, prompt, max_new, seed):
+        return Sequence(f"r{i}", prompt, parse_sampling_params({"max_new_tokens": max_new, "ignore_eos": True}),
+                        torch.Generator().manual_seed(seed))
+
+    seqs = [make(i, p, m, s) for i, (p, m, _, s) in enumerate(requests_)]
+    stop = StopChecker(tok, {1}, model.config.max_position_embeddings)
+    batch = RunningBatch(model, stop, 0, run_step=lambda fn: fn())
+    step = 0
+    while step <= 6 or len(batch):
+        arriving = [s for s, (_, _, at, _) in zip(seqs, requests_) if at == step]
+        if arriving:
+            batch.admit(arriving)
+        batch.drop_finished()
+        if len(batch):
+            batch.step()
+        step += 1
+    for i, (p, m, _, s) in enumerate(requests_):
+        alone = make(i, p, m, s)
+        _run(model, tok, [alone])
+        assert seqs[i].output_ids == alone.output_ids
+        assert seqs[i].logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+        assert seqs[i].finish == alone.finish
