@@ -47,6 +47,11 @@ def test_per_prompt_list_with_wrong_length_is_refused():
     ({"text": "a", "sampling_params": {"min_p": 0.1}}, "min_p=0.1 is not implemented"),
     ({"text": "a", "sampling_params": {"top_p": 0.0}}, "top_p=0.0 must be in"),
     ({"text": "a", "sampling_params": {"top_k": 0}}, "top_k=0 must be -1"),
+    ({"text": "a", "sampling_params": {"max_new_tokens": None}}, "max_new_tokens=None must be a number"),
+    ({"text": "a", "sampling_params": {"temperature": "hot"}}, "temperature='hot' must be a number"),
+    ({"text": "a", "sampling_params": {"stop_token_ids": ["x"]}}, "must be a list of integers"),
+    ({"input_ids": [[3], [4]], "rid": "x"}, "rid as a list"),
+    (["not", "an", "object"], "must be a JSON object"),
 ])
 def test_bad_requests_say_what_is_wrong(body, match):
     with pytest.raises(RequestError, match=match):

@@ -74,9 +74,18 @@ def parse_sampling_params(raw: dict | None) -> SamplingParams:
         raise RequestError("; ".join(problems))
     stop = raw.pop("stop", None)
     stop_ids = raw.pop("stop_token_ids", None)
+    for key, types in (("max_new_tokens", int), ("top_k", int), ("temperature", (int, float)),
+                       ("top_p", (int, float)), ("sampling_seed", (int, type(None)))):
+        if key in raw and (not isinstance(raw[key], types) or isinstance(raw[key], bool)):
+            raise RequestError(f"sampling_params.{key}={raw[key]!r} must be a number"
+                               f"{' (an integer)' if types is int else ''}")
+    if not all(isinstance(t, int) for t in (stop_ids or ())):
+        raise RequestError(f"sampling_params.stop_token_ids={stop_ids!r} must be a list of integers")
+    if not isinstance(stop, (str, list, tuple, type(None))):
+        raise RequestError(f"sampling_params.stop={stop!r} must be a string or a list of strings")
     params = SamplingParams(
         stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
-        stop_token_ids=tuple(int(t) for t in (stop_ids or ())),
+        stop_token_ids=tuple(stop_ids or ()),
         **raw,
     )
     if params.max_new_tokens < 0:
@@ -112,6 +121,8 @@ def _expand(value: Any, n: int, name: str, is_batch_value) -> list:
 
 def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], bool]:
     """Returns (items, is_batch). `new_rid()` makes an id for prompts that carry none."""
+    if not isinstance(body, dict):
+        raise RequestError(f"/generate body must be a JSON object (GenerateReqInput), got {type(body).__name__}")
     text, input_ids = body.get("text"), body.get("input_ids")
     if (text is None) == (input_ids is None):
         raise RequestError("/generate needs exactly one of 'text' or 'input_ids'")
@@ -127,6 +138,8 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
         texts, n = None, len(ids)
     sampling = _expand(body.get("sampling_params"), n, "sampling_params", lambda v: isinstance(v, list))
     logprob = _expand(body.get("return_logprob"), n, "return_logprob", lambda v: isinstance(v, list))
+    if is_batch and body.get("rid") is not None and not isinstance(body["rid"], list):
+        raise RequestError("a batch request needs rid as a list with one id per prompt (ids must be unique)")
     rids = _expand(body.get("rid"), n, "rid", lambda v: isinstance(v, list))
     items = [
         GenerateItem(

@@ -56,7 +56,7 @@ def build_app(engine) -> Starlette:
             body = await _body(request)
             items, is_batch = api.parse_generate_request(body, engine.new_rid)
             futures = engine.submit(items)
-        except RequestError as exc:
+        except (RequestError, TypeError, ValueError) as exc:  # all raised by validating the request
             return _error(400, str(exc))
         waiting = [asyncio.wrap_future(f) for f in futures]
         try:
