@@ -229,3 +229,16 @@ def test_bfloat16_engine_generates_and_takes_fp32_weights(model_dir):
         assert W.checksum(engine.model.state_dict()) == W.checksum({n: t.bfloat16() for n, t in state.items()})
     finally:
         engine.shutdown()
+
+
+@pytest.mark.parametrize("path,body,match", [
+    ("/abort_request", ["rid"], "body must be a JSON object"),
+    ("/update_weight_version", {}, "missing field 'new_version'"),
+    ("/get_weights_by_name", {"name": "nope"}, "no parameter named 'nope'"),
+    ("/pause_generation", {"mode": "later"}, "abort|retract|in_place"),
+])
+def test_malformed_admin_requests_are_400(server, path, body, match):
+    _, url = server
+    r = requests.post(f"{url}{path}", json=body)
+    assert r.status_code == 400 and match in r.json()["error"]["message"]
+    assert r.json()["error"]["message"].startswith(path)

@@ -33,9 +33,24 @@ async def _body(request: Request) -> dict:
     if not raw:
         return {}
     try:
-        return await request.json()
+        body = await request.json()
     except ValueError as exc:
-        raise RequestError(f"{request.url.path}: body is not JSON ({exc})") from exc
+        raise RequestError(f"body is not JSON ({exc})") from exc
+    if not isinstance(body, dict):
+        raise RequestError(f"body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _checked(handler):
+    """A malformed request is the caller's error: 400 naming the endpoint and field, never a 500."""
+    async def wrapped(request: Request):
+        try:
+            return await handler(request)
+        except KeyError as exc:
+            return _error(400, f"{request.url.path}: missing field {exc}")
+        except (RequestError, TypeError, ValueError) as exc:
+            return _error(400, f"{request.url.path}: {exc}")
+    return wrapped
 
 
 def build_app(engine) -> Starlette:
@@ -52,12 +67,8 @@ def build_app(engine) -> Starlette:
         return handler
 
     async def generate(request: Request):
-        try:
-            body = await _body(request)
-            items, is_batch = api.parse_generate_request(body, engine.new_rid)
-            futures = engine.submit(items)
-        except (RequestError, TypeError, ValueError) as exc:  # all raised by validating the request
-            return _error(400, str(exc))
+        items, is_batch = api.parse_generate_request(await _body(request), engine.new_rid)
+        futures = engine.submit(items)
         waiting = [asyncio.wrap_future(f) for f in futures]
         try:
             while not all(w.done() for w in waiting):
@@ -118,11 +129,7 @@ def build_app(engine) -> Starlette:
         return Response(status_code=200)
 
     async def pause_generation(request: Request):
-        try:
-            mode = api.pause_generation_body(**(await _body(request)))["mode"]
-        except (RequestError, TypeError) as exc:
-            return _error(400, str(exc))
-        engine.pause(mode)
+        engine.pause(api.pause_generation_body((await _body(request)).get("mode", "abort"))["mode"])
         return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
 
     async def continue_generation(request: Request):
@@ -139,10 +146,7 @@ def build_app(engine) -> Starlette:
 
     async def weights_by_name(request: Request):
         body = await _body(request)
-        try:
-            return JSONResponse(engine.weights_by_name(body["name"], int(body.get("truncate_size", 100))))
-        except RequestError as exc:
-            return _error(400, str(exc))
+        return JSONResponse(engine.weights_by_name(body["name"], int(body.get("truncate_size", 100))))
 
     async def checksum(request: Request):
         value = await asyncio.to_thread(engine.checksum)
@@ -150,10 +154,7 @@ def build_app(engine) -> Starlette:
 
     def memory(fn):
         async def handler(request: Request):
-            try:
-                fn(api.memory_occupation_body((await _body(request)).get("tags"))["tags"])
-            except RequestError as exc:
-                return _error(400, str(exc))
+            fn(api.memory_occupation_body((await _body(request)).get("tags"))["tags"])
             return Response(status_code=200)
         return handler
 
@@ -203,7 +204,7 @@ def build_app(engine) -> Starlette:
         Route("/destroy_weights_update_group", weight_op(destroy_group), methods=["POST"]),
         Route("/rlrun/weights_checksum", checksum),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=[Route(r.path, _checked(r.endpoint), methods=r.methods) for r in routes])
 
 
 def _bind(host: str, port: int) -> socket.socket:
