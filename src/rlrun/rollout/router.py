@@ -40,8 +40,8 @@ class Router:
             "--health-success-threshold", "1",
             "--retry-max-retries", str(int(retry_max_retries)),
             "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "1000",
-            # The circuit breaker would keep a restarted engine at the same URL blocked for
-            # cb-timeout (60 s); rlrun's own health tracking removes dead engines instead.
+            # A burst of failed requests would open the circuits of healthy engines too (503 for
+            # cb-timeout, 60 s, stalling the rollout); EngineGroup removes dead engines instead.
             "--disable-circuit-breaker",
             "--prometheus-port", str(free_port(host)),  # default 29000 collides between routers
             "--log-level", "warn",
