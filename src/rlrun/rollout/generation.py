@@ -42,11 +42,11 @@ def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], 
     temps = torch.tensor([1.0 if s.sampling.greedy else s.sampling.temperature for s in seqs],
                          dtype=logits.dtype, device=logits.device)
     logprobs = torch.log_softmax(logits / temps[:, None], dim=-1)
-    tokens = []
+    tokens = []  # 1-element tensors: one host sync for the whole batch at the end, not one per row
     for i, seq in enumerate(seqs):
         sp = seq.sampling
         if sp.greedy:
-            tokens.append(int(torch.argmax(logprobs[i])))
+            tokens.append(torch.argmax(logprobs[i]).reshape(1))
             continue
         probs = logprobs[i].exp()
         if sp.top_k > 0 and sp.top_k < probs.numel():
@@ -56,11 +56,12 @@ def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], 
             sorted_p, order = torch.sort(probs, descending=True)
             # keep the smallest prefix whose mass reaches top_p (the first token always stays)
             drop = (torch.cumsum(sorted_p, 0) - sorted_p) >= sp.top_p * sorted_p.sum()
-            sorted_p[drop] = 0.0
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-        tokens.append(int(torch.multinomial(probs, 1, generator=seq.generator)))  # generator on probs' device
-    chosen = logprobs.gather(1, torch.tensor(tokens, device=logits.device)[:, None])[:, 0]
-    return tokens, chosen.tolist()
+        tokens.append(torch.multinomial(probs, 1, generator=seq.generator))  # generator on probs' device
+    chosen_ids = torch.cat(tokens)
+    chosen = logprobs.gather(1, chosen_ids[:, None])[:, 0]
+    return chosen_ids.tolist(), chosen.tolist()
 
 
 class StopChecker:
