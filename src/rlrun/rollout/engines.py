@@ -2,7 +2,7 @@
 
 An engine is anything with `.url`, `.alive()` and `.stop()`: HFEngineProcess below (a local
 subprocess), or the runner's wrapper around a Ray actor (HFEngineActor / SGLangEngineActor).
-EngineGroup keeps the latest weights it pushed (version + payloads), so that an engine that dies
+EngineGroup keeps the latest weights it pushed (version + state), so that an engine that dies
 and is restarted from the base checkpoint is brought to the current weights before the router
 sends it traffic again:
 
