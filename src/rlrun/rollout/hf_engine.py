@@ -1,8 +1,9 @@
 """The hf rollout engine: a transformers causal LM behind SGLang's native HTTP API.
 
-HFEngine owns the model and a scheduler thread. Requests arriving within `batch_wait_s` of each
-other are generated as one batch (micro-batching; rows leave the batch as they finish). Weight
-updates take the same lock as a forward step, so they land between decode steps. The HTTP layer
+HFEngine owns the model and a scheduler thread that runs continuous batching
+(generation.RunningBatch): waiting requests join the running batch between decode steps and rows
+leave it as they finish. Weight updates take the same lock as a forward step, so they land between
+decode steps. The HTTP layer
 (hf_server.py) only translates JSON to these methods.
 
 Run standalone:  python -m rlrun.rollout.hf_engine --model-dir DIR --port 0
