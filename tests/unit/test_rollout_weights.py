@@ -93,3 +93,11 @@ def test_payload_unpickler_refuses_arbitrary_callables():
     payload = base64.b64encode(pickle.dumps(Evil())).decode()
     with pytest.raises(pickle.UnpicklingError, match="not allowed"):
         W.deserialize_named_tensors(payload, None)
+
+
+def test_ipc_serialisation_leaves_the_sharing_strategy_alone():
+    import torch.multiprocessing as tmp
+
+    before = tmp.get_sharing_strategy()
+    W.serialize_ipc([("w", torch.ones(2))])
+    assert tmp.get_sharing_strategy() == before

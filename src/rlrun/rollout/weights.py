@@ -43,11 +43,16 @@ def serialize_ipc(named: list[tuple[str, torch.Tensor]]) -> tuple[str, list[torc
     from multiprocessing.reduction import ForkingPickler
 
     # CPU storages travel by shm file name; the default fd strategy needs the two processes to
-    # share a multiprocessing authkey, which a trainer and an engine server never do.
+    # share a multiprocessing authkey, which a trainer and an engine server never do. The strategy
+    # is read while pickling only, so the process-wide setting is restored right after.
+    previous = tmp.get_sharing_strategy()
     tmp.set_sharing_strategy("file_system")
-    shared = [(n, t.detach() if t.is_cuda else t.detach().clone()) for n, t in named]
-    buf = io.BytesIO()
-    ForkingPickler(buf).dump(shared)
+    try:
+        shared = [(n, t.detach() if t.is_cuda else t.detach().clone()) for n, t in named]
+        buf = io.BytesIO()
+        ForkingPickler(buf).dump(shared)
+    finally:
+        tmp.set_sharing_strategy(previous)
     return base64.b64encode(buf.getvalue()).decode("ascii"), [t for _, t in shared]
 
 
