@@ -92,3 +92,25 @@ def test_driver_rng_round_trips():
 def test_read_metrics_keeps_the_last_row_of_a_step(tmp_path):
     (tmp_path / METRICS_FILE).write_text('{"step": 0, "x": 1}\n{"step": 1, "x": 2}\n{"step": 1, "x": 3}\n')
     assert read_metrics(tmp_path / METRICS_FILE) == [{"step": 0, "x": 1}, {"step": 1, "x": 3}]
+
+
+def test_wandb_goes_offline_without_a_key(monkeypatch):
+    from rlrun.metrics import wandb_mode
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert (wandb_mode("online"), wandb_mode("offline"), wandb_mode("disabled")) == ("offline", "offline", "disabled")
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert wandb_mode("online") == "online"
+
+
+def test_logger_writes_rows_and_the_plot(tmp_path):
+    from rlrun.metrics import PLOT_FILE, MetricsLogger, plot
+
+    cfg = load(["logging.wandb.mode=disabled", "logging.progress=false"])
+    log = MetricsLogger(tmp_path, cfg, total=3)
+    for step in range(3):
+        log.log(step, {"rollout/reward_mean": step / 2, "rollout/response_len_mean": 1.0})
+    log.close()
+    rows = read_metrics(tmp_path / METRICS_FILE)
+    assert [r["rollout/reward_mean"] for r in rows] == [0.0, 0.5, 1.0]
+    assert plot(tmp_path) == tmp_path / PLOT_FILE and (tmp_path / PLOT_FILE).stat().st_size > 1000
