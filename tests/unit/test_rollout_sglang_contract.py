@@ -13,14 +13,10 @@ from rlrun.config import load
 from rlrun.rollout import api, sglang_schema
 from rlrun.rollout.sglang_args import EngineSlot, check_sglang_mapping, server_args, to_argv
 
-WHEEL_CANDIDATES = [os.environ.get("RLRUN_SGLANG_WHEEL", ""),
-                    "/tmp/rollout_h/wheel/sglang-0.5.10.post1-py3-none-any.whl"]
-
-
 def _wheel():
-    for c in WHEEL_CANDIDATES:
-        if c and Path(c).is_file():
-            return c
+    wheel = os.environ.get("RLRUN_SGLANG_WHEEL", "")
+    if wheel and Path(wheel).is_file():
+        return wheel
     pytest.skip("sglang wheel not present: `pip download sglang==0.5.10.post1 --no-deps -d DIR` and set "
                 "RLRUN_SGLANG_WHEEL=DIR/sglang-0.5.10.post1-py3-none-any.whl")
 
