@@ -6,7 +6,7 @@
 OUT=${OUT:-/tmp/out}
 common=(hardware=h100 model=qwen3-0.6b train.gpus_per_node=1 rollout.num_rollout=3 rollout.rollout_batch_size=8
         rollout.n_samples_per_prompt=4 rollout.max_response_len=64 eval.max_response_len=64
-        logging.wandb.mode=disabled run.output_dir=/tmp/runs)
+        logging.wandb.mode=disabled rollout.engine=hf run.output_dir=/tmp/runs)
 for be in ${BACKENDS:-torch megatron}; do
   extra=(train.backend=$be)
   [ "$be" = megatron ] && extra+=(train.gradient_accumulation_fusion=false)
