@@ -128,25 +128,30 @@ class Run:
         kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
         return samples, kept, info
 
-    def sync_weights(self, version: int, push: bool = True) -> None:
+    def sync_weights(self, version: int, only_if_stale: bool = False) -> None:
         """Trainer weights -> every engine (via a safetensors file on the node's disk), verified
-        by checksum; push=False only verifies that the engines already hold them.
+        by checksum. only_if_stale: skip the push when the engines already hold the weights
+        (a fresh random init: the engines loaded the same init from engine_init/).
 
         SGLang servers have no checksum endpoint: for rollout.engine=sglang the check is that
-        every engine reports the pushed weight_version."""
+        every engine reports the pushed weight_version (and the push is never skipped)."""
+        hf = self.cfg.rollout.engine == "hf"
+        if only_if_stale and hf and self._engines_hold(self.trainer.export_weights(None)):
+            return
         sync_dir = self.run_dir / WEIGHT_SYNC_DIR
-        want = self.trainer.export_weights(str(sync_dir) if push else None)
-        if push:
-            self.engines.update_weights_from_disk(str(sync_dir), str(version))
-        if self.cfg.rollout.engine == "sglang":
-            stale = {url: v for url, v in self.engines.versions().items() if push and v != str(version)}
+        want = self.trainer.export_weights(str(sync_dir))
+        self.engines.update_weights_from_disk(str(sync_dir), str(version))
+        if hf and not self._engines_hold(want):
+            bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
+            raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
+                                  f"(checksum {want[:12]}) after the push; the engine model does not match model.*")
+        if not hf:
+            stale = {url: v for url, v in self.engines.versions().items() if v != str(version)}
             if stale:
                 raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
-            return
-        bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
-        if bad:
-            raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
-                                  f"(checksum {want[:12]}); the engine model does not match model.*/checkpoint.hf")
+
+    def _engines_hold(self, checksum: str) -> bool:
+        return all(c == checksum for c in self.engines.checksums().values())
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         from rlrun.rollout.client import Sampling
@@ -189,8 +194,9 @@ class Run:
             self.prompts.load_state_dict(state.data_state)
             start = state.next_rollout
             print(f"[rlrun] resumed from {found} at rollout {start}", flush=True)
-        # Fresh random init: engines already hold the same weights, verify only. Resumed: push.
-        self.sync_weights(version=start, push=found is not None)
+        # Fresh start: the engines loaded the trainer's init (verified, pushed only if they differ,
+        # e.g. a bf16 export from the megatron backend). Resumed: the checkpoint's weights are pushed.
+        self.sync_weights(version=start, only_if_stale=found is None)
         self.logger = MetricsLogger(self.run_dir, self.cfg, total=self.cfg.rollout.num_rollout, start=start)
         self._stack.callback(self._finish)
         return start

@@ -104,3 +104,46 @@ def test_unsupported_settings_are_refused_before_ray_starts():
     with pytest.raises(ValueError, match="algo.advantage_estimator=ppo needs a critic") as err:
         check_supported(load(["algo=ppo", "rollout.partial_rollout=true"]))
     assert "rollout.partial_rollout=true" in str(err.value)
+
+
+class _SyncTrainer:
+    def export_weights(self, path):
+        return "abc"
+
+
+class _SyncEngines:
+    """Engines whose checksum becomes the trainer's after a push, unless `broken`."""
+
+    def __init__(self, held: str, broken: bool = False):
+        self.held, self.broken, self.pushes = held, broken, []
+
+    def update_weights_from_disk(self, path, version):
+        self.pushes.append(version)
+        if not self.broken:
+            self.held = "abc"
+
+    def checksums(self):
+        return {"http://e0": self.held}
+
+
+def _sync_run(tmp_path, engines):
+    from rlrun.runner import Run
+
+    r = Run.__new__(Run)  # only the attributes sync_weights reads; the real Run needs Ray
+    r.cfg, r.run_dir, r.trainer, r.engines = load([]), tmp_path, _SyncTrainer(), engines
+    return r
+
+
+def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path):
+    import pytest
+
+    from rlrun.runner import WeightSyncError
+
+    fresh = _SyncEngines(held="abc")
+    _sync_run(tmp_path, fresh).sync_weights(0, only_if_stale=True)
+    assert fresh.pushes == []  # same init on both sides: nothing to send
+    stale = _SyncEngines(held="old")
+    _sync_run(tmp_path, stale).sync_weights(0, only_if_stale=True)
+    assert stale.pushes == ["0"]
+    with pytest.raises(WeightSyncError, match="weight sync to version 3"):
+        _sync_run(tmp_path, _SyncEngines(held="old", broken=True)).sync_weights(3)
