@@ -14,7 +14,7 @@ for be in ${BACKENDS:-torch megatron}; do
   timeout "${E2E_TIMEOUT:-240}" python3 -c 'import sys; from rlrun.cli import main; sys.exit(main())' \
     "${common[@]}" "${extra[@]}" run.name=e2e-$be > "$OUT/e2e_$be.log" 2>&1
   echo "E2E backend=$be rc=$? wall=$(( $(date +%s) - t0 ))s"
-  m=$(ls -t /tmp/runs/*/metrics.jsonl 2>/dev/null | head -1)
+  m=$(ls -t /tmp/runs/e2e-$be/*/metrics.jsonl 2>/dev/null | head -1)
   [ -n "$m" ] && cp "$m" "$OUT/metrics_$be.jsonl" && python3 - "$m" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):

@@ -309,11 +309,16 @@ class MegatronBackend(TrainerBackend):
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         from megatron.core import parallel_state as ps
         local = {k: v.cpu() for b in self.export_buckets(1 << 30) for k, v in b}
-        if ps.get_pipeline_model_parallel_world_size() == 1:
-            return local
-        parts = [None] * ps.get_pipeline_model_parallel_world_size()
-        dist.all_gather_object(parts, local, group=ps.get_pipeline_model_parallel_group())
-        return {k: v for p in parts for k, v in p.items()}
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            parts = [None] * ps.get_pipeline_model_parallel_world_size()
+            dist.all_gather_object(parts, local, group=ps.get_pipeline_model_parallel_group())
+            local = {k: v for p in parts for k, v in p.items()}
+        if self.cfg.model.tie_word_embeddings:
+            # A transformers state_dict lists the tied lm_head too; the engines' checksums cover it
+            # (seen on the H100: without it the runner's post-sync checksum check fails).
+            # A copy, not an alias: safetensors refuses to write tensors that share memory.
+            local["lm_head.weight"] = local["model.embed_tokens.weight"].clone()
+        return local
 
     def save(self, path: str) -> None:
         """HF weights (model/, written by global rank 0), and per rank its shard of the fp32 master
@@ -325,6 +330,8 @@ class MegatronBackend(TrainerBackend):
         weights = self.state_dict_for_sync()
         if self.rank == 0:
             (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
+            if self.cfg.model.tie_word_embeddings:
+                weights.pop("lm_head.weight")  # HF checkpoints of tied models store embed_tokens only
             save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
         dist.barrier()
         shards = [{"state": o.optimizer.state_dict(),
