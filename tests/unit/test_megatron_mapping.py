@@ -91,3 +91,15 @@ def test_backend_imports_without_megatron_and_refuses_cpu_ranks():
     cfg = SimpleNamespace(algo=SimpleNamespace(use_kl_loss=False, kl_coef=0.0))
     with pytest.raises(ValueError, match="train.backend=megatron needs a GPU per trainer rank"):
         MegatronBackend(cfg, rank=0, world_size=1, gpu_id=None, total_steps=1)
+
+
+def test_fast_ops_match_the_per_tensor_definitions():
+    from rlrun.train.megatron.fast_ops import _l2_norm, _scale
+    a, b = torch.tensor([3.0, 4.0]), torch.tensor([[12.0]])
+    norm, _ = _l2_norm(None, None, [[a, b, torch.empty(0)]], False)
+    assert norm.tolist() == [13.0]  # sqrt(9 + 16 + 144)
+    dst = [torch.zeros(2), torch.zeros(1, 1)]
+    _scale(None, None, [[a, b], dst], 0.5)
+    assert dst[0].tolist() == [1.5, 2.0] and dst[1].tolist() == [[6.0]]
+    _scale(None, None, [[a, b], [a, b]], 2.0)  # in place, as clipping calls it
+    assert a.tolist() == [6.0, 8.0] and b.tolist() == [[24.0]]

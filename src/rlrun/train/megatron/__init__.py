@@ -8,4 +8,5 @@ must work where megatron-core is absent. Each module imports it where it is used
     model.py       RunConfig -> TransformerConfig -> GPTModel, parallel state
     weights.py     Hugging Face <-> Megatron parameter mapping (per architecture, TP-aware)
     packing.py     samples -> packed THD micro-batches bounded by max_tokens_per_gpu
+    fast_ops.py    torch multi-tensor kernels for megatron-core's optimizer without Apex/TE
 """
