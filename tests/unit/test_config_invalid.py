@@ -23,3 +23,11 @@ def test_invalid_config_reports_expected_paths(case):
     assert set(expected) <= {p.path for p in problems}, err.value.render()
     for p in problems:
         assert p.message and p.fix, p
+
+
+def test_an_underivable_batch_identity_is_reported_once():
+    # gbs 48 does not divide 16 * 8 = 128 samples: num_steps_per_rollout stays null, and that null must
+    # not come back as a second, type-level problem on train.num_steps_per_rollout
+    with pytest.raises(ConfigError) as err:
+        load(["hardware=h100", "train.global_batch_size=48", "train.num_steps_per_rollout=null"])
+    assert [p.path for p in err.value.problems] == ["train.global_batch_size"], err.value.render()
