@@ -69,3 +69,58 @@ def test_moe_params_per_gpu_split_experts_over_ep():
     experts_per_gpu = 48 * 16 * 3 * 2048 * 768
     assert plan.memory["trainer_params_per_gpu"] > experts_per_gpu
     assert plan.memory["trainer_params_per_gpu"] - experts_per_gpu < 0.4e9
+
+
+# ---- activation memory, calibrated on one H100 (docs/benchmarks.md, 2026-11-22) ----------------------------
+# bench/megatron_mfu.py's overrides (the bench imports torch, so they are repeated here): one packed 4096-token
+# micro-batch, TP 1, megatron backend on one H100.
+BENCH = ["hardware=h100", "train.backend=megatron", "train.gradient_accumulation_fusion=false",
+         "train.max_tokens_per_gpu=4096", "train.log_probs_max_tokens_per_gpu=4096", "rollout.max_response_len=1024",
+         "eval.max_response_len=1024", "train.gpus_per_node=1", "rollout.num_gpus=1", "parallelism=tp1",
+         "rollout.gpus_per_engine=1"]
+RECOMPUTE = ["train.recompute.granularity=full", "train.recompute.method=uniform", "train.recompute.num_layers=1"]
+LOGITS = 151936 * (2 + 2 + 4 + 4 + 8)  # bytes per token: bf16 logits, rows, fp32 rows/softmax, entropy transients
+
+
+def test_qwen3_1p7b_activations_by_hand_within_15_percent_of_the_h100():
+    from rlrun.config.memory import estimate, layer_bytes_per_token
+    cfg = load(["model=qwen3-1.7b"] + BENCH)
+    # h 2048, q 16*128 = 2048, k = v 8*128 = 1024, ffn 6144: norms 8h, qkv out 2(q+k+v), rotated q,k 2(q+k),
+    # attention out 2q, SwiGLU 10f
+    layer = 8 * 2048 + 2 * (2048 + 1024 + 1024) + 2 * (2048 + 1024) + 2 * 2048 + 10 * 6144
+    assert layer == layer_bytes_per_token(cfg) == 47 * 2048
+    m = estimate(cfg)
+    act = 4096 * (28 * layer + 4 * 2048 + LOGITS)  # + final norm's input and output
+    assert m.trainer_activations == pytest.approx(act / GiB)
+    assert m.trainer_weights + m.trainer_grads + m.trainer_optimizer == pytest.approx(18 * 1_720_574_976 / GiB)
+    measured = 52.0  # GiB, torch.cuda.max_memory_allocated
+    assert m.trainer_total == pytest.approx(50.75, abs=0.01)
+    assert abs(m.trainer_total - measured) / measured < 0.15
+
+
+def test_qwen3_4b_full_recompute_exceeds_what_went_out_of_memory():
+    from rlrun.config.memory import estimate
+    cfg = load(["model=qwen3-4b"] + RECOMPUTE + BENCH)
+    # layer inputs of 36 uniform groups of 1 + one layer recomputed (h 2560, q 4096, k = v 1024, ffn 9728)
+    one_layer = 8 * 2560 + 2 * (4096 + 2048) + 2 * (4096 + 1024) + 2 * 4096 + 10 * 9728
+    act = 4096 * (36 * 2 * 2560 + one_layer + 4 * 2560 + LOGITS)
+    m = estimate(cfg)
+    assert m.trainer_activations == pytest.approx(act / GiB)
+    assert m.trainer_total > 79.2 and not m.fits  # measured: OOM with 79.2 GiB in use on an 80 GB H100
+
+
+def test_seed_activations_shard_over_tp_with_sequence_parallel(seed):
+    # TP 2 + SP, full recompute (uniform, 1 layer), dynamic batching at 9216 tokens per GPU
+    one_layer = 8 * 2560 // 2 + 2 * (3 * 4096 // 2 + 3 * 1024 // 2) + 10 * 9728 // 2
+    per_token = 36 * 2560 + one_layer + 2 * 2560 + 151936 // 2 * 20
+    assert seed.memory["trainer_activations"] == pytest.approx(9216 * per_token / GiB)
+
+
+def test_pipeline_first_stage_holds_pp_micro_batches():
+    from rlrun.config.memory import estimate
+    cfg = load(["model=llama3.1-8b"] + BENCH + ["parallelism.pp=4", "train.gpus_per_node=4", "rollout.num_gpus=4"])
+    # h 4096 = q, k = v 8*128 = 1024, ffn 14336; 8 layers per stage
+    layer = 8 * 4096 + 2 * (2 * 4096 + 4096) + 2 * (2 * 1024 + 1024) + 10 * 14336
+    first = 4 * 8 * layer * 4096  # 1F1B: 4 micro-batches of the first 8 layers in flight
+    last = 4096 * (8 * layer + 4 * 4096 + 128256 * 20)  # one micro-batch + final norm + logits
+    assert first > last and estimate(cfg).trainer_activations == pytest.approx(first / GiB)

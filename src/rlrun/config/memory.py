@@ -1,10 +1,47 @@
 """Per-GPU memory estimate (REFERENCE.md §8; Megatron-LM's theoretical_memory_usage is the reference).
-bf16 weights 2 B/param, fp32 main grads 4 B/param, Adam (fp32 master + m + v) 12 B/param sharded over DP
-(distributed optimizer); the torch backend keeps fp32 weights and unsharded Adam. Activations: Korthikanti
-et al.'s 34*h bytes per token per layer (flash attention, sequence parallel divides by TP), only the layer
-inputs when full recompute is on, plus fp32 logits. Engines: SGLang reserves mem_fraction_static of the GPU
-for weights + KV cache. Colocated peak = the larger of the training and rollout phases, where a side that
-offloads leaves the GPU during the other side's phase. Estimates, not measurements: ~10-20% is typical."""
+
+Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param, Adam (fp32 master + m + v) 12 B/param
+sharded over DP (distributed optimizer). The torch backend keeps fp32 weights, fp32 grads and unsharded
+Adam m + v (16 B/param); its autocast also keeps bf16 copies of the weights for backward (~2 B/param, not
+counted), and its layer activations (transformers modules, fp32 RMSNorm internals) are not calibrated.
+
+Activations: the per-layer terms of Korthikanti et al. 2022 ("Reducing activation recomputation"), redone
+for rlrun's megatron layer spec (local modules, no Transformer Engine, SDPA/flash attention, SwiGLU,
+dropout 0). Bytes per token per layer on one GPU, bf16, with T = TP and S = TP under sequence parallelism
+(else 1); q, k, v, o = query, key, value and attention-output widths (heads x head dim; MLA: nope + rope
+for q and k, v_head_dim for v and o); f = ffn hidden size:
+  norms          8h / S   input norm's input and output (= qkv input), pre-MLP norm's input and output
+                          (= fc1 input); post-norms (GLM-4) add their inputs, 4h / S
+  attention      2(q+k+v) / T   qkv projection output (split views keep it alive: q/k norms and v)
+                 2(q+k) / T     q and k after rotary (saved by flash attention; rope saves only cos/sin)
+                 2o / T         attention output (flash attention's output = linear_proj input);
+                                no s^2 softmax term, flash attention keeps only a log-sum-exp per row
+  SwiGLU MLP     10f / T  fc1 output (gate and up, 4f), silu(gate) 2f, up + glu_linear_offset 2f (a new
+                          tensor), product 2f (= fc2 input); a non-gated MLP keeps 4f
+  MoE layers     routed experts (expert-tensor-parallel 1, not split by TP): top_k x 10 x expert ffn
+                 + 2h x top_k for the permuted expert inputs; the shared expert's 10 x ffn / T
+For Qwen3-1.7B (h 2048 = q, k = v 1024, f 6144) that is 47h per token per layer; the old 34h term
+(a 4h non-gated MLP with fused kernels) missed 13h. Full recompute keeps the input of every recompute
+group (2h / S per token) plus the full activations of one group while it is recomputed; method=block
+recomputes the first num_layers layers of a stage and stores the rest. With PP > 1 the first stage
+holds PP micro-batches in flight (1F1B); the last stage holds one plus the logits. The final norm adds
+4h / S per token.
+
+Logits, per token per vocab entry on this rank (vocab / TP), 20 bytes: the bf16 logits 2, the gathered
+response rows 2, their fp32 copy 4 (megatron's vocab-parallel cross entropy turns it into the softmax in
+place; the torch backend's log_softmax output is another 4), and the entropy metric's transient fp32
+softmax and softmax * z, 8 (computed without grad even when algo.entropy_coef is 0) plus the fp32 copy it
+starts from, 4. That peak (end of forward, inside the loss) is added to all stored activations.
+
+Calibrated against H100 measurements (docs/benchmarks.md, "Megatron backend on the lent GPUs" and
+"Memory estimate after calibration"; 2026-11-22): Qwen3-1.7B, 4096 tokens, TP 1, no recompute: measured
+52.0 GiB peak, estimated 50.7 (the compiled-SwiGLU run saved 2.6 GiB = the 4f of silu output and
+offset copy, which confirms the 10f term); Qwen3-4B with full recompute went out of memory on 79.2 GiB,
+estimated 80.3.
+
+Engines: SGLang reserves mem_fraction_static of the GPU for weights + KV cache. Colocated peak = the
+larger of the training and rollout phases, where a side that offloads leaves the GPU during the other
+side's phase. Estimates, not measurements: within ~5% on the calibrated configs, ~10-20% elsewhere."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -60,18 +97,63 @@ def trainer_params_per_gpu(cfg: RunConfig, pc: ParamCount) -> int:
     return layers + ends // p.tp + pc.final_norm
 
 
-def _activations(cfg: RunConfig, tokens: int) -> float:
-    m, p, t = cfg.model, cfg.parallelism, cfg.train
+BF16 = 2
+LOGIT_BYTES = 2 + 2 + 4 + 4 + 8  # per token per vocab entry on this rank: see the module docstring
+
+
+def _attention_widths(m) -> tuple[int, int, int, int]:
+    """(q, k, v, o) widths of one layer, all heads."""
+    if m.mla is not None:
+        qk = m.num_attention_heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim)
+        v = m.num_attention_heads * m.mla.v_head_dim
+        return qk, qk, v, v
+    kv = m.num_query_groups * m.head_dim
+    return m.num_attention_heads * m.head_dim, kv, kv, m.num_attention_heads * m.head_dim
+
+
+def layer_bytes_per_token(cfg: RunConfig, moe_layer: bool = False) -> float:
+    """Activation bytes one layer stores per token on one GPU for backward (terms in the module docstring)."""
+    m, p = cfg.model, cfg.parallelism
     h, tp = m.hidden_size, p.tp
     shard = tp if p.sequence_parallel else 1
-    layers = ceil(m.num_layers / p.pp)
-    per_layer = 34 * h * tokens / tp  # bytes; SP also shards the norm/dropout parts, folded in here
-    if t.recompute.granularity == "full":
-        stored = layers * 2 * h * tokens / shard + per_layer  # layer inputs + one layer being recomputed
+    q, k, v, o = _attention_widths(m)
+    # KV heads are replicated when TP exceeds the query groups (megatron-core), so k and v shard at most by groups.
+    kv_tp = min(tp, m.num_query_groups) if m.mla is None else tp
+    norms = (8 + (4 if m.post_norms else 0)) * h / shard
+    attention = BF16 * ((2 * q + o) / tp + (2 * k + v) / kv_tp)  # q, k twice: projection output and rotated
+    glu = 10 if m.swiglu else 4  # bytes per ffn channel, see the docstring
+    if moe_layer:
+        e = m.moe
+        mlp = e.top_k * (glu * e.expert_ffn_hidden_size + BF16 * h) + glu * e.shared_expert_ffn_hidden_size / tp
     else:
-        stored = layers * per_layer
-    logits = tokens * m.vocab_size * 4 / tp  # fp32 logits for the log-prob / loss
-    return stored + logits
+        mlp = glu * m.ffn_hidden_size / tp
+    return norms + attention + mlp
+
+
+def _activations(cfg: RunConfig, tokens: int) -> float:
+    m, p, r = cfg.model, cfg.parallelism, cfg.train.recompute
+    tp_sp = p.tp if p.sequence_parallel else 1
+    n_moe = 0 if m.moe is None else m.num_layers - m.moe.first_k_dense
+    stage_moe = ceil(n_moe / p.pp)
+    stage_dense = ceil(m.num_layers / p.pp) - stage_moe
+    per_layer = [layer_bytes_per_token(cfg)] * stage_dense
+    if stage_moe:
+        per_layer += [layer_bytes_per_token(cfg, moe_layer=True)] * stage_moe
+    per_layer.sort(reverse=True)  # the costliest layers first: conservative for block recompute
+    layer_input = BF16 * m.hidden_size / tp_sp
+    if r.granularity == "full":
+        group = r.num_layers or 1
+        if r.method == "block":  # the first `group` layers recompute, the rest store everything
+            stored = group * layer_input + sum(per_layer[group:]) + max(per_layer[:group], default=0)
+        else:  # uniform: every group of `group` layers keeps its input, one group is recomputed at a time
+            stored = ceil(len(per_layer) / group) * layer_input + sum(per_layer[:group])
+    else:  # selective recompute targets the s^2 attention core, which flash attention does not store
+        stored = sum(per_layer)
+    stored *= tokens
+    final_norm = 2 * layer_input * tokens
+    logits = tokens * m.vocab_size / p.tp * LOGIT_BYTES
+    # 1F1B: the first stage holds PP micro-batches in flight, the last one micro-batch plus the logits.
+    return max(p.pp * stored, stored + final_norm + logits)
 
 
 def _tokens_per_micro_batch(cfg: RunConfig, sample_tokens: int) -> int:

@@ -111,7 +111,8 @@ def kl(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("algo.kl_coef", f"KL is applied twice: in the reward (kl_coef {a.kl_coef}) and as a loss "
                       f"(kl_loss_coef {a.kl_loss_coef})", "set algo.kl_coef=0 or algo.kl_loss_coef=0",
                       a.kl_coef)
-    # KL needs a reference model. With neither hf nor ref the reference is the (seeded) random init, which is
+    # KL needs a reference model. With neither hf nor ref the reference is the (seeded) random init on both
+    # backends (megatron maps in the torch backend's init: megatron_backend._hf_getter), which is
     # the initial policy only when training starts from it too; a policy loaded from checkpoint.load would be
     # pulled towards random weights.
     needs_ref = a.use_kl_loss or a.kl_coef != 0
