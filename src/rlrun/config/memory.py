@@ -136,10 +136,9 @@ def _activations(cfg: RunConfig, tokens: int) -> float:
     n_moe = 0 if m.moe is None else m.num_layers - m.moe.first_k_dense
     stage_moe = ceil(n_moe / p.pp)
     stage_dense = ceil(m.num_layers / p.pp) - stage_moe
-    per_layer = [layer_bytes_per_token(cfg)] * stage_dense
+    per_layer = [layer_bytes_per_token(cfg)] * stage_dense  # model order: first_k_dense layers come first
     if stage_moe:
         per_layer += [layer_bytes_per_token(cfg, moe_layer=True)] * stage_moe
-    per_layer.sort(reverse=True)  # the costliest layers first: conservative for block recompute
     layer_input = BF16 * m.hidden_size / tp_sp
     if r.granularity == "full":
         group = r.num_layers or 1
