@@ -5,8 +5,10 @@ killed run keeps everything up to its last step); wandb, the bar and the plot ar
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
@@ -115,29 +117,21 @@ class Timer:
     """Wall time per phase of one loop step: `with t("train"): ...`, then t.metrics(tokens)."""
 
     def __init__(self):
-        import time
-
-        self._clock = time.perf_counter
-        self._start = self._clock()
+        self._start = time.perf_counter()
         self.seconds: dict[str, float] = {}
 
+    @contextlib.contextmanager
     def __call__(self, phase: str):
-        import contextlib
-
-        @contextlib.contextmanager
-        def span():
-            t0 = self._clock()
-            try:
-                yield
-            finally:
-                self.seconds[phase] = self.seconds.get(phase, 0.0) + self._clock() - t0
-
-        return span()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
 
     def metrics(self, tokens: dict[str, int]) -> dict[str, float]:
         """time/<phase>_s, time/step_s, and perf/<phase>_tokens_per_s for phases with a token count."""
         out = {f"time/{k}_s": v for k, v in self.seconds.items()}
-        out["time/step_s"] = self._clock() - self._start
+        out["time/step_s"] = time.perf_counter() - self._start
         for phase, n in tokens.items():
             if self.seconds.get(phase):
                 out[f"perf/{phase}_tokens_per_s"] = n / self.seconds[phase]

@@ -80,8 +80,6 @@ def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Clus
         kwargs = dict(num_cpus=sum(plan_demand(plan)) + 1, num_gpus=0,
                       # the object store only carries small batches and the tiny model's weights
                       object_store_memory=256 * 1024**2)
-    # Keep Ray's temp files out of a shared /tmp root when several runs share a machine.
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray.init(**kwargs, **common)
     ray_pids = [p for p in reaper.descendants(os.getpid()) if _is_ray_process(p)]
     return Cluster(address=None, owned=True, reaper=reaper.spawn(ray_pids))
