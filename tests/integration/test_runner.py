@@ -29,7 +29,7 @@ def test_default_job_end_to_end(tmp_path):
     overrides = [f"run.output_dir={tmp_path}", "rollout.num_rollout=4", "checkpoint.save_interval=2",
                  "logging.wandb.mode=disabled", "logging.progress=false", "eval.interval=2",
                  # the eval file uses the toy keys (input/label)
-                 f"eval.datasets=[{{name: toy, path: {evalset}, rm_type: exact_match}}]", "data.input_key=input"]
+                 f"eval.datasets=[{{name: toy, path: {evalset}, rm_type: exact_match}}]"]
     cfg = load(overrides)
     plan = make_plan(cfg)
     run_dir = prepare_run_dir(cfg, plan, overrides)

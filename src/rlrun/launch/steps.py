@@ -73,15 +73,13 @@ def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, trai
     from rlrun.data.toy import write_toy_jsonl
 
     d = cfg.data
-    input_key = d.input_key
     if path is None:
         path = d.prompt_data
         if path is None:
             path = run_dir / "data" / "toy.jsonl"
             if not path.exists():
                 write_toy_jsonl(path, TOY_PROMPTS, cfg.run.seed)
-            input_key = "input"  # the key write_toy_jsonl writes
-    return PromptDataset(path, input_key=input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+    return PromptDataset(path, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
                          tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
                          max_prompt_len=d.max_prompt_len, shuffle=d.shuffle and train, seed=cfg.run.seed,
                          num_epochs=d.num_epochs if train else 1)
