@@ -16,7 +16,21 @@ from rlrun.config.errors import ConfigError, Problem, closest, did_you_mean
 
 # src/rlrun/config/compose.py -> repo root is three levels above the package directory (editable install,
 # the supported setup); RLRUN_CONF_DIR points elsewhere, e.g. for a copy of conf/ next to a wheel install.
-CONF_DIR = Path(os.environ.get("RLRUN_CONF_DIR") or Path(__file__).resolve().parents[3] / "conf")
+def _find_conf_dir() -> Path:
+    """RLRUN_CONF_DIR, else the source checkout's conf/, else the copy a wheel install puts in
+    {prefix}/share/rlrun/conf (pyproject's data-files)."""
+    if os.environ.get("RLRUN_CONF_DIR"):
+        return Path(os.environ["RLRUN_CONF_DIR"])
+    source = Path(__file__).resolve().parents[3] / "conf"
+    if (source / "config.yaml").is_file():
+        return source
+    import sys
+
+    installed = Path(sys.prefix) / "share" / "rlrun" / "conf"
+    return installed if (installed / "config.yaml").is_file() else source
+
+
+CONF_DIR = _find_conf_dir()
 PRIMARY = "config"
 GROUPS = ("model", "algo", "hardware", "parallelism", "data", "experiment")
 
