@@ -2,8 +2,8 @@
 
 Per rollout step:
     prompts -> n samples each (client -> sglang-router -> engines) -> rewards -> dynamic sampling
-    -> old/ref log-probs (when the algorithm needs them) -> advantages -> num_steps_per_rollout
-    optimizer steps -> weight sync to the engines (checksum verified) -> eval -> save -> metrics
+    -> old/ref log-probs (when the algorithm needs them), critic values (ppo) -> advantages
+    (+ returns) -> num_steps_per_rollout optimizer steps (actor, and the critic for ppo) -> weight sync to the engines (checksum verified) -> eval -> save -> metrics
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def run(r) -> dict:
     # rollout, or when the reward itself needs them (KL in the reward).
     needs_old = plan.steps_per_rollout > 1 or cfg.algo.kl_coef != 0
     needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
+    needs_values = cfg.algo.advantage_estimator == "ppo"  # GAE needs the critic's values
     start = r.restore()
     for rollout_id in range(start, cfg.rollout.num_rollout):
         t = Timer()
@@ -32,7 +33,7 @@ def run(r) -> dict:
         if kept:
             batch = steps.to_train_batch(kept)
             tokens["train"] = batch.num_tokens  # every sample is trained on once per rollout
-            # 4. log-probs for the importance ratio and the KL term
+            # 4. log-probs for the importance ratio and the KL term, values for GAE
             with t("log_probs"):
                 if cfg.algo.use_rollout_logprobs:
                     batch = batch.with_(old_logp=batch.rollout_logp)
@@ -40,7 +41,9 @@ def run(r) -> dict:
                     batch = batch.with_(old_logp=r.trainer.compute_log_probs(batch, "actor"))
                 if needs_ref:
                     batch = batch.with_(ref_logp=r.trainer.compute_log_probs(batch, "ref"))
-            # 5. advantages over whole groups, 6. optimizer steps on consecutive slices
+                if needs_values:
+                    batch = batch.with_(values=r.trainer.compute_values(batch))
+            # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
             batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n)
             with t("train"):
                 per_step = [r.trainer.train_step(batch.shard(k, plan.steps_per_rollout))

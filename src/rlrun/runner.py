@@ -222,9 +222,9 @@ class Run:
 def check_supported(cfg) -> None:
     """Refuse, before Ray starts, settings this runner would otherwise silently ignore."""
     problems = []
-    if cfg.algo.advantage_estimator == "ppo":
-        problems.append("algo.advantage_estimator=ppo needs a critic, which the runner does not build yet; "
-                        "use grpo, gspo, cispo or reinforce_plus_plus(_baseline)")
+    if cfg.algo.advantage_estimator == "ppo" and cfg.train.backend != "torch":
+        problems.append(f"algo.advantage_estimator=ppo needs a critic, which train.backend={cfg.train.backend} "
+                        "does not build yet; use train.backend=torch, or grpo, gspo, cispo or reinforce_plus_plus")
     if cfg.train.async_train:
         problems.append("train.async_train=true is not implemented by the runner; set it to false")
     if cfg.rollout.partial_rollout:

@@ -22,8 +22,14 @@ class _Trainer:
         self.calls.append(("log_probs", which, len(batch)))
         return [torch.full((int(m.numel()),), -1.0) for m in batch.loss_mask]
 
+    def compute_values(self, batch):
+        self.calls.append(("values", len(batch)))
+        return [torch.full((int(m.numel()),), 0.25) for m in batch.loss_mask]
+
     def train_step(self, batch):
         self.calls.append(("train", len(batch), batch.old_logp is not None, batch.ref_logp is not None))
+        if batch.returns is not None:
+            self.calls.append(("returns", [float(x) for x in batch.returns], [float(x) for x in batch.values]))
         return {"train/loss": float(len(self.calls))}
 
 
@@ -88,6 +94,18 @@ def test_two_steps_per_rollout_need_old_log_probs_and_split_the_batch():
     assert r.logged[0][1]["train/loss"] == (5 + 6) / 2  # the mean over the two optimizer steps
 
 
+def test_ppo_asks_the_critic_for_values_and_trains_it_on_the_returns():
+    r = _Run(["rollout.num_rollout=1", "algo=ppo"])
+    loop.run(r)
+    n = r.plan.samples_per_rollout
+    kinds = [c[0] for c in r.calls]
+    assert kinds == ["restore", "collect", "values", "train", "returns", "sync", "save"]
+    assert r.calls[2] == ("values", n)
+    # one response token, reward i % 2 on it, V = 0.25: A = r - V, returns = A + V = r
+    _, returns, values = r.calls[4]
+    assert returns == [float(i % 2) for i in range(n)] and values == [0.25] * n
+
+
 def test_resume_starts_at_the_restored_rollout():
     r = _Run(["rollout.num_rollout=4"], start=3)
     loop.run(r)
@@ -101,9 +119,10 @@ def test_unsupported_settings_are_refused_before_ray_starts():
     from rlrun.runner import check_supported
 
     check_supported(load([]))
+    check_supported(load(["algo=ppo"]))  # the torch backend builds the critic
     with pytest.raises(ValueError, match="algo.advantage_estimator=ppo needs a critic") as err:
-        check_supported(load(["algo=ppo", "rollout.partial_rollout=true"]))
-    assert "rollout.partial_rollout=true" in str(err.value)
+        check_supported(load(["algo=ppo", "hardware=h100", "train.backend=megatron", "rollout.partial_rollout=true"]))
+    assert "train.backend=megatron" in str(err.value) and "rollout.partial_rollout=true" in str(err.value)
 
 
 class _SyncTrainer:

@@ -105,18 +105,18 @@ def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int) -> TrainBatch:
-    """Per-token advantages from rlrun.algo on the padded view of the batch (whole groups only)."""
+    """Per-token advantages (and, for PPO, the critic's returns) from rlrun.algo on the padded view
+    of the batch (whole groups only)."""
     a = cfg.algo
     lengths = [int(m.numel()) for m in batch.loss_mask]
-    mask = _pad(batch.loss_mask)
-    response_mask = _pad([torch.ones(k) for k in lengths])
-    logp = _pad(batch.old_logp) if batch.old_logp is not None else None
-    ref = _pad(batch.ref_logp) if batch.ref_logp is not None else None
-    adv, _ = compute_advantages(
-        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=mask,
-        response_mask=response_mask, logp=logp, ref_logp=ref, kl_coef=a.kl_coef, kl_type=a.kl_loss_type,
-        normalize_std=a.normalize_std, normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd)
-    return batch.with_(advantages=[adv[i, :k].clone() for i, k in enumerate(lengths)])
+    pad = lambda xs: None if xs is None else _pad(xs)  # noqa: E731
+    adv, ret = compute_advantages(
+        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=_pad(batch.loss_mask),
+        response_mask=_pad([torch.ones(k) for k in lengths]), logp=pad(batch.old_logp), ref_logp=pad(batch.ref_logp),
+        values=pad(batch.values), kl_coef=a.kl_coef, kl_type=a.kl_loss_type, normalize_std=a.normalize_std,
+        normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd)
+    unpad = lambda x: [x[i, :k].clone() for i, k in enumerate(lengths)]  # noqa: E731
+    return batch.with_(advantages=unpad(adv), returns=unpad(ret) if a.advantage_estimator == "ppo" else None)
 
 
 def rollout_metrics(samples: list, prefix: str = "rollout") -> dict[str, float]:

@@ -91,6 +91,9 @@ class TrainGroup:
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
         return [lp for shard in self._sharded("compute_log_probs", batch, which) for lp in shard]
 
+    def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
+        return [v for shard in self._sharded("compute_values", batch) for v in shard]
+
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if len(batch) < self.world:
             raise ValueError(f"a step of {len(batch)} samples cannot feed {self.world} DP ranks; "

@@ -2,7 +2,8 @@
 
 A backend is one data-parallel rank (a Ray actor). The driver hands every rank its shard of the
 batch; ranks talk to each other only through torch.distributed. The torch backend implements this
-for CPU and single-host GPU runs; the Megatron backend implements the same five calls.
+for CPU and single-host GPU runs; the Megatron backend implements the same calls (without
+the PPO critic's compute_values).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ class TrainBatch:
 
     tokens: prompt + response ids. response_start: index of the first response token in tokens.
     loss_mask, advantages, old_logp, ref_logp, rollout_logp: one value per response token;
-    None where not (yet) computed.
+    None where not (yet) computed. values, returns (PPO only): the critic's values that GAE used
+    and the value targets; a train_step batch with `returns` also trains the critic.
     """
 
     tokens: list[torch.Tensor]
@@ -28,6 +30,8 @@ class TrainBatch:
     old_logp: list[torch.Tensor] | None = None
     ref_logp: list[torch.Tensor] | None = None
     rollout_logp: list[torch.Tensor] | None = None
+    values: list[torch.Tensor] | None = None
+    returns: list[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -62,9 +66,15 @@ class TrainerBackend(abc.ABC):
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
         """Log-probs of the response tokens under the current ('actor') or reference ('ref') policy."""
 
+    def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
+        """Critic values of the response tokens (PPO: algo.advantage_estimator=ppo builds a critic)."""
+        raise NotImplementedError(f"{type(self).__name__} has no critic; algo.advantage_estimator=ppo needs "
+                                  f"train.backend=torch")
+
     @abc.abstractmethod
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimizer step on this rank's shard of one global batch; metrics are global means."""
+        """One optimizer step on this rank's shard of one global batch; metrics are global means.
+        With `batch.returns` the critic takes one step too (metrics critic/*)."""
 
     @abc.abstractmethod
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:

@@ -229,6 +229,12 @@ class MegatronBackend(TrainerBackend):
         return [out[i] for i in mine]
 
     # -- training ---------------------------------------------------------------------------
+    def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
+        # slime builds the critic as a second GPTModel whose output layer is Linear(hidden, 1), in
+        # its own Ray group; that model, its optimizer and its checkpoint are not wired here yet.
+        raise NotImplementedError("the megatron backend has no PPO critic yet; run algo=ppo with "
+                                  "train.backend=torch, or pick a critic-free algo (grpo, gspo, reinforce_plus_plus)")
+
     def _cat(self, xs, idx):
         return None if xs is None else torch.cat([xs[i] for i in idx]).to("cuda", torch.float32)
 

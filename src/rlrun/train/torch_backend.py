@@ -6,6 +6,11 @@ transformers builds a block-diagonal causal mask) or grouped micro_batch_size at
 of every micro-batch is divided by the *global* sample (or token) count, so summing gradients
 over micro-batches and ranks gives exactly the gradient of the global-batch mean: DP over N ranks
 is the same update as one rank on the whole batch.
+
+With algo.advantage_estimator=ppo a critic (rlrun/train/critic.py) lives on the same device with
+its own AdamW: `compute_values` gives the values GAE needs, and a train_step whose batch carries
+`returns` also takes one critic step on the clipped value loss, normalised and all-reduced the
+same way as the policy loss.
 """
 from __future__ import annotations
 
@@ -16,16 +21,19 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file, save_file
 
-from rlrun.algo import AlgoParams, compute_loss, entropy_from_logits
+from rlrun.algo import AlgoParams, aggregate, compute_loss, entropy_from_logits, value_loss
 from rlrun.algo.kl import kl as kl_estimate
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
+from rlrun.train.critic import build_value_model
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at
 
 _STATE_FILE = "trainer_state.pt"
 _MODEL_DIR = "model"
+_CRITIC_FILE = "critic.safetensors"
 
 
 class TorchBackend(TrainerBackend):
@@ -39,6 +47,7 @@ class TorchBackend(TrainerBackend):
         self.autocast = self.device.type == "cuda"
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
+        self.needs_critic = cfg.algo.advantage_estimator == "ppo"
         self.step = 0
 
     # -- setup ------------------------------------------------------------------------------
@@ -61,21 +70,32 @@ class TorchBackend(TrainerBackend):
         ck = self.cfg.checkpoint
         self.model = build_causal_lm(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
         self.model.config.use_cache = False
-        if self.cfg.train.recompute.granularity is not None:
-            # transformers recomputes whole decoder layers: the closest to Megatron's full/selective.
-            # (activation_checkpointing_enable is the newer name; older transformers lack it.)
-            enable = getattr(self.model, "activation_checkpointing_enable", None)
-            if enable is not None:
-                enable({"use_reentrant": False})
-            else:
-                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._recompute(self.model)
         self.ref = None
         if self.needs_ref:  # the reference policy: checkpoint.ref, else the initial weights
             self.ref = build_causal_lm(self.cfg.model, ck.ref or ck.hf, self.cfg.run.seed).to(self.device).eval()
             self.ref.requires_grad_(False)
+        self.opt = self._adamw(self.model)
+        self.critic = self.critic_opt = None
+        if self.needs_critic:  # PPO: the critic shares the actor's device (slime's layout)
+            self.critic = build_value_model(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
+            self._recompute(self.critic.backbone)
+            self.critic_opt = self._adamw(self.critic)
+
+    def _recompute(self, model) -> None:
+        if self.cfg.train.recompute.granularity is not None:
+            # transformers recomputes whole decoder layers: the closest to Megatron's full/selective.
+            # (activation_checkpointing_enable is the newer name; older transformers lack it.)
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            if enable is not None:
+                enable({"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+    def _adamw(self, model) -> torch.optim.AdamW:
         o = self.cfg.optim
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
-                                     eps=o.adam_eps, weight_decay=o.weight_decay)
+        return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
+                                 eps=o.adam_eps, weight_decay=o.weight_decay)
 
     # -- forward ----------------------------------------------------------------------------
     def _micro_batches(self, batch: TrainBatch, max_tokens: int) -> list[list[int]]:
@@ -97,26 +117,37 @@ class TorchBackend(TrainerBackend):
             used += n
         return groups
 
-    def _forward(self, model, batch: TrainBatch, idx: list[int], entropy_grad: bool):
-        """Packed forward of samples `idx` -> (response log-probs, entropy, response cu_seqlens)."""
+    def _pack(self, batch: TrainBatch, idx: list[int]):
+        """Samples `idx` as one row -> (ids, position ids, response positions, response cu_seqlens)."""
         seqs = [batch.tokens[i] for i in idx]
         ids = torch.cat(seqs).to(self.device)[None]
         pos = torch.cat([torch.arange(int(s.numel())) for s in seqs]).to(self.device)[None]
-        # logits at position t predict token t+1: take positions [start-1, len-1) of every sample.
+        # the output at position t predicts token t+1: take positions [start-1, len-1) of every sample.
         gather, offset, cu = [], 0, [0]
         for i, s in zip(idx, seqs):
             n = int(s.numel())
             gather.append(torch.arange(offset + batch.response_start[i] - 1, offset + n - 1))
             offset += n
             cu.append(cu[-1] + n - batch.response_start[i])
-        gather = torch.cat(gather).to(self.device)
+        return ids, pos, torch.cat(gather).to(self.device), torch.tensor(cu, device=self.device)
+
+    def _forward(self, model, batch: TrainBatch, idx: list[int], entropy_grad: bool):
+        """Packed forward of samples `idx` -> (response log-probs, entropy, response cu_seqlens)."""
+        ids, pos, gather, cu = self._pack(batch, idx)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[0]
         logits = logits[gather].float()
         logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, gather + 1][:, None])[:, 0]
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-        return logp, entropy, torch.tensor(cu, device=self.device)
+        return logp, entropy, cu
+
+    def _values(self, batch: TrainBatch, idx: list[int]):
+        """Critic values of the response tokens of samples `idx` -> (values, response cu_seqlens)."""
+        ids, pos, gather, cu = self._pack(batch, idx)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
+            values = self.critic(ids, pos)[0]
+        return values[gather].float(), cu
 
     def _cat(self, xs: list[torch.Tensor] | None, idx: list[int]) -> torch.Tensor | None:
         return None if xs is None else torch.cat([xs[i] for i in idx]).to(self.device, torch.float32)
@@ -136,6 +167,18 @@ class TorchBackend(TrainerBackend):
                 out[i] = logp[cu[k]:cu[k + 1]].cpu()
         return out
 
+    @torch.no_grad()
+    def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
+        if self.critic is None:
+            raise RuntimeError("no critic: it is built only with algo.advantage_estimator=ppo")
+        self.critic.eval()
+        out: list[torch.Tensor] = [torch.empty(0)] * len(batch)
+        for idx in self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu):
+            values, cu = self._values(batch, idx)
+            for k, i in enumerate(idx):
+                out[i] = values[cu[k]:cu[k + 1]].cpu()
+        return out
+
     # -- training ---------------------------------------------------------------------------
     def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.world > 1:
@@ -145,10 +188,30 @@ class TorchBackend(TrainerBackend):
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if batch.advantages is None:
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
-        self.model.train()
         per_token = self.cfg.train.calculate_per_token_loss
         local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
         normalizer = self._all_reduce(torch.tensor([local], dtype=torch.float64, device=self.device)).item()
+        # the critic first: its step reads self.step before the actor's step advances it
+        critic = self._critic_step(batch, normalizer) if batch.returns is not None else {}
+        return {**self._actor_step(batch, normalizer), **critic}
+
+    def _lr(self, base: float) -> float:
+        o = self.cfg.optim
+        return lr_at(self.step, lr=base, min_lr=o.min_lr, style=o.lr_decay_style, warmup=o.lr_warmup_iters,
+                     total=self.total_steps)
+
+    def _optimizer_step(self, model, opt, base_lr: float) -> tuple[float, float]:
+        """Sum grads over ranks, clip, step at the scheduled lr -> (grad norm, lr)."""
+        grad_norm = self._reduce_grads_and_clip(model)
+        lr = self._lr(base_lr)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return grad_norm, lr
+
+    def _actor_step(self, batch: TrainBatch, normalizer: float) -> dict[str, float]:
+        self.model.train()
         sums: dict[str, float] = {}
         # token sums for metrics that are means over all loss tokens: entropy, mismatch, KL
         tok = torch.zeros(5, dtype=torch.float64, device=self.device)
@@ -169,13 +232,7 @@ class TorchBackend(TrainerBackend):
             if ref is not None:
                 tok[3] += (kl_estimate(d, ref, "low_var_kl") * mask).sum()
             tok[4] += float(cu[-1])
-        grad_norm = self._reduce_grads_and_clip()
-        lr = lr_at(self.step, lr=self.cfg.optim.lr, min_lr=self.cfg.optim.min_lr, style=self.cfg.optim.lr_decay_style,
-                   warmup=self.cfg.optim.lr_warmup_iters, total=self.total_steps)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        grad_norm, lr = self._optimizer_step(self.model, self.opt, self.cfg.optim.lr)
         self.step += 1
         keys = sorted(sums)
         red = self._all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device))
@@ -190,9 +247,33 @@ class TorchBackend(TrainerBackend):
             metrics["train/kl"] = tok[3] / n_tok
         return metrics
 
-    def _reduce_grads_and_clip(self) -> float:
+    def _critic_step(self, batch: TrainBatch, normalizer: float) -> dict[str, float]:
+        """One critic step on the clipped value loss (slime `value_loss_function`), aggregated like
+        the policy loss; `batch.values` are the values GAE used (the clip's anchor)."""
+        if self.critic is None or batch.values is None:
+            raise ValueError("a batch with `returns` needs a critic (algo.advantage_estimator=ppo) and batch.values")
+        self.critic.train()
+        per_token = self.cfg.train.calculate_per_token_loss
+        # value loss, clipfrac (aggregated like the loss), then token sums: values, returns, loss tokens
+        sums = torch.zeros(5, dtype=torch.float64, device=self.device)
+        for idx in self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu):
+            values, cu = self._values(batch, idx)
+            mask, old = self._cat(batch.loss_mask, idx), self._cat(batch.values, idx)
+            returns = self._cat(batch.returns, idx)
+            loss_tok, clipped = value_loss(values, old, returns, self.params.value_clip)
+            loss = aggregate(loss_tok, mask, per_token, cu, normalizer)
+            loss.backward()
+            sums += torch.stack([loss.detach().double(), aggregate(clipped, mask, per_token, cu, normalizer).double(),
+                                 (old * mask).sum().double(), (returns * mask).sum().double(), mask.sum().double()])
+        grad_norm, lr = self._optimizer_step(self.critic, self.critic_opt, self.cfg.optim.lr)
+        loss, clipfrac, v, ret, n_tok = self._all_reduce(sums).tolist()
+        n_tok = max(n_tok, 1.0)
+        return {"critic/value_loss": loss, "critic/clipfrac": clipfrac, "critic/values_mean": v / n_tok,
+                "critic/returns_mean": ret / n_tok, "critic/grad_norm": grad_norm, "critic/lr": lr}
+
+    def _reduce_grads_and_clip(self, model) -> float:
         """Sum gradients over ranks (one flat buffer: one collective), then clip by global norm."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:  # a parameter unused by this shard (e.g. an MoE expert)
                 p.grad = torch.zeros_like(p)
@@ -217,7 +298,11 @@ class TorchBackend(TrainerBackend):
         if self.rank == 0:  # ranks hold identical replicas: one writer
             out.mkdir(parents=True, exist_ok=True)
             self.model.save_pretrained(out / _MODEL_DIR)
-            torch.save({"optimizer": self.opt.state_dict(), "step": self.step}, out / _STATE_FILE)
+            state = {"optimizer": self.opt.state_dict(), "step": self.step}
+            if self.critic is not None:
+                save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()}, str(out / _CRITIC_FILE))
+                state["critic_optimizer"] = self.critic_opt.state_dict()
+            torch.save(state, out / _STATE_FILE)
         if self.world > 1:
             dist.barrier()
 
@@ -232,6 +317,12 @@ class TorchBackend(TrainerBackend):
         state = torch.load(src / _STATE_FILE, map_location=self.device, weights_only=False)
         self.opt.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
+        if self.critic is not None:
+            if not (src / _CRITIC_FILE).is_file() or "critic_optimizer" not in state:
+                raise RuntimeError(f"{src}: no critic in this checkpoint (it was saved by a run without algo=ppo); "
+                                   f"resume it with its own algo, or start the PPO run fresh")
+            self.critic.load_state_dict(load_file(str(src / _CRITIC_FILE), device=str(self.device)))
+            self.critic_opt.load_state_dict(state["critic_optimizer"])
 
     def shutdown(self) -> None:
         if dist.is_initialized():
