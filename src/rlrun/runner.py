@@ -61,7 +61,7 @@ class Run:
     """What loop.run uses: the trainer, the engines behind the router, data, metrics, checkpoints."""
 
     def __init__(self, cfg, plan, run_dir: Path, stack: ExitStack):
-        import ray  # noqa: F401 - fail here, before any work, if the runtime stack is missing
+        import ray  # fail here, before any work, if the runtime stack is missing
 
         from rlrun.launch import cluster
         from rlrun.launch.engines import start_engines
@@ -74,8 +74,10 @@ class Run:
         self.cfg, self.plan, self.run_dir = cfg, plan, Path(run_dir)
         self.save_dir = Path(cfg.checkpoint.save or self.run_dir / "checkpoints")
         vendor = cfg.hardware.vendor
+        callers = ray.is_initialized()  # a caller's connection (a test, a notebook) stays theirs
         ray_cluster = cluster.start(cfg.cluster.address, vendor, plan)
-        stack.callback(ray_cluster.shutdown)
+        if not callers:
+            stack.callback(ray_cluster.shutdown)
         cluster.check_resources(plan, vendor, cluster.alive_nodes())
         placement = Placement(plan, vendor)
         stack.callback(placement.remove)
