@@ -77,7 +77,7 @@ def test_value_loss_is_the_clipped_squared_error_per_sample_mean():
     m = b.train_step(batch.with_(values=v, returns=[x + d for x, d in zip(v, offsets)]))
     assert m["critic/value_loss"] == pytest.approx(1.75, rel=1e-5) and m["critic/clipfrac"] == 0.0
     assert m["critic/values_mean"] == pytest.approx(float(torch.cat(v).mean()), rel=1e-5)
-    assert m["critic/lr"] == b.cfg.optim.lr and m["critic/grad_norm"] > 0 and "train/pg_loss" in m
+    assert m["critic/lr"] == b.cfg.optim.critic_lr == b.cfg.optim.lr and m["critic/grad_norm"] > 0 and "train/pg_loss" in m
 
     # clipped: old values 1 below the current ones (value_clip 0.2), returns = current values:
     # clip(v, old +- 0.2) = v - 0.8 -> loss max(0.8^2, 0^2) = 0.64 on every token, clipfrac 1
@@ -85,6 +85,13 @@ def test_value_loss_is_the_clipped_squared_error_per_sample_mean():
     v = c.compute_values(batch)
     m = c.train_step(batch.with_(values=[x - 1.0 for x in v], returns=v))
     assert m["critic/value_loss"] == pytest.approx(0.64, rel=1e-5) and m["critic/clipfrac"] == 1.0
+
+
+def test_the_critic_has_its_own_learning_rate():
+    b, batch = _backend("optim.critic_lr=1e-4"), _batch()
+    v = b.compute_values(batch)
+    m = b.train_step(batch.with_(values=v, returns=v))
+    assert (m["critic/lr"], m["train/lr"]) == (1e-4, b.cfg.optim.lr)
 
 
 def test_the_critic_fits_fixed_returns():

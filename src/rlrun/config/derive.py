@@ -64,6 +64,8 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
         _default(ev, key, rollout.get(key))
     ckpt = _sec(raw, "checkpoint")
     _default(ckpt, "ref", ckpt.get("hf"))
+    optim = _sec(raw, "optim")
+    _default(optim, "critic_lr", optim.get("lr"))
     return raw, problems
 
 

@@ -242,6 +242,7 @@ class OptimSection(Section):
     adam_beta2: Annotated[float, Field(ge=0, lt=1)]
     adam_eps: PosFloat
     clip_grad: NonNegFloat                  # 0 = no clipping
+    critic_lr: PosFloat                     # derived: null = lr (PPO's critic)
 
 
 class WandbSection(Section):

@@ -259,6 +259,7 @@ NO_FLAG: dict[str, str] = {
     "hardware.defaults.offload_rollout": "exported as the resolved --offload-rollout",
     "hardware.defaults.gradient_accumulation_fusion": "exported as the resolved gradient-accumulation fusion",
     "model.name": "slime identifies the model by its flags and --hf-checkpoint",
+    "optim.critic_lr": "slime sets the critic's lr in a role=critic entry of --megatron-config-path",
     "train.backend": "slime trains with Megatron (rlrun's torch backend has no slime equivalent)",
     "rollout.engine": "slime always serves rollouts with SGLang",
     "rollout.max_retries": "slime's rollout client does not retry failed requests",

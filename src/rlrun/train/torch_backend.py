@@ -80,7 +80,7 @@ class TorchBackend(TrainerBackend):
         if self.needs_critic:  # PPO: the critic shares the actor's device (slime's layout)
             self.critic = build_value_model(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
             self._recompute(self.critic.backbone)
-            self.critic_opt = self._adamw(self.critic)
+            self.critic_opt = self._adamw(self.critic)  # lr set per step from optim.critic_lr
 
     def _recompute(self, model) -> None:
         if self.cfg.train.recompute.granularity is not None:
@@ -265,7 +265,7 @@ class TorchBackend(TrainerBackend):
             loss.backward()
             sums += torch.stack([loss.detach().double(), aggregate(clipped, mask, per_token, cu, normalizer).double(),
                                  (old * mask).sum().double(), (returns * mask).sum().double(), mask.sum().double()])
-        grad_norm, lr = self._optimizer_step(self.critic, self.critic_opt, self.cfg.optim.lr)
+        grad_norm, lr = self._optimizer_step(self.critic, self.critic_opt, self.cfg.optim.critic_lr)
         loss, clipfrac, v, ret, n_tok = self._all_reduce(sums).tolist()
         n_tok = max(n_tok, 1.0)
         return {"critic/value_loss": loss, "critic/clipfrac": clipfrac, "critic/values_mean": v / n_tok,
