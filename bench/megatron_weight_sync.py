@@ -34,6 +34,7 @@ def main() -> None:
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--bucket-mb", type=int, default=512)
     p.add_argument("--engine-device", default="cuda:1")
+    p.add_argument("--log-dir", default=None, help="the engine's log (default: a temp dir)")
     args = p.parse_args()
     from rlrun.config import load
     from rlrun.train.hf_model import build_causal_lm
@@ -47,7 +48,7 @@ def main() -> None:
     del base
     trainer = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=1)
     trainer.init()
-    with local_engine_group(tmp / "base", 1, log_dir=tmp / "logs", device=args.engine_device, dtype="bfloat16",
+    with local_engine_group(tmp / "base", 1, log_dir=args.log_dir or tmp / "logs", device=args.engine_device, dtype="bfloat16",
                             threads=4, health_interval_s=60) as group:
         torch.cuda.synchronize()
         t0 = time.perf_counter()

@@ -5,7 +5,13 @@ driven by test_megatron_tp.py:
    every architecture, and the TP-gathered HF export is bit-exact;
 2. the backend at TP=2 (one DP group) and at TP=1 x DP=2 gives the same loss and grad norm on the
    same global batch, each rank receiving the contiguous shard the Ray train group sends it.
+
+Every rank prints `TP2 rank R: <phase>` as it enters a phase, and dumps its Python stacks to
+stderr (faulthandler) if it is still running after TP_CHECK_DUMP_S seconds (default 100): a
+hang shows where each rank waits. The first run hung in the backend's rendezvous (see
+MegatronBackend.init: torchrun's agent-store variable made every rank a store client).
 """
+import faulthandler
 import os
 import sys
 
@@ -24,6 +30,10 @@ def log(*a):
         print(*a, flush=True)
 
 
+def trace(phase: str) -> None:
+    print(f"TP2 rank {RANK}: {phase}", flush=True)
+
+
 def tp_parity():
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
@@ -31,6 +41,7 @@ def tp_parity():
     from rlrun.train.megatron.weights import export_hf
     for sp in (False, True):
         for family, conf in sorted(P.ARCHS.items()):
+            trace(f"parity {family} sp={sp}")
             torch.manual_seed(3)
             model = P.small_model(conf)
             hf = P.hf_causal_lm(model, torch.float32).cuda().eval()
@@ -53,11 +64,13 @@ def tp_parity():
 def backend_step(tp: int, port: int):
     from rlrun.config import load
     from rlrun.train.megatron_backend import MegatronBackend
+    trace(f"backend tp={tp} init")
     cfg = load(OVERRIDES + [f"parallelism.tp={tp}", "parallelism.sequence_parallel=false",
                             "train.gpus_per_node=2", "rollout.gpus_per_engine=1"])
     be = MegatronBackend(cfg, rank=RANK, world_size=WORLD, gpu_id=RANK, total_steps=10)
     be.init("127.0.0.1", port)
     batch = _batch(cfg.model.vocab_size, seed=5)
+    trace(f"backend tp={tp} log-probs + train step")
     logp = be.compute_log_probs(batch.shard(RANK, WORLD))
     m = be.train_step(batch.shard(RANK, WORLD))
     gathered = [None] * WORLD
@@ -67,6 +80,7 @@ def backend_step(tp: int, port: int):
 
 
 def main():
+    faulthandler.dump_traceback_later(float(os.environ.get("TP_CHECK_DUMP_S", 100)), exit=False)
     torch.cuda.set_device(RANK)
     P.init_dist("nccl")
     tp_parity()
@@ -82,6 +96,7 @@ def main():
     assert abs(m2["train/grad_norm"] - m1["train/grad_norm"]) <= 2e-2 * m1["train/grad_norm"]
     assert lp_err < 2e-2
     log("TP2 ALL OK")
+    faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.released: set[str] = set()
+        self._home_device: torch.device | None = None  # where released weights return to
         self.num_requests = 0  # requests accepted (served via /server_info; tests check routing)
         cfg = model.config
         self.vocab_size = cfg.vocab_size
@@ -79,9 +80,9 @@ class HFEngine:
         return uuid.uuid4().hex
 
     def submit(self, items: list[GenerateItem]) -> list[Future]:
-        if self.released & {"weights", "kv_cache"}:
-            raise RequestError(f"memory {sorted(self.released)} is released; call "
-                               f"/resume_memory_occupation before /generate")
+        if self.released & self._GENERATION_NEEDS:
+            raise RequestError(f"memory {sorted(self.released)} is released (the engine's GPU memory is lent to "
+                               f"training); call /resume_memory_occupation before /generate")
         futures = []
         with self._cv:
             self.num_requests += len(items)
@@ -127,7 +128,7 @@ class HFEngine:
         """Blocks until there is work; returns the queued requests that fit into the running batch
         (none while paused), or None when the engine stops."""
         with self._cv:
-            while not self._stopping and not len(self._batch) and (not self._queue or self._pause_mode):
+            while not self._stopping and not len(self._batch) and (not self._queue or self._holding()):
                 self._cv.wait()
             if self._stopping:
                 return None
@@ -135,7 +136,7 @@ class HFEngine:
         if idle:
             time.sleep(self.batch_wait_s)  # let a rollout's burst of requests share one prefill
         with self._cv:
-            if self._pause_mode is not None:
+            if self._holding():
                 return []
             free = self.max_batch_size - len(self._batch)
             taken, self._queue = self._queue[:free], self._queue[free:]
@@ -255,7 +256,10 @@ class HFEngine:
         if group_name not in self._groups:
             raise RequestError(f"weight update group {group_name!r} does not exist; call "
                                f"/init_weights_update_group first (known: {sorted(self._groups)})")
-        tensors = [torch.empty(shape, dtype=W.dtype_from_name(dt), device=self.device)
+        # Receive on the GPU even while the weights are released to host memory (NCCL needs device
+        # buffers); load_named then copies into wherever the parameters are.
+        device = self._home_device or self.device
+        tensors = [torch.empty(shape, dtype=W.dtype_from_name(dt), device=device)
                    for dt, shape in zip(dtypes, shapes)]
         W.broadcast_tensors(self._groups[group_name], tensors)
         return self.load_named(list(zip(names, tensors)), version)
@@ -274,12 +278,59 @@ class HFEngine:
             raise RequestError(f"no parameter named {name!r}")
         return state[name].detach().flatten()[:truncate_size].tolist()
 
+    # ------------------------------------------------------------------ colocated memory
+    # SGLang's /release_memory_occupation frees the GPU memory of the tagged kinds so that a
+    # colocated trainer can use it (tags None or [] = all; the server must be idle), and
+    # /resume_memory_occupation brings them back. Here:
+    #   weights    the parameters and buffers move to host memory (an exact copy; weight updates
+    #              and checksums keep working on it) and back to their device on resume;
+    #   kv_cache   the hf engine keeps KV only for running requests, so an idle engine holds none:
+    #              releasing it returns the allocator's cached blocks to the device;
+    #   cuda_graph nothing is captured; accepted for the same request bodies as SGLang.
+    # While weights or kv_cache are released no request is admitted and /generate is refused.
+    _GENERATION_NEEDS = frozenset({"weights", "kv_cache"})
+
     def release(self, tags: list[str] | None) -> None:
-        # CPU: nothing to free; the state is kept so that misuse (generate while released) is caught.
-        self.released |= set(tags or MEMORY_TAGS)
+        tags = set(tags or MEMORY_TAGS)
+        with self._cv:
+            if self._running:
+                raise RequestError(f"release_memory_occupation needs an idle engine, {len(self._running)} requests "
+                                   "are running: call /pause_generation (mode abort or retract) or wait for them")
+            self.released |= tags  # from here on the scheduler admits nothing (_holding)
+        with self._weights_lock:  # no forward is in flight (none is running, none can start)
+            if "weights" in tags and self._home_device is None:
+                self._home_device = self.device
+                self.model.to("cpu")  # on the CPU a no-op: the same tensors stay in place
+        _free_device_cache(self._home_device or self.device)
 
     def resume_memory(self, tags: list[str] | None) -> None:
-        self.released -= set(tags or MEMORY_TAGS)
+        tags = set(tags or MEMORY_TAGS)
+        with self._weights_lock:
+            if "weights" in tags and self._home_device is not None:
+                self.model.to(self._home_device)
+                self._home_device = None
+        with self._cv:
+            self.released -= tags
+            self._cv.notify_all()  # queued requests may be admitted again
+
+    def _holding(self) -> bool:
+        """True while generation must wait: paused, or memory it needs is released."""
+        return self._pause_mode is not None or bool(self.released & self._GENERATION_NEEDS)
+
+    def memory_allocated(self) -> int:
+        """Bytes the CUDA caching allocator holds for tensors on the engine's device (0 on the CPU)."""
+        device = self._home_device or self.device
+        return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _free_device_cache(device: torch.device) -> None:
+    """Give the caching allocator's unused blocks back to the device (what a colocated trainer
+    needs: memory the engine freed but still caches is invisible to another process)."""
+    if device.type == "cuda":
+        import gc
+
+        gc.collect()  # drop Python references to freed KV tensors before emptying the cache
+        torch.cuda.empty_cache()
 
 
 class HFEngineActor:

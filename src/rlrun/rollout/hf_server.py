@@ -111,7 +111,8 @@ def build_app(engine) -> Starlette:
         return JSONResponse({"model_path": engine.model_path, "weight_version": engine.weight_version,
                              "tp_size": 1, "engine": "rlrun-hf", "max_batch_size": engine.max_batch_size,
                              "num_requests": engine.num_requests,
-                             "released_memory": sorted(engine.released)})
+                             "released_memory": sorted(engine.released),
+                             "memory_allocated_bytes": engine.memory_allocated()})
 
     async def get_load(request: Request):
         return JSONResponse([engine.load()])  # one entry per data-parallel scheduler, as SGLang
@@ -154,7 +155,8 @@ def build_app(engine) -> Starlette:
 
     def memory(fn):
         async def handler(request: Request):
-            fn(api.memory_occupation_body((await _body(request)).get("tags"))["tags"])
+            tags = api.memory_occupation_body((await _body(request)).get("tags"))["tags"]
+            await asyncio.to_thread(fn, tags)  # moving weights to/from the host takes a while
             return Response(status_code=200)
         return handler
 

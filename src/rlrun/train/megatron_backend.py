@@ -99,8 +99,14 @@ class MegatronBackend(TrainerBackend):
                 with socket.socket() as s:
                     s.bind(("", 0))
                     master_port = s.getsockname()[1]
-            dist.init_process_group("nccl", init_method=f"tcp://{master_addr}:{master_port}", rank=self.rank,
-                                    world_size=self.world, timeout=timedelta(minutes=10),
+            # An explicit store, not init_method="tcp://...": under torchrun (tests/gpu/tp_check.py)
+            # TORCHELASTIC_USE_AGENT_STORE=True makes a tcp:// rendezvous create *clients only*
+            # (the agent is assumed to host the store), so on any port but torchrun's own every
+            # rank waits for a server nobody starts - the 10-minute hang of the first TP=2 run
+            # (reproduced on the CPU: tools/device/README.md). Rank 0 hosts the store here.
+            timeout = timedelta(minutes=10)
+            store = dist.TCPStore(master_addr, master_port, self.world, is_master=self.rank == 0, timeout=timeout)
+            dist.init_process_group("nccl", store=store, rank=self.rank, world_size=self.world, timeout=timeout,
                                     device_id=torch.device("cuda", self.gpu))
         cfg = self.cfg
         mm.init_parallel(cfg.parallelism, cfg.run.seed)
