@@ -75,6 +75,9 @@ class MegatronBackend(TrainerBackend):
             raise ValueError("train.backend=megatron needs a GPU per trainer rank (hardware=cpu has none): "
                              "use train.backend=torch on the CPU")
         self.cfg, self.rank, self.world, self.gpu = cfg, rank, world_size, gpu_id
+        # The one place the device is named. A CUDA device in every run; the CPU harness
+        # (tools/device/cpu_backend_harness.py) sets cpu before init() to run the TP path over gloo.
+        self.device = torch.device("cuda", gpu_id)
         self.total_steps = total_steps
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
@@ -93,7 +96,9 @@ class MegatronBackend(TrainerBackend):
 
         from rlrun.train.megatron import fast_ops, model as mm
 
-        torch.cuda.set_device(self.gpu)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(self.device)
         if not dist.is_initialized():
             if master_port == 0:
                 with socket.socket() as s:
@@ -106,8 +111,8 @@ class MegatronBackend(TrainerBackend):
             # (reproduced on the CPU: tools/device/README.md). Rank 0 hosts the store here.
             timeout = timedelta(minutes=10)
             store = dist.TCPStore(master_addr, master_port, self.world, is_master=self.rank == 0, timeout=timeout)
-            dist.init_process_group("nccl", store=store, rank=self.rank, world_size=self.world, timeout=timeout,
-                                    device_id=torch.device("cuda", self.gpu))
+            dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=self.rank, world_size=self.world,
+                                    timeout=timeout, device_id=self.device if cuda else None)
         cfg = self.cfg
         mm.init_parallel(cfg.parallelism, cfg.run.seed)
         self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train)
@@ -119,7 +124,7 @@ class MegatronBackend(TrainerBackend):
         # SP splits the packed row over TP ranks: its length must divide by TP.
         self.pad_to = self.tp_size if self.tconfig.sequence_parallel else 1
 
-        gpt = mm.build_gpt(cfg.model, self.tconfig).cuda()
+        gpt = mm.build_gpt(cfg.model, self.tconfig).to(self.device)
         self._load_weights(gpt, cfg.checkpoint.hf)
         self.model = DistributedDataParallel(
             config=self.tconfig, module=gpt,
@@ -143,7 +148,7 @@ class MegatronBackend(TrainerBackend):
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
         if self.needs_ref:
-            self.ref = mm.build_gpt(cfg.model, self.tconfig).cuda().eval()
+            self.ref = mm.build_gpt(cfg.model, self.tconfig).to(self.device).eval()
             self._load_weights(self.ref, cfg.checkpoint.ref or cfg.checkpoint.hf)
             self.ref.requires_grad_(False)
 
@@ -161,7 +166,7 @@ class MegatronBackend(TrainerBackend):
         t = self.cfg.train
         groups = group_samples([int(x.numel()) for x in batch.tokens],
                                max_tokens if t.use_dynamic_batch_size else None, t.micro_batch_size)
-        return [pack(batch.tokens, batch.response_start, g, self.pad_to, "cuda") for g in groups]
+        return [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
 
     def _response_logp_entropy(self, logits, mb, entropy_grad: bool):
         """Log-probs (and entropy) of the response tokens from this stage's vocab-parallel logits."""
@@ -242,7 +247,7 @@ class MegatronBackend(TrainerBackend):
                                   "train.backend=torch, or pick a critic-free algo (grpo, gspo, reinforce_plus_plus)")
 
     def _cat(self, xs, idx):
-        return None if xs is None else torch.cat([xs[i] for i in idx]).to("cuda", torch.float32)
+        return None if xs is None else torch.cat([xs[i] for i in idx]).to(self.device, torch.float32)
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if batch.advantages is None:
@@ -252,7 +257,7 @@ class MegatronBackend(TrainerBackend):
         batch, _ = self._model_parallel_batch(batch)
         per_token = self.cfg.train.calculate_per_token_loss
         local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
-        normalizer = torch.tensor([local], dtype=torch.float64, device="cuda")
+        normalizer = torch.tensor([local], dtype=torch.float64, device=self.device)
         dist.all_reduce(normalizer, group=ps.get_data_parallel_group())
         normalizer = float(normalizer)
         mbs = self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu)
@@ -299,7 +304,7 @@ class MegatronBackend(TrainerBackend):
             for k, v in r["tok"].items():
                 sums["tok/" + k] = sums.get("tok/" + k, 0.0) + v
         keys = sorted(sums)
-        red = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device="cuda")
+        red = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
         dist.all_reduce(red, group=ps.get_data_parallel_group())
         s = dict(zip(keys, red.tolist()))
         n = max(s.pop("tok/n", 1.0), 1.0)
