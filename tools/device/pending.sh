@@ -14,6 +14,8 @@
 #   sync          issue 6: NCCL broadcast Megatron rank (cuda:0) -> hf engine (cuda:1), GB/s ~80 s
 #   e2e_torch     issue 4 with train.backend=torch (same command), per-phase timings          ~180 s
 #   sync_hf       HF trainer -> hf engine NCCL broadcast (bench/rollout_weight_sync.py)       ~60 s
+#   mfu           (not in the default list) issue 5's throughput: megatron vs transformers+SDPA,
+#                 Qwen3-1.7B, seq 4096 (bench/megatron_mfu.py); re-run after a speed change   ~120 s
 # Each item runs under tools/device/watchdog.py: at its limit (or what is left of the budget)
 # every process of its tree dumps its Python stacks into the item's log and is killed, so a hang
 # costs one item, not the call. An item that no longer fits is SKIPPED (listed in results.md).
@@ -35,6 +37,7 @@ BUDGET=${PENDING_BUDGET_S:-560}
 DEADLINE=$(( $(date +%s) + BUDGET ))
 ITEMS=${ITEMS:-probe tp memory e2e_megatron sync e2e_torch sync_hf}
 read -r -a E2E <<< "${E2E_OVERRIDES:-hardware=h100 model=qwen3-0.6b}"
+LAST_RC=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=1 PYTHONUNBUFFERED=1
 
 {
@@ -47,14 +50,17 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=1 PYTHONUN
 step() {
   local name=$1 limit=$2 left line rc
   shift 2
+  LAST_RC=99
   left=$(( DEADLINE - $(date +%s) - 20 ))  # 20 s for the summary and the tar
-  (( limit > left )) && limit=$left
-  if (( limit < 30 )); then
+  # an item that would get less than 60% of its limit would most likely be cut off: skip it
+  if (( left < 30 || left * 10 < limit * 6 )); then
     echo "- $name: SKIPPED (${left}s of the budget left; run again with ITEMS=$name)" >> "$RES"
     return 99
   fi
+  (( limit > left )) && limit=$left
   line=$(python3 tools/device/watchdog.py --limit "$limit" --log "$LOGS/$name.log" --name "$name" -- "$@")
   rc=$?
+  LAST_RC=$rc
   echo "- $line (limit ${limit}s)" >> "$RES"
   return $rc
 }
@@ -62,13 +68,18 @@ step() {
 # Lines of a log worth reading in results.md: the item's own result lines and, when it failed,
 # its first traceback (torchrun's tail is only the elastic summary) and its last lines.
 show() {  # show LOG PATTERN
-  local hits
-  hits=$(grep -E "$2" "$1" 2>/dev/null | tail -40)
+  [ -f "$1" ] || return 0
+  local parts=()
+  parts+=("$(grep -E "$2" "$1" 2>/dev/null | tail -40)")
   if grep -q -E "Traceback|WATCHDOG" "$1" 2>/dev/null; then
-    hits+=$'\n'"--- first traceback in $(basename "$1"):"$'\n'$(grep -m1 -A30 -E "Traceback|WATCHDOG" "$1")
-    hits+=$'\n'"--- last lines:"$'\n'$(grep -v -E "^\s*$" "$1" | tail -12)
+    parts+=("--- first traceback in $(basename "$1"):" "$(grep -m1 -A30 -E "Traceback|WATCHDOG" "$1")")
   fi
-  [ -n "$hits" ] && printf '```\n%s\n```\n' "$hits" >> "$RES"
+  if [ "$LAST_RC" != 0 ]; then
+    parts+=("--- last lines of $(basename "$1"):" "$(grep -v -E "^\s*$" "$1" | tail -12)")
+  fi
+  local text
+  text=$(printf '%s\n' "${parts[@]}" | sed '/^$/d')
+  [ -n "$text" ] && printf '```\n%s\n```\n' "$text" >> "$RES"
   return 0
 }
 
@@ -121,7 +132,11 @@ for item in $ITEMS; do
       step sync_hf 120 python3 bench/rollout_weight_sync.py --backend nccl --trainer-device cuda:0 \
         --engine-device cuda:1 --dtype bfloat16 --shape qwen3-0.6b --paths broadcast
       show "$LOGS/sync_hf.log" '^\{"path"' ;;
-    *) echo "- $item: unknown item (probe tp memory e2e_megatron sync e2e_torch sync_hf)" >> "$RES" ;;
+    mfu)
+      echo -e "\n## throughput, Qwen3-1.7B seq 4096 (\`bench/megatron_mfu.py --models qwen3-1.7b\`)" >> "$RES"
+      step mfu 200 python3 bench/megatron_mfu.py --models qwen3-1.7b --json "$LOGS/mfu.json"
+      show "$LOGS/mfu.log" "^BENCH" ;;
+    *) echo "- $item: unknown item (probe tp memory e2e_megatron sync e2e_torch sync_hf mfu)" >> "$RES" ;;
   esac
 done
 
