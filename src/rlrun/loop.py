@@ -3,7 +3,8 @@
 Per rollout step:
     prompts -> n samples each (client -> sglang-router -> engines) -> rewards -> dynamic sampling
     -> old/ref log-probs (when the algorithm needs them), critic values (ppo) -> advantages
-    (+ returns) -> num_steps_per_rollout optimizer steps (actor, and the critic for ppo) -> weight sync to the engines (checksum verified) -> eval -> save -> metrics
+    (+ returns) -> num_steps_per_rollout optimizer steps (actor, and the critic for ppo)
+    -> weight sync to the engines (checksum verified) -> eval -> save -> metrics
 """
 from __future__ import annotations
 

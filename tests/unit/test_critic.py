@@ -42,7 +42,8 @@ def test_the_critic_starts_from_the_policy_transformer_and_a_small_head():
     b = _backend()
     for name, p in b.critic.backbone.named_parameters():  # same seed, same init as the actor
         assert torch.equal(p, b.model.get_parameter(f"model.{name}")), name
-    assert abs(float(b.critic.value_head.weight.detach().std()) - 0.02) < 0.01 and float(b.critic.value_head.bias.detach()) == 0.0
+    head = b.critic.value_head
+    assert abs(float(head.weight.detach().std()) - 0.02) < 0.01 and float(head.bias.detach()) == 0.0
 
 
 def test_gae_advantages_and_returns_from_the_critic_values():
@@ -77,7 +78,8 @@ def test_value_loss_is_the_clipped_squared_error_per_sample_mean():
     m = b.train_step(batch.with_(values=v, returns=[x + d for x, d in zip(v, offsets)]))
     assert m["critic/value_loss"] == pytest.approx(1.75, rel=1e-5) and m["critic/clipfrac"] == 0.0
     assert m["critic/values_mean"] == pytest.approx(float(torch.cat(v).mean()), rel=1e-5)
-    assert m["critic/lr"] == b.cfg.optim.critic_lr == b.cfg.optim.lr and m["critic/grad_norm"] > 0 and "train/pg_loss" in m
+    assert m["critic/lr"] == b.cfg.optim.critic_lr == b.cfg.optim.lr
+    assert m["critic/grad_norm"] > 0 and "train/pg_loss" in m
 
     # clipped: old values 1 below the current ones (value_clip 0.2), returns = current values:
     # clip(v, old +- 0.2) = v - 0.8 -> loss max(0.8^2, 0^2) = 0.64 on every token, clipfrac 1
