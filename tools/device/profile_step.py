@@ -54,7 +54,8 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
     if not table:
         be.shutdown()
         return
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]) as prof:
+    kinds = [torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=kinds) as prof:
         be.train_step(batch)
         torch.cuda.synchronize()
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=28, max_name_column_width=60))
