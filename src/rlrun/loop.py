@@ -5,6 +5,8 @@ Per rollout step:
     -> old/ref log-probs (when the algorithm needs them), critic values (ppo) -> advantages
     (+ returns) -> num_steps_per_rollout optimizer steps (actor, and the critic for ppo)
     -> weight sync to the engines (checksum verified) -> eval -> save -> metrics
+With offload (colocated), the engines release their memory for the trainer's part and resume it
+around the weight push; the trainer goes to host memory after the export (runner.Run.training).
 """
 from __future__ import annotations
 
@@ -34,25 +36,25 @@ def run(r) -> dict:
         if kept:
             batch = steps.to_train_batch(kept)
             tokens["train"] = batch.num_tokens  # every sample is trained on once per rollout
-            # 4. log-probs for the importance ratio and the KL term, values for GAE
-            with t("log_probs"):
-                if cfg.algo.use_rollout_logprobs:
-                    batch = batch.with_(old_logp=batch.rollout_logp)
-                elif needs_old:
-                    batch = batch.with_(old_logp=r.trainer.compute_log_probs(batch, "actor"))
-                if needs_ref:
-                    batch = batch.with_(ref_logp=r.trainer.compute_log_probs(batch, "ref"))
-                if needs_values:
-                    batch = batch.with_(values=r.trainer.compute_values(batch))
-            # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
-            batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n)
-            with t("train"):
-                per_step = [r.trainer.train_step(batch.shard(k, plan.steps_per_rollout))
-                            for k in range(plan.steps_per_rollout)]
-            metrics.update(steps.mean_metrics(per_step))
-            # 7. the engines get the new weights (verified by checksum) before the next rollout
-            with t("weight_sync"):
-                r.sync_weights(version=rollout_id + 1)
+            # 4-7 on the trainer, ending with the weight sync (checksum verified) before the next
+            # rollout; with offload the engines and the trainer swap GPU memory around it
+            with r.training(version=rollout_id + 1, timer=t):
+                # 4. log-probs for the importance ratio and the KL term, values for GAE
+                with t("log_probs"):
+                    if cfg.algo.use_rollout_logprobs:
+                        batch = batch.with_(old_logp=batch.rollout_logp)
+                    elif needs_old:
+                        batch = batch.with_(old_logp=r.trainer.compute_log_probs(batch, "actor"))
+                    if needs_ref:
+                        batch = batch.with_(ref_logp=r.trainer.compute_log_probs(batch, "ref"))
+                    if needs_values:
+                        batch = batch.with_(values=r.trainer.compute_values(batch))
+                # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
+                batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n)
+                with t("train"):
+                    per_step = [r.trainer.train_step(batch.shard(k, plan.steps_per_rollout))
+                                for k in range(plan.steps_per_rollout)]
+                metrics.update(steps.mean_metrics(per_step))
         # 8. eval and 9. save on their intervals (and save once more at the very end)
         if cfg.eval.interval and (rollout_id + 1) % cfg.eval.interval == 0:
             with t("eval"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal
 import statistics
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from rlrun import checkpoint as ckpt
@@ -137,12 +137,18 @@ class Run:
 
         SGLang servers have no checksum endpoint: for rollout.engine=sglang the check is that
         every engine reports the pushed weight_version (and the push is never skipped)."""
-        hf = self.cfg.rollout.engine == "hf"
-        if only_if_stale and hf and self._engines_hold(self.trainer.export_weights(None)):
+        if only_if_stale and self.cfg.rollout.engine == "hf" and self._engines_hold(self.trainer.export_weights(None)):
             return
-        sync_dir = self.run_dir / WEIGHT_SYNC_DIR
-        want = self.trainer.export_weights(str(sync_dir))
-        self.engines.update_weights_from_disk(str(sync_dir), str(version))
+        self._push(version, self._export())
+
+    def _export(self) -> str:
+        """The trainer writes its weights under the run dir; returns their checksum."""
+        return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR))
+
+    def _push(self, version: int, want: str) -> None:
+        """Engines load the exported weights; verified by checksum (hf) or weight_version (sglang)."""
+        hf = self.cfg.rollout.engine == "hf"
+        self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version))
         if hf and not self._engines_hold(want):
             bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
             raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
@@ -151,6 +157,44 @@ class Run:
             stale = {url: v for url, v in self.engines.versions().items() if v != str(version)}
             if stale:
                 raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
+
+    @contextmanager
+    def training(self, version: int, timer):
+        """The trainer's part of a step (the block), ending with the weight sync to `version`.
+
+        Offload (docs/runner.md): colocated with rollout.offload, the engines lend the trainer
+        their GPU memory for the block and get it back around the weight push, in the order
+        SGLang needs (docs/rollout.md); with train.offload the trainer holds the GPU only here:
+            [pause, release weights+kv_cache+cuda_graph] [trainer onload] -> block
+            -> export -> [trainer offload] [resume weights] -> push + verify
+            -> [resume kv_cache+cuda_graph, continue]
+        The bracketed calls are timed as time/offload_s, export and push as time/weight_sync_s.
+        An error in the block leaves the engines released: the run is going down, and teardown
+        stops them."""
+        lend = self.cfg.train.colocate and self.cfg.rollout.offload
+        swap = self.cfg.train.offload
+        if lend or swap:
+            with timer("offload"):
+                if lend:
+                    self.engines.pause("abort")  # release needs idle engines (the rollout is over)
+                    self.engines.release_memory()  # tags None = all
+                if swap:
+                    self.trainer.onload()
+        yield
+        with timer("weight_sync"):
+            want = self._export()
+        if lend or swap:
+            with timer("offload"):
+                if swap:
+                    self.trainer.offload()
+                if lend:
+                    self.engines.resume_memory(["weights"])  # SGLang loads the update into these
+        with timer("weight_sync"):
+            self._push(version, want)
+        if lend:
+            with timer("offload"):
+                self.engines.resume_memory(["kv_cache", "cuda_graph"])
+                self.engines.continue_generation()
 
     def _engines_hold(self, checksum: str) -> bool:
         return all(c == checksum for c in self.engines.checksums().values())
@@ -199,6 +243,8 @@ class Run:
         # Fresh start: the engines loaded the trainer's init (verified, pushed only if they differ,
         # e.g. a bf16 export from the megatron backend). Resumed: the checkpoint's weights are pushed.
         self.sync_weights(version=start, only_if_stale=found is None)
+        if self.cfg.train.offload:
+            self.trainer.offload()  # the first rollout's engines get the GPU to themselves
         self.logger = MetricsLogger(self.run_dir, self.cfg, total=self.cfg.rollout.num_rollout, start=start)
         self._stack.callback(self._finish)
         return start

@@ -6,6 +6,8 @@ the log-prob decisions and the eval/save intervals are checked in milliseconds.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from rlrun import loop
@@ -53,8 +55,10 @@ class _Run:
         self.calls.append(("collect", rollout_id, sampling.max_new_tokens))
         return samples, samples, {}
 
-    def sync_weights(self, version):
-        self.calls.append(("sync", version))
+    @contextmanager
+    def training(self, version, timer):
+        yield
+        self.calls.append(("sync", version))  # the weight sync ends the trainer's block
 
     def evaluate(self, rollout_id):
         self.calls.append(("eval", rollout_id))

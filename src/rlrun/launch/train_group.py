@@ -112,6 +112,13 @@ class TrainGroup:
         ranks = self.actors if getattr(self._cls, "sync_is_collective", True) else self.actors[:1]
         return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(ranks)])[0]
 
+    def offload(self) -> None:
+        """train.offload: every rank's parameters, grads and optimizer state to host memory."""
+        self._all("offload")
+
+    def onload(self) -> None:
+        self._all("onload")
+
     def save(self, path: str) -> None:
         self._all("save", path)
 

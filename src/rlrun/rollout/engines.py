@@ -164,6 +164,14 @@ class EngineGroup:
                                          api.update_weights_from_disk_body(model_path, str(version))))
             self._named, self._disk_path, self.weight_version = None, model_path, str(version)
 
+    def pause(self, mode: str = "abort") -> None:
+        """/pause_generation on every engine (abort: in-flight requests end with finish_reason abort)."""
+        body = api.pause_generation_body(mode)
+        self._each(lambda url: _post(url, "/pause_generation", body))
+
+    def continue_generation(self) -> None:
+        self._each(lambda url: _post(url, "/continue_generation", {}))
+
     def release_memory(self, tags: list[str] | None = None) -> None:
         """Colocated training: engines free weights/kv_cache/cuda_graph (None = all) while the trainer
         runs (SGLang frees GPU memory only with enable_memory_saver = rollout.offload)."""

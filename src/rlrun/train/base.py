@@ -76,6 +76,16 @@ class TrainerBackend(abc.ABC):
         """One optimizer step on this rank's shard of one global batch; metrics are global means.
         With `batch.returns` the critic takes one step too (metrics critic/*)."""
 
+    def offload(self) -> None:
+        """train.offload: parameters, gradients and optimizer state to host memory, freeing the
+        device for colocated rollout engines. Idempotent."""
+        raise NotImplementedError(f"{type(self).__name__} cannot offload; set train.offload=false")
+
+    def onload(self) -> None:
+        """Back to the device after `offload` (a no-op when nothing is offloaded). Every call that
+        computes (compute_log_probs, compute_values, train_step) onloads first by itself."""
+        raise NotImplementedError(f"{type(self).__name__} cannot offload; set train.offload=false")
+
     @abc.abstractmethod
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """Full weights with Hugging Face names, on the CPU, for the rollout engines."""

@@ -14,9 +14,7 @@ and engines start bit-identical without a first sync.
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import fields
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
@@ -25,7 +23,9 @@ import torch.distributed as dist
 
 from rlrun.algo import AlgoParams, compute_loss
 from rlrun.algo.kl import kl as kl_estimate
+from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
+from rlrun.train.dist import join_process_group
 from rlrun.train.schedule import lr_at
 from rlrun.train.torch_backend import TorchBackend
 
@@ -82,6 +82,7 @@ class MegatronBackend(TrainerBackend):
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
         self.step = 0
+        self.offloaded = False  # train.offload: state in host memory between train phases
 
     # Rank 0 picks the process-group address the same way for both backends.
     master_address = staticmethod(TorchBackend.master_address)
@@ -99,20 +100,8 @@ class MegatronBackend(TrainerBackend):
         cuda = self.device.type == "cuda"
         if cuda:
             torch.cuda.set_device(self.device)
-        if not dist.is_initialized():
-            if master_port == 0:
-                with socket.socket() as s:
-                    s.bind(("", 0))
-                    master_port = s.getsockname()[1]
-            # An explicit store, not init_method="tcp://...": under torchrun (tests/gpu/tp_check.py)
-            # TORCHELASTIC_USE_AGENT_STORE=True makes a tcp:// rendezvous create *clients only*
-            # (the agent is assumed to host the store), so on any port but torchrun's own every
-            # rank waits for a server nobody starts - the 10-minute hang of the first TP=2 run
-            # (reproduced on the CPU: tools/device/README.md). Rank 0 hosts the store here.
-            timeout = timedelta(minutes=10)
-            store = dist.TCPStore(master_addr, master_port, self.world, is_master=self.rank == 0, timeout=timeout)
-            dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=self.rank, world_size=self.world,
-                                    timeout=timeout, device_id=self.device if cuda else None)
+        if not dist.is_initialized():  # rank 0 hosts the store (torchrun-safe: rlrun/train/dist.py)
+            join_process_group(master_addr, master_port, self.rank, self.world, self.device)
         cfg = self.cfg
         mm.init_parallel(cfg.parallelism, cfg.run.seed)
         self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train)
@@ -155,6 +144,44 @@ class MegatronBackend(TrainerBackend):
     def _inner_optimizers(self):
         """The DistributedOptimizer(s) (megatron chains one per param-group kind, e.g. experts)."""
         return getattr(self.opt, "chained_optimizers", [self.opt])
+
+    # -- offload (train.offload) --------------------------------------------------------------
+    # The DDP's parameters and grads are views into contiguous buffers: megatron-core's own
+    # _ParamAndGradBuffer.offload_to_cpu/reload_from_cpu copy the params to pinned host memory and
+    # free both storages (grads come back zeroed: every step starts from zero_grad_buffer anyway).
+    # The distributed optimizer's fp32 master shards and Adam moments are plain tensors, moved
+    # like the torch backend's; the reference model is a plain module.
+    def _ddp_buffers(self) -> list:
+        bufs = list(self.model.buffers) + list(getattr(self.model, "expert_parallel_buffers", []))
+        if bufs and not hasattr(bufs[0], "offload_to_cpu"):
+            raise NotImplementedError("this megatron-core's _ParamAndGradBuffer has no offload_to_cpu "
+                                      "(megatron-core >= 0.13 has it); set train.offload=false")
+        return bufs
+
+    def offload(self) -> None:
+        if self.offloaded:
+            return
+        for buf in self._ddp_buffers():
+            buf.offload_to_cpu(move_params=True, move_grads=True)
+        for inner in self._inner_optimizers():
+            off.move_optimizer(inner.optimizer, off.HOST, params=True)
+        if self.ref is not None:
+            off.move_module(self.ref, off.HOST)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the non-blocking copies to pinned memory are done
+        self.offloaded = True
+        off.free_device_cache(self.device)
+
+    def onload(self) -> None:
+        if not self.offloaded:
+            return
+        for buf in self._ddp_buffers():
+            buf.reload_from_cpu(move_params=True, move_grads=True)
+        for inner in self._inner_optimizers():
+            off.move_optimizer(inner.optimizer, self.device, params=True)
+        if self.ref is not None:
+            off.move_module(self.ref, self.device)
+        self.offloaded = False
 
     def _load_weights(self, gpt, hf_path) -> None:
         from rlrun.train.megatron.weights import load_hf
@@ -224,6 +251,7 @@ class MegatronBackend(TrainerBackend):
         model = self.model if which == "actor" else self.ref
         if model is None:
             raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
+        self.onload()
         model.eval()
         batch, mine = self._model_parallel_batch(batch)
         mbs = self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu)
@@ -253,6 +281,7 @@ class MegatronBackend(TrainerBackend):
         if batch.advantages is None:
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
         from megatron.core import parallel_state as ps
+        self.onload()
         self.model.train()
         batch, _ = self._model_parallel_batch(batch)
         per_token = self.cfg.train.calculate_per_token_loss
@@ -325,6 +354,7 @@ class MegatronBackend(TrainerBackend):
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         from megatron.core import parallel_state as ps
+        self.onload()  # the export reads the DDP buffers (freed while offloaded); the runner offloads after it
         local = {k: v.cpu() for b in self.export_buckets(1 << 30) for k, v in b}
         if ps.get_pipeline_model_parallel_world_size() > 1:
             parts = [None] * ps.get_pipeline_model_parallel_world_size()
@@ -344,7 +374,8 @@ class MegatronBackend(TrainerBackend):
         the shards are saved as they are: resuming needs the same parallel layout (resume=auto)."""
         from safetensors.torch import save_file
         out = Path(path)
-        weights = self.state_dict_for_sync()
+        was_offloaded = self.offloaded
+        weights = self.state_dict_for_sync()  # onloads
         if self.rank == 0:
             (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
             if self.cfg.model.tie_word_embeddings:
@@ -356,9 +387,12 @@ class MegatronBackend(TrainerBackend):
                   for o in self._inner_optimizers()]
         torch.save({"shards": shards, "step": self.step, "world": self.world}, out / _OPTIM.format(rank=self.rank))
         dist.barrier()
+        if was_offloaded:
+            self.offload()
 
     @torch.no_grad()
     def load(self, path: str) -> None:
+        self.onload()  # loads copy into the device buffers
         src = Path(path)
         state = torch.load(src / _OPTIM.format(rank=self.rank), map_location="cpu", weights_only=False)
         if state["world"] != self.world:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import socket
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -27,7 +26,9 @@ from rlrun.algo import AlgoParams, aggregate, compute_loss, entropy_from_logits,
 from rlrun.algo.kl import kl as kl_estimate
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
+from rlrun.train import offload as off
 from rlrun.train.critic import build_value_model
+from rlrun.train.dist import join_process_group
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at
 
@@ -49,6 +50,7 @@ class TorchBackend(TrainerBackend):
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
         self.needs_critic = cfg.algo.advantage_estimator == "ppo"
         self.step = 0
+        self.offloaded = False  # train.offload: state in host memory between train phases
 
     # -- setup ------------------------------------------------------------------------------
     @staticmethod
@@ -64,9 +66,7 @@ class TorchBackend(TrainerBackend):
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         if self.world > 1:
-            dist.init_process_group(
-                "nccl" if self.device.type == "cuda" else "gloo", init_method=f"tcp://{master_addr}:{master_port}",
-                rank=self.rank, world_size=self.world, timeout=timedelta(minutes=10))
+            join_process_group(master_addr, master_port, self.rank, self.world, self.device)
         ck = self.cfg.checkpoint
         self.model = build_causal_lm(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
         self.model.config.use_cache = False
@@ -96,6 +96,30 @@ class TorchBackend(TrainerBackend):
         o = self.cfg.optim
         return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                  eps=o.adam_eps, weight_decay=o.weight_decay)
+
+    # -- offload ----------------------------------------------------------------------------
+    def _state(self):
+        """(modules, optimizers) that offload moves: actor, reference, critic and their AdamWs."""
+        modules = [m for m in (self.model, self.ref, self.critic) if m is not None]
+        return modules, [o for o in (self.opt, self.critic_opt) if o is not None]
+
+    def _move(self, device: torch.device) -> None:
+        modules, optimizers = self._state()
+        for m in modules:
+            off.move_module(m, device)
+        for o in optimizers:
+            off.move_optimizer(o, device)
+
+    def offload(self) -> None:
+        if not self.offloaded:
+            self._move(off.HOST)
+            self.offloaded = True
+            off.free_device_cache(self.device)
+
+    def onload(self) -> None:
+        if self.offloaded:
+            self._move(self.device)
+            self.offloaded = False
 
     # -- forward ----------------------------------------------------------------------------
     def _micro_batches(self, batch: TrainBatch, max_tokens: int) -> list[list[int]]:
@@ -156,6 +180,7 @@ class TorchBackend(TrainerBackend):
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
         if which not in ("actor", "ref"):
             raise ValueError(f"which={which!r}: use 'actor' or 'ref'")
+        self.onload()
         model = self.model if which == "actor" else self.ref
         if model is None:
             raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
@@ -171,6 +196,7 @@ class TorchBackend(TrainerBackend):
     def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
         if self.critic is None:
             raise RuntimeError("no critic: it is built only with algo.advantage_estimator=ppo")
+        self.onload()
         self.critic.eval()
         out: list[torch.Tensor] = [torch.empty(0)] * len(batch)
         for idx in self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu):
@@ -188,6 +214,7 @@ class TorchBackend(TrainerBackend):
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if batch.advantages is None:
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
+        self.onload()
         per_token = self.cfg.train.calculate_per_token_loss
         local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
         normalizer = self._all_reduce(torch.tensor([local], dtype=torch.float64, device=self.device)).item()

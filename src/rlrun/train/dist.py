@@ -1,0 +1,30 @@
+"""Joining the trainer's process group, shared by the torch and megatron backends."""
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = timedelta(minutes=10)
+
+
+def join_process_group(master_addr: str, master_port: int, rank: int, world_size: int,
+                       device: torch.device) -> None:
+    """nccl on CUDA devices, gloo on the CPU; rank 0 hosts the rendezvous store at
+    master_addr:master_port (port 0: a free port, for single-rank harnesses).
+
+    An explicit store, not init_method="tcp://...": under torchrun TORCHELASTIC_USE_AGENT_STORE=True
+    makes a tcp:// rendezvous create *clients only* (the elastic agent is assumed to host the
+    store), so on any port but torchrun's own every rank waits for a server nobody starts - the
+    10-minute hang of the first megatron TP=2 run (reproduced on the CPU: tools/device/README.md).
+    """
+    if master_port == 0:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            master_port = s.getsockname()[1]
+    cuda = device.type == "cuda"
+    store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=TIMEOUT)
+    dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size,
+                            timeout=TIMEOUT, device_id=device if cuda else None)
