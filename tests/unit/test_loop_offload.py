@@ -1,0 +1,120 @@
+"""Run.training's offload order against a real hf engine process behind the real sglang-router.
+
+Every engine endpoint the runner hits is recorded (the real HTTP calls still go out), and the
+engine's /server_info is read at each trainer call: released (all tags) while the trainer works,
+weights back before the push, everything back and generation working after the block. The
+trainer is a stand-in (Ray and a TrainGroup are not needed to check the order) that exports the
+tiny model's weights the way TrainGroup.export_weights does.
+"""
+from __future__ import annotations
+
+import pytest
+import requests
+
+from rlrun.config import load
+from rlrun.metrics import Timer
+from rlrun.rollout import api
+from rlrun.rollout import engines as engines_mod
+from rlrun.rollout.engines import local_engine_group
+from rlrun.rollout.tiny_model import build_model, save_tiny_model
+from rlrun.rollout.weights import checksum
+from rlrun.runner import Run
+
+pytestmark = pytest.mark.timeout(120)
+
+ALL = ["cuda_graph", "kv_cache", "weights"]
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("offload")
+    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, log_dir=tmp / "logs",
+                            health_interval_s=5, startup_timeout_s=60) as grp:
+        yield grp
+
+
+def _released(group) -> list[str]:
+    return requests.get(f"{group.urls[0]}/server_info", timeout=10).json()["released_memory"]
+
+
+def _generate(group) -> requests.Response:
+    return requests.post(f"{group.urls[0]}/generate", timeout=30, json={
+        "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3, "temperature": 0.0}})
+
+
+class _Trainer:
+    """Records its calls with the engine's released memory at that moment."""
+
+    def __init__(self, group, calls, seed):
+        self.group, self.calls, self.model = group, calls, build_model(seed)
+
+    def onload(self):
+        self.calls.append(("trainer.onload", _released(self.group)))
+
+    def offload(self):
+        self.calls.append(("trainer.offload", _released(self.group)))
+
+    def export_weights(self, path):
+        self.calls.append(("trainer.export", _released(self.group)))
+        self.model.save_pretrained(path)
+        return checksum(self.model.state_dict())
+
+
+def _run(tmp_path, group, monkeypatch, overrides, seed):
+    calls = []
+    real_post = engines_mod._post
+
+    def post(url, path, body, timeout_s=600.0):
+        calls.append((path, body))
+        return real_post(url, path, body, timeout_s)
+
+    monkeypatch.setattr(engines_mod, "_post", post)
+    r = Run.__new__(Run)  # only what training() reads; the real Run needs Ray
+    r.cfg, r.run_dir, r.engines = load(overrides), tmp_path, group
+    r.trainer = _Trainer(group, calls, seed)
+    return r, calls
+
+
+def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_push(tmp_path, group, monkeypatch):
+    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true", "rollout.offload=true"], seed=3)
+    assert r.cfg.train.colocate
+    t = Timer()
+    with r.training(version=7, timer=t):
+        calls.append(("block", _released(group)))
+        gen = _generate(group)
+        assert gen.status_code == 400 and "resume_memory_occupation" in gen.text  # really released
+    assert calls == [
+        ("/pause_generation", {"mode": "abort"}),
+        ("/release_memory_occupation", {"tags": None}),  # None = every tag (SGLang)
+        ("trainer.onload", ALL),
+        ("block", ALL),
+        ("trainer.export", ALL),
+        ("trainer.offload", ALL),
+        ("/resume_memory_occupation", {"tags": ["weights"]}),
+        ("/update_weights_from_disk", api.update_weights_from_disk_body(str(tmp_path / "weight_sync"), "7")),
+        ("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]}),
+        ("/continue_generation", {}),
+    ]
+    assert _released(group) == []
+    assert group.checksums() == {group.urls[0]: checksum(r.trainer.model.state_dict())}  # the push landed
+    assert set(group.versions().values()) == {"7"}
+    out = _generate(group)
+    assert out.status_code == 200 and len(out.json()["output_ids"]) == 3
+    assert t.seconds["offload"] > 0 and t.seconds["weight_sync"] > 0
+
+
+def test_without_offload_only_the_weights_are_pushed(tmp_path, group, monkeypatch):
+    r, calls = _run(tmp_path, group, monkeypatch, [], seed=4)  # the cpu profile: both flags false
+    t = Timer()
+    with r.training(version=8, timer=t):
+        assert _released(group) == []
+    assert [c[0] for c in calls] == ["trainer.export", "/update_weights_from_disk"]
+    assert "offload" not in t.seconds and _generate(group).status_code == 200
+
+
+def test_trainer_offload_alone_leaves_the_engines_alone(tmp_path, group, monkeypatch):
+    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true"], seed=5)
+    with r.training(version=9, timer=Timer()):
+        pass
+    assert [c[0] for c in calls] == ["trainer.onload", "trainer.export", "trainer.offload",
+                                     "/update_weights_from_disk"]
