@@ -70,9 +70,9 @@ def test_offload_onload_round_trips_every_tensor_exactly():
     assert not b.offloaded
     for k, v in _tensors(b).items():
         assert torch.equal(v, before[k]), k
-    # the tied LM head is still the embedding (one parameter, moved once)
-    if b.model.config.tie_word_embeddings:
-        assert b.model.lm_head.weight is b.model.model.embed_tokens.weight
+    # the tied LM head (the cpu job's model ties it) is still the embedding: one parameter, moved once
+    assert b.model.config.tie_word_embeddings
+    assert b.model.lm_head.weight is b.model.model.embed_tokens.weight
 
 
 def test_training_with_offload_between_steps_is_bit_identical():
