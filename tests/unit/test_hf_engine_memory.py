@@ -1,6 +1,6 @@
 """/release_memory_occupation and /resume_memory_occupation on the hf engine (CPU): the state
 round-trips exactly, generation is refused while released, release needs an idle engine.
-The GPU half (memory really freed) is tests/gpu/test_hf_engine_memory.py."""
+The GPU half (memory really freed) is tests/gpu/test_gpu_hf_engine_memory.py."""
 import threading
 
 import pytest

@@ -8,7 +8,7 @@
 #   probe         torch/GPU/packages, nvidia-smi topology                                   ~10 s
 #   tp            issue 5: TP=2 vs TP=1 on 2 GPUs (tests/gpu/tp_check.py under torchrun)   ~60 s
 #   memory        issue 6 §4: hf engine release/resume_memory_occupation frees GPU memory     ~30 s
-#                 and restores the same tokens (tests/gpu/test_hf_engine_memory.py)
+#                 and restores the same tokens (tests/gpu/test_gpu_hf_engine_memory.py)
 #   e2e_megatron  issues 4+5: `rlrun hardware=h100 train.backend=megatron` 3 GRPO steps     ~200 s
 #                 through Ray (hf engine, Qwen3-0.6B shape, GPU 0), per-phase timings
 #   sync          issue 6: NCCL broadcast Megatron rank (cuda:0) -> hf engine (cuda:1), GB/s ~80 s
@@ -118,8 +118,8 @@ for item in $ITEMS; do
         tests/gpu/tp_check.py
       show "$LOGS/tp.log" "^TP2 [a-z]" ;;
     memory)
-      echo -e "\n## hf engine memory release/resume on the GPU (\`pytest -s tests/gpu/test_hf_engine_memory.py\`)" >> "$RES"
-      step memory 90 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_hf_engine_memory.py
+      echo -e "\n## hf engine memory release/resume on the GPU (\`pytest -s tests/gpu/test_gpu_hf_engine_memory.py\`)" >> "$RES"
+      step memory 90 python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_gpu_hf_engine_memory.py
       show "$LOGS/memory.log" "^MEMORY|passed|failed|skipped" ;;
     e2e_megatron) e2e megatron 260 ;;
     e2e_torch) e2e torch 230 ;;
