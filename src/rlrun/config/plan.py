@@ -144,8 +144,9 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         micro = ceil(per_rank / t.micro_batch_size)
     from rlrun.config.hfcheck import hf_note
 
-    if hf_note(cfg):
-        notes.append(hf_note(cfg))
+    note = hf_note(cfg)
+    if note:
+        notes.append(note)
     if cfg.data.max_prompt_len is None:
         notes.append("data.max_prompt_len is null: prompt length bounded by rollout.context_length")
     placement = trainer_slots(cfg) + engine_slots(cfg)
