@@ -26,7 +26,6 @@ from rlrun.algo.kl import kl as kl_estimate
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.dist import join_process_group
-from rlrun.train.schedule import lr_at
 from rlrun.train.torch_backend import TorchBackend
 
 _HF_DIR = "model"
@@ -274,8 +273,10 @@ class MegatronBackend(TrainerBackend):
         raise NotImplementedError("the megatron backend has no PPO critic yet; run algo=ppo with "
                                   "train.backend=torch, or pick a critic-free algo (grpo, gspo, reinforce_plus_plus)")
 
-    def _cat(self, xs, idx):
-        return None if xs is None else torch.cat([xs[i] for i in idx]).to(self.device, torch.float32)
+    # The same per-micro-batch gather and lr schedule as the torch backend (self.device, self.cfg,
+    # self.step and self.total_steps mean the same here).
+    _cat = TorchBackend._cat
+    _lr = TorchBackend._lr
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if batch.advantages is None:
@@ -313,8 +314,7 @@ class MegatronBackend(TrainerBackend):
         self.model.zero_grad_buffer()
         self.opt.zero_grad()
         results = self._run(self.model, mbs, loss_fn, forward_only=False)
-        lr = lr_at(self.step, lr=self.cfg.optim.lr, min_lr=self.cfg.optim.min_lr,
-                   style=self.cfg.optim.lr_decay_style, warmup=self.cfg.optim.lr_warmup_iters, total=self.total_steps)
+        lr = self._lr(self.cfg.optim.lr)
         for group in self.opt.param_groups:
             group["lr"] = lr
         ok, grad_norm, _ = self.opt.step()
