@@ -147,13 +147,14 @@ class Run:
 
     def _push(self, version: int, want: str) -> None:
         """Engines load the exported weights; verified by checksum (hf) or weight_version (sglang)."""
-        hf = self.cfg.rollout.engine == "hf"
         self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version))
-        if hf and not self._engines_hold(want):
+        if self.cfg.rollout.engine == "hf":
             bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
-            raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
-                                  f"(checksum {want[:12]}) after the push; the engine model does not match model.*")
-        if not hf:
+            if bad:
+                raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
+                                      f"(checksum {want[:12]}) after the push; the engine model does not match "
+                                      f"model.*")
+        else:
             stale = {url: v for url, v in self.engines.versions().items() if v != str(version)}
             if stale:
                 raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
