@@ -89,13 +89,3 @@ def print_plan(plan: Plan) -> None:
     for n in plan.notes:
         console.print(f"note: {n}", highlight=False)
 
-
-def plan_text(plan: Plan) -> str:
-    """Plain text (for logs and tests)."""
-    by_gpu: dict[tuple[int, int], list[str]] = {}
-    for s in plan.placement:
-        by_gpu.setdefault((s.node, s.gpu), []).append(f"{s.role} {s.rank}")
-    lines = summary_lines(plan) + ["placement:"]
-    lines += [f"  node {n} gpu {g}: {', '.join(v)}" for (n, g), v in sorted(by_gpu.items())]
-    lines += [f"note: {n}" for n in plan.notes]
-    return "\n".join(lines)
