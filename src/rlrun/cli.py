@@ -148,7 +148,7 @@ def cmd_run(a: Args) -> int:
     return 0
 
 
-def cmd_interop(a: Optional[Args], argv: Sequence[str]) -> int:
+def cmd_interop(argv: Sequence[str]) -> int:
     from rlrun.interop import slime
 
     return int(slime.cli_main(list(argv)))  # argv keeps its verb: ["export"|"import", "slime", ...]
@@ -166,7 +166,7 @@ def _main(argv: list[str]) -> int:
     try:
         if argv and argv[0] in ("export", "import"):
             # interop owns its options (--out, --env, --name, ...): hand over before rlrun parses any
-            return cmd_interop(None, argv)
+            return cmd_interop(argv)
         a = parse(argv)
         if a.help:
             print(USAGE)
