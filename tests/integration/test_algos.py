@@ -20,13 +20,6 @@ from rlrun.metrics import METRICS_FILE, read_metrics
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def ray_cpu():
-    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _run(tmp_path, algo: str):
     overrides = [f"algo={algo}", f"run.output_dir={tmp_path}", "rollout.num_rollout=2",
                  "logging.wandb.mode=disabled", "logging.progress=false"]

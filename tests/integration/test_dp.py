@@ -8,7 +8,6 @@ relative, weights 1e-5 absolute (measured: ~2e-6 after one AdamW step at lr 1e-3
 from __future__ import annotations
 
 import pytest
-import ray
 import torch
 
 from rlrun.config import load
@@ -19,13 +18,6 @@ from rlrun.train.base import TrainBatch
 from rlrun.train.hf_model import build_causal_lm
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def ray_cpu():
-    ray.init(num_cpus=4, num_gpus=0, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def _batch() -> TrainBatch:
