@@ -39,6 +39,7 @@ def _export(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
 
 def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     from rlrun.config import ConfigError
+    from rlrun.interop.slime_groups import SCORED_GROUPS
     from rlrun.interop.slime_import import experiment_name, import_script
 
     parser = argparse.ArgumentParser(prog="rlrun import slime")
@@ -48,10 +49,10 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     parser.add_argument("--config-dir", default=None, help="an extra config dir to compose with")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable the script expects from its caller (e.g. BASE_DIR=/data); repeatable")
-    for group in ("model", "algo", "hardware", "parallelism", "data"):
+    for group in SCORED_GROUPS:
         parser.add_argument(f"--{group}", default=None, help=f"use this {group} group instead of the best match")
     args = parser.parse_args(argv)
-    forced = {g: getattr(args, g) for g in ("model", "algo", "hardware", "parallelism", "data") if getattr(args, g)}
+    forced = {g: getattr(args, g) for g in SCORED_GROUPS if getattr(args, g)}
     name = args.name or (experiment_name(args.out) if args.out else None)
     bad = [e for e in args.env if "=" not in e]
     if bad:
@@ -60,10 +61,9 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     environ = dict(e.split("=", 1) for e in args.env)
     try:
         result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced, environ=environ)
-    except ConfigError as exc:  # e.g. a --config-dir that does not exist, a forced group that is unknown
-        err.write(f"rlrun import slime: {exc}\n")
-        return 2
-    except ValueError as exc:  # ScriptError, BashSyntaxError, no group option for the machine
+    # ConfigError: e.g. a --config-dir that does not exist, a forced group that is unknown;
+    # ValueError: ScriptError, BashSyntaxError, no group option for the machine
+    except (ConfigError, ValueError) as exc:
         err.write(f"rlrun import slime: {exc}\n")
         return 2
     if args.out:
