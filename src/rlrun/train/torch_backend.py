@@ -185,12 +185,11 @@ class TorchBackend(TrainerBackend):
         if model is None:
             raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
         model.eval()
-        out: list[torch.Tensor] = [torch.empty(0)] * len(batch)
-        for idx in self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu):
-            logp, _, cu = self._forward(model, batch, idx, entropy_grad=False)
-            for k, i in enumerate(idx):
-                out[i] = logp[cu[k]:cu[k + 1]].cpu()
-        return out
+
+        def logp(idx):
+            lp, _, cu = self._forward(model, batch, idx, entropy_grad=False)
+            return lp, cu
+        return self._per_sample(batch, logp)
 
     @torch.no_grad()
     def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
@@ -198,11 +197,17 @@ class TorchBackend(TrainerBackend):
             raise RuntimeError("no critic: it is built only with algo.advantage_estimator=ppo")
         self.onload()
         self.critic.eval()
+        return self._per_sample(batch, lambda idx: self._values(batch, idx))
+
+    def _per_sample(self, batch: TrainBatch, forward) -> list[torch.Tensor]:
+        """`forward(idx) -> (response values, response cu_seqlens)` per inference micro-batch,
+        split back into one CPU tensor per sample."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(batch)
         for idx in self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu):
-            values, cu = self._values(batch, idx)
+            flat, cu = forward(idx)
+            cu = cu.tolist()  # one device sync per micro-batch, not two per sample
             for k, i in enumerate(idx):
-                out[i] = values[cu[k]:cu[k + 1]].cpu()
+                out[i] = flat[cu[k]:cu[k + 1]].cpu()
         return out
 
     # -- training ---------------------------------------------------------------------------
