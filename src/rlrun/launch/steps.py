@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from rlrun.algo import compute_advantages
-from rlrun.rollout.client import RolloutClient, Sampling, fill_sample
+from rlrun.rollout.client import RolloutClient, Sampling
 from rlrun.train.base import TrainBatch
 
 TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cycled by data.num_epochs
@@ -31,11 +31,7 @@ def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: li
 
     async def run():
         async with RolloutClient.from_config(url, rollout_cfg) as client:
-            async def one(sample, seed):
-                out = await client.generate(input_ids=sample.prompt_tokens, sampling=sampling, seed=seed)
-                fill_sample(sample, out)
-
-            await asyncio.gather(*(one(s, seed) for s, seed in zip(samples, seeds)))
+            await client.generate_batch(samples, sampling, seeds)
             return client.retries
 
     return asyncio.run(run())
