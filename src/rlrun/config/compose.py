@@ -128,9 +128,6 @@ class Composer:
             del cfg["hydra"]
         return cfg, choices
 
-    def keys_at(self, parent: str, overrides: Sequence[str] = ()) -> list[str]:
-        return self._keys_at(parent, overrides)
-
     def _problem_from_hydra(self, e: Exception, overrides: Sequence[str]) -> Problem:
         msg = str(e)
         m = re.search(r"Could not override '([^']+)'", msg)
