@@ -99,12 +99,13 @@ def score_batch(
         _check_type(t)
     t0 = time.monotonic()
     out: list[tuple[object, str]] = [(0.0, "ok")] * n
-    remote = [i for i, t in enumerate(types) if t in ("remote", "remote_rm")]
+    is_remote = [t in ("remote", "remote_rm") for t in types]
+    remote = [i for i in range(n) if is_remote[i]]
     if remote:
         out_remote = _score_remote(remote, responses, labels, metadatas, prompts, remote_url, timeout_s, max_retries)
         for i, r in zip(remote, out_remote):
             out[i] = r
-    local = [i for i, t in enumerate(types) if i not in set(remote)]
+    local = [i for i in range(n) if not is_remote[i]]
     in_proc = [i for i in local if types[i] in _IN_PROCESS]
     for i in in_proc:
         try:
