@@ -76,10 +76,6 @@ class Script:
             env.update(self.launch.runtime_env_vars)
         return env
 
-    def array(self, name: str) -> list[Arg] | None:
-        value = self.variables.get(name)
-        return value if isinstance(value, list) else None
-
 
 class ScriptError(ValueError):
     pass
@@ -211,7 +207,7 @@ class _Reader:
         elif head == "ray":
             self.ray_command(rest, words[k].line)
         elif head and re.fullmatch(r"python3?(\.\d+)?", head):
-            self.python_command(rest, words[k].line, address=None, env={})
+            self.python_command(rest, words[k].line)
 
     def assign(self, word: Word, exported: bool) -> None:
         split = _split_assignment(word)
@@ -263,10 +259,11 @@ class _Reader:
             raise ScriptError(f"{self.file}:{line}: `ray job submit` does not run `-- python3 train.py ...`")
         self.script.launch = Launch(cmd[1].text, cmd[2:], opts.get("--address"), env, self.file, line)
 
-    def python_command(self, rest: list[Word], line: int, address: str | None, env: dict) -> None:
+    def python_command(self, rest: list[Word], line: int) -> None:
+        """A bare `python3 train.py ARGS` (no `ray job submit`): no address, no runtime-env vars."""
         args = [a for w in rest for a in self.expand(w)]
         if args and re.search(r"train(_async)?\.py$", args[0].text):
-            self.script.launch = Launch(args[0].text, args[1:], address, env, self.file, line)
+            self.script.launch = Launch(args[0].text, args[1:], None, {}, self.file, line)
 
     def note(self, line: int, message: str) -> None:
         text = f"{Path(self.file).name}:{line}: {message}"
