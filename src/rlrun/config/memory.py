@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass
 from math import ceil
 
 from rlrun.config.params import ParamCount, count_params
+from rlrun.config.plan import dp_size
 from rlrun.config.schema import RunConfig
 
 GiB = 1024 ** 3
@@ -175,7 +176,7 @@ def estimate(cfg: RunConfig) -> Memory:
     t, r, hw = cfg.train, cfg.rollout, cfg.hardware
     # A sequence is max prompt + response; without a prompt-length filter only the response is known.
     sample_tokens = (cfg.data.max_prompt_len or 0) + r.max_response_len
-    dp = max(t.num_gpus // (cfg.parallelism.tp * cfg.parallelism.pp * cfg.parallelism.cp), 1)
+    dp = dp_size(cfg)
     n = trainer_params_per_gpu(cfg, pc)
     critic = 2 if cfg.algo.advantage_estimator == "ppo" else 1  # PPO's critic lives on the actor's GPUs
     notes = []

@@ -108,9 +108,14 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
     return slots
 
 
-def rank_layout(cfg: RunConfig, world: int) -> list[RankCoord]:
+def dp_size(cfg: RunConfig) -> int:
+    """Data-parallel ranks: trainer world / (TP * PP * CP), at least 1."""
     p = cfg.parallelism
-    dp = max(world // (p.tp * p.pp * p.cp), 1)
+    return max(cfg.train.num_gpus // (p.tp * p.pp * p.cp), 1)
+
+
+def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:
+    p = cfg.parallelism
     out = []
     for s in trainer_slots(cfg):
         r = s.rank
@@ -130,8 +135,7 @@ def sample_tokens(cfg: RunConfig) -> int:
 
 def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     p, t, r = cfg.parallelism, cfg.train, cfg.rollout
-    world = t.num_gpus
-    dp = max(world // (p.tp * p.pp * p.cp), 1)
+    world, dp = t.num_gpus, dp_size(cfg)
     notes: list[str] = []
     per_rank = max(t.global_batch_size // dp, 1)
     if t.use_dynamic_batch_size and t.max_tokens_per_gpu:
@@ -169,7 +173,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
         offload_train=t.offload, offload_rollout=r.offload, env=dict(cfg.hardware.env),
-        placement=placement, ranks=rank_layout(cfg, world), params_total=params.total,
+        placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,
     )
