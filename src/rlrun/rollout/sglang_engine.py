@@ -39,9 +39,9 @@ class SGLangEngine:
 
     @classmethod
     def from_config(cls, cfg, rank: int, gpus: list[int], log_dir: str | Path, env: dict | None = None,
-                    model_path: str | None = None) -> "SGLangEngine":
+                    model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER) -> "SGLangEngine":
         slot = engine_slot(rank, gpus, cfg.rollout.router.host)
-        return cls(server_args(cfg, slot, model_path), log_dir=log_dir, env=env)
+        return cls(server_args(cfg, slot, model_path), log_dir=log_dir, env=env, launcher=launcher)
 
     def start(self, timeout_s: float = 900.0) -> str:
         self.process.start()
@@ -62,9 +62,9 @@ class SGLangEngineActor:
 
     def __init__(self, cfg, rank: int, gpus: list[int], log_dir: str, env: dict | None = None,
                  model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER):
-        self.engine = SGLangEngine.from_config(cfg, rank, gpus, log_dir, env=env, model_path=model_path)
-        if launcher != LAUNCHER:  # tests: a stand-in server that accepts SGLang's flags
-            self.engine = SGLangEngine(self.engine.args, log_dir=log_dir, env=env, launcher=launcher)
+        # launcher: tests pass a stand-in server that accepts SGLang's flags
+        self.engine = SGLangEngine.from_config(cfg, rank, gpus, log_dir, env=env, model_path=model_path,
+                                               launcher=launcher)
 
     def start(self, timeout_s: float = 900.0) -> str:
         return self.engine.start(timeout_s)
