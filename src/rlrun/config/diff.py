@@ -149,12 +149,15 @@ def compare(a: Side, b: Side) -> Diff:
     changed = {k: (fa[k], fb[k]) for k in fa if k in fb and fa[k] != fb[k]}
     added = {k: fb[k] for k in fb if k not in fa}
     removed = {k: fa[k] for k in fa if k not in fb}
-    pa = {**{k: a.plan.get(k) for k in PLAN_KEYS}, **{f"memory_gib.{k}": v for k, v in a.plan["memory_gib"].items()}}
-    pb = {**{k: b.plan.get(k) for k in PLAN_KEYS}, **{f"memory_gib.{k}": v for k, v in b.plan["memory_gib"].items()}}
+    pa, pb = _plan_items(a.plan), _plan_items(b.plan)
     plan = {k: (pa.get(k), pb.get(k)) for k in pa.keys() | pb.keys() if pa.get(k) != pb.get(k)}
     choices = {k: (a.choices.get(k), b.choices.get(k)) for k in a.choices.keys() | b.choices.keys()
                if a.choices and b.choices and a.choices.get(k) != b.choices.get(k)}
     return Diff(a.label, b.label, changed, added, removed, dict(sorted(plan.items())), dict(sorted(choices.items())))
+
+
+def _plan_items(plan: dict) -> dict[str, Any]:
+    return {**{k: plan.get(k) for k in PLAN_KEYS}, **{f"memory_gib.{k}": v for k, v in plan["memory_gib"].items()}}
 
 
 def _v(x: Any) -> str:
