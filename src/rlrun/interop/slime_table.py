@@ -322,6 +322,3 @@ PLUMBING_ENV = frozenset({
 def rows_by_flag() -> dict[str, Row]:
     return {r.flag: r for r in ROWS}
 
-
-def rows_by_path() -> dict[str, Row]:
-    return {r.path: r for r in ROWS}
