@@ -36,9 +36,6 @@ class Cluster:
     owned: bool
     reaper: subprocess.Popen | None = None  # kills the embedded cluster's processes if we die
 
-    def nodes(self) -> list[NodeResources]:
-        return alive_nodes()
-
     def shutdown(self) -> None:
         # Disconnect in both cases; only an embedded cluster's processes die with it.
         if ray.is_initialized():
