@@ -54,7 +54,7 @@ def spawn(pids: list[int]) -> subprocess.Popen | None:
     """Start the watchdog for `pids` (Linux only; elsewhere there is no PDEATHSIG: returns None)."""
     if not sys.platform.startswith("linux"):
         return None
-    args = [f"{p}:{start_time(p)}" for p in pids if start_time(p)]
+    args = [f"{p}:{started}" for p in pids if (started := start_time(p))]
     return subprocess.Popen([sys.executable, "-m", "rlrun.launch.reaper", str(os.getpid()), *args],
                             preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
