@@ -172,15 +172,16 @@ class HFEngine:
                     self._batch.step()
             except Exception as exc:  # a failed step fails the requests in flight, never the scheduler
                 self._batch.fail()
-                with self._cv:
-                    in_flight = [seq for seq in self._running.values() if id(seq) in self._futures]
-                self._resolve(in_flight, exc)
+                self._resolve_in_flight(exc)
         for seq in self._batch.fail():  # stopping: answer every request still in flight
             seq.abort("engine shutting down")
+        self._resolve_in_flight()
+        self.abort(abort_all=True)  # and the queued ones
+
+    def _resolve_in_flight(self, exc: Exception | None = None) -> None:
         with self._cv:
             in_flight = [seq for seq in self._running.values() if id(seq) in self._futures]
-        self._resolve(in_flight)
-        self.abort(abort_all=True)  # and the queued ones
+        self._resolve(in_flight, exc)
 
     def abort(self, rid: str | None = None, abort_all: bool = False) -> None:
         with self._cv:
