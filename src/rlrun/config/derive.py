@@ -15,10 +15,6 @@ def _int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _sec(raw: dict, name: str) -> dict:
     v = raw.get(name)
     return v if isinstance(v, dict) else {}
