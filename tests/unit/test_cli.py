@@ -1,10 +1,7 @@
 """The rlrun command line, run as a user runs it (subprocess) where exit codes and imports matter."""
 import json
-import os
 import subprocess
 import sys
-
-import pytest
 
 from rlrun.cli import main, parse
 
