@@ -86,9 +86,8 @@ class StopChecker:
                     seq.finish = finish_reason("stop", matched=stop)
                     seq.matched_stop_str = stop
                     return
-        if len(seq.output_ids) >= sp.max_new_tokens:
-            seq.finish = finish_reason("length", length=len(seq.output_ids))
-        elif len(seq.prompt_ids) + len(seq.output_ids) >= self.max_context:
+        if (len(seq.output_ids) >= sp.max_new_tokens
+                or len(seq.prompt_ids) + len(seq.output_ids) >= self.max_context):
             seq.finish = finish_reason("length", length=len(seq.output_ids))
 
     def output_text(self, seq: Sequence) -> str:
