@@ -2,11 +2,14 @@
 
     python bench/megatron_mfu.py --models qwen3-1.7b,qwen3-4b --seq 4096
 
-Both sides train a random-init model of the named conf/model shape on one packed sequence of
---seq tokens per step (fwd + bwd + optimizer):
+Both sides train a random-init model of the named conf/model shape on --seqs sequences of --seq
+tokens per optimizer step (fwd + bwd + optimizer), --max-tokens tokens per micro-batch (default
+--seq: one sequence each; more packs several sequences into one micro-batch, as an RL step with
+train.max_tokens_per_gpu does):
 - megatron: MegatronBackend.train_step (GRPO loss from rlrun.algo, bf16 params, fp32 grads and
-  distributed Adam: 18 B/param of state);
-- transformers: AutoModelForCausalLM with attn_implementation="sdpa", bf16 params, cross-entropy
+  distributed Adam: 18 B/param of state), sequences packed THD (varlen attention);
+- transformers (max_tokens // seq sequences per forward, gradient accumulation over the rest):
+  AutoModelForCausalLM with attn_implementation="sdpa", bf16 params, cross-entropy
   loss, torch.optim.AdamW(fused=True) on bf16 states (8 B/param) - the baseline in
   ../shared/DEVICE.md.
 FLOPs per token (fwd+bwd) = 6 * matmul params (layers + lm head) + 6 * layers * heads*head_dim * seq
@@ -27,10 +30,10 @@ import time
 import torch
 
 
-def overrides(name: str, seq: int, recompute: bool = False) -> list[str]:
+def overrides(name: str, seq: int, max_tokens: int, recompute: bool = False) -> list[str]:
     rc = ["train.recompute.granularity=full", "train.recompute.method=uniform", "train.recompute.num_layers=1"]
     return (rc if recompute else []) + [f"model={name}", "hardware=h100", "train.backend=megatron", "train.gradient_accumulation_fusion=false",
-            f"train.max_tokens_per_gpu={seq}", f"train.log_probs_max_tokens_per_gpu={seq}",
+            f"train.max_tokens_per_gpu={max_tokens}", f"train.log_probs_max_tokens_per_gpu={max_tokens}",
             "rollout.max_response_len=1024", "eval.max_response_len=1024", "train.gpus_per_node=1",
             "rollout.num_gpus=1", "parallelism=tp1", "rollout.gpus_per_engine=1"]
 
@@ -56,15 +59,15 @@ def timed(step, n: int, warmup: int) -> tuple[float, float]:
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
 
 
-def bench_megatron(cfg, seq: int, n: int, warmup: int):
+def bench_megatron(cfg, seq: int, seqs: int, max_tokens: int, n: int, warmup: int):
     from rlrun.train.base import TrainBatch
     from rlrun.train.megatron_backend import MegatronBackend
     be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=n + warmup)
     be.init()
     g = torch.Generator().manual_seed(0)
-    tokens = [torch.randint(0, cfg.model.vocab_size, (seq,), generator=g)]
-    batch = TrainBatch(tokens=tokens, response_start=[1], loss_mask=[torch.ones(seq - 1)],
-                       advantages=[torch.ones(seq - 1)])
+    tokens = [torch.randint(0, cfg.model.vocab_size, (seq,), generator=g) for _ in range(seqs)]
+    batch = TrainBatch(tokens=tokens, response_start=[1] * seqs, loss_mask=[torch.ones(seq - 1)] * seqs,
+                       advantages=[torch.ones(seq - 1)] * seqs)
     try:
         return timed(lambda: be.train_step(batch), n, warmup)
     finally:
@@ -74,7 +77,7 @@ def bench_megatron(cfg, seq: int, n: int, warmup: int):
         torch.cuda.empty_cache()
 
 
-def bench_transformers(cfg, seq: int, n: int, warmup: int):
+def bench_transformers(cfg, seq: int, seqs: int, max_tokens: int, n: int, warmup: int):
     import transformers
 
     from rlrun.train.hf_model import hf_config
@@ -83,11 +86,13 @@ def bench_transformers(cfg, seq: int, n: int, warmup: int):
                                                               attn_implementation="sdpa")
     model.config.use_cache = False
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
-    ids = torch.randint(0, cfg.model.vocab_size, (1, seq), device="cuda")
+    per_forward = max(1, max_tokens // seq)
+    ids = torch.randint(0, cfg.model.vocab_size, (seqs, seq), device="cuda")
 
     def step():
-        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        loss.backward()
+        for chunk in ids.split(per_forward):
+            loss = model(input_ids=chunk, labels=chunk, use_cache=False).loss * (len(chunk) / seqs)
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     try:
@@ -107,15 +112,16 @@ def plan_estimate_gib(cfg) -> float:
 def run_one(name: str, backend: str, args) -> dict:
     from rlrun.config import load
     recompute = name in args.recompute.split(",")
-    cfg = load(overrides(name, args.seq, recompute))
+    max_tokens = args.max_tokens or args.seq
+    cfg = load(overrides(name, args.seq, max_tokens, recompute))
     fn = bench_megatron if backend == "megatron" else bench_transformers
     row = dict(model=name, backend=backend + ("+recompute" if recompute and backend == "megatron" else ""))
     try:
-        sec, peak = fn(cfg, args.seq, args.steps, args.warmup)
+        sec, peak = fn(cfg, args.seq, args.seqs, max_tokens, args.steps, args.warmup)
     except torch.OutOfMemoryError as e:
         return dict(row, error=f"OOM: {str(e)[:100]}")
-    tps = args.seq / sec
-    return dict(row, seq=args.seq, step_s=round(sec, 4), tokens_per_s=round(tps),
+    tps = args.seq * args.seqs / sec
+    return dict(row, seq=args.seq, seqs=args.seqs, max_tokens=max_tokens, step_s=round(sec, 4), tokens_per_s=round(tps),
                 tflops=round(flops_per_token(cfg.model, args.seq) * tps / 1e12, 1), peak_gib=round(peak, 1),
                 plan_gib=plan_estimate_gib(cfg) if backend == "megatron" else None)
 
@@ -124,6 +130,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="qwen3-1.7b,qwen3-4b")
     ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--seqs", type=int, default=1, help="sequences per optimizer step")
+    ap.add_argument("--max-tokens", type=int, default=None, help="tokens per micro-batch (default --seq)")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--backends", default="megatron,transformers")
@@ -140,7 +148,8 @@ def main():
             # One process per run: megatron-core keeps global state (groups, buffers) that would
             # hold GPU memory into the next run.
             cmd = [sys.executable, __file__, "--one", f"{name}:{b}"] + [
-                f"--{k}={getattr(args, k)}" for k in ("seq", "steps", "warmup", "recompute")]
+                f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("seq", "seqs", "steps", "warmup", "recompute")] + (
+                [f"--max-tokens={args.max_tokens}"] if args.max_tokens else [])
             out = subprocess.run(cmd, capture_output=True, text=True)
             line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
             rows.append(json.loads(line[-1][4:]) if line else
@@ -149,6 +158,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    print(f"\n{args.seqs} x {args.seq} tokens per step, {args.max_tokens or args.seq} per micro-batch")
     print(f"\n{'model':12} {'backend':20} {'step s':>7} {'tok/s':>7} {'TFLOP/s':>8} {'peak GiB':>9} {'plan GiB':>9}")
     for r in rows:
         if "error" in r:

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlrun.train.megatron.packing import group_samples, pack
+from rlrun.train.megatron.packing import pack
 from rlrun.train.megatron.weights import hf_names, interleave_qkv, split_qkv, to_hf, to_megatron, tp_shard, \
     tp_unshard
 
@@ -65,14 +65,6 @@ def test_to_hf_inverts_to_megatron():
         ("model.layers.0.self_attn.q_proj.weight", [1, 2, 3, 4]),
         ("model.layers.0.self_attn.k_proj.weight", [10, 20]),
         ("model.layers.0.self_attn.v_proj.weight", [100, 200])]
-
-
-def test_group_samples_first_fit_by_length():
-    # longest first: 7 -> row0, 5 -> row1 (7+5 > 10), 3 -> row0 (fills it), 2 -> row1, 2 -> row1 (5+2+2=9)
-    assert group_samples([3, 7, 2, 5, 2], max_tokens=10, micro_batch_size=1) == [[0, 1], [2, 3, 4]]
-    assert group_samples([3, 7, 2], max_tokens=None, micro_batch_size=2) == [[0, 1], [2]]
-    with pytest.raises(ValueError, match="sample 1 has 7 tokens > train.max_tokens_per_gpu=6"):
-        group_samples([3, 7], max_tokens=6, micro_batch_size=1)
 
 
 def test_pack_rows_predict_the_response_tokens_and_pad_to_tp():

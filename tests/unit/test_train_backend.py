@@ -39,7 +39,8 @@ def test_packed_log_probs_equal_one_sample_at_a_time():
 
 def test_dynamic_micro_batches_pack_by_token_budget():
     b = _backend("train.max_tokens_per_gpu=24")
-    assert b._micro_batches(_batch(), 24) == [[0, 1], [2, 3]]  # 9+12 <= 24 < 9+12+7; 7+15 <= 24
+    # first-fit, longest first (lengths 9, 12, 7, 15): 15 opens row 0, 12 row 1, 9 fills row 0 (24), 7 joins row 1
+    assert b._micro_batches(_batch(), 24) == [[0, 3], [1, 2]]
     with pytest.raises(ValueError, match="train.max_tokens_per_gpu=10"):
         b._micro_batches(_batch(), 10)
 

@@ -25,7 +25,7 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
     from rlrun.config import load
     from rlrun.train.base import TrainBatch
     from rlrun.train.megatron_backend import MegatronBackend
-    cfg = load(overrides(name, int(seq)))
+    cfg = load(overrides(name, int(seq), int(seq)))
     be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=100)
     be.init()
     ids = torch.randint(0, cfg.model.vocab_size, (int(seq),))

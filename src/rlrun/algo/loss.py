@@ -73,7 +73,8 @@ def compute_loss(
     cu_seqlens: torch.Tensor | None = None,
     normalizer: float | torch.Tensor | None = None,
 ):
-    """Policy loss of one micro-batch and its metrics (plain floats).
+    """Policy loss of one micro-batch and its metrics (detached 0-dim tensors on the loss's device:
+    a trainer sums them over micro-batches and reads them once per step, rlrun.train.step_metrics).
 
     logp: current log-probs (with grad). old_logp: log-probs of the policy that the advantages
     were computed for (None = logp.detach(), the on-policy case). ref_logp: needed with use_kl_loss.
@@ -109,4 +110,4 @@ def compute_loss(
         loss = loss + p.kl_loss_coef * kl_loss
         metrics["kl_loss"] = kl_loss
     metrics["loss"] = loss
-    return loss, {k: float(v.detach()) for k, v in metrics.items()}
+    return loss, {k: v.detach() for k, v in metrics.items()}

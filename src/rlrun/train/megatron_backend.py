@@ -22,10 +22,11 @@ import torch
 import torch.distributed as dist
 
 from rlrun.algo import AlgoParams, compute_loss
-from rlrun.algo.kl import kl as kl_estimate
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
+from rlrun.train.batching import loss_normalizer, micro_batches
 from rlrun.train.dist import join_process_group
+from rlrun.train.step_metrics import StepSums, policy_metrics
 from rlrun.train.torch_backend import TorchBackend
 
 _HF_DIR = "model"
@@ -188,10 +189,8 @@ class MegatronBackend(TrainerBackend):
 
     # -- forward ----------------------------------------------------------------------------
     def _micro_batches(self, batch: TrainBatch, max_tokens: int):
-        from rlrun.train.megatron.packing import group_samples, pack
-        t = self.cfg.train
-        groups = group_samples([int(x.numel()) for x in batch.tokens],
-                               max_tokens if t.use_dynamic_batch_size else None, t.micro_batch_size)
+        from rlrun.train.megatron.packing import pack
+        groups = micro_batches(self.cfg.train, [int(x.numel()) for x in batch.tokens], max_tokens)
         return [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
 
     def _response_logp_entropy(self, logits, mb, entropy_grad: bool):
@@ -285,14 +284,12 @@ class MegatronBackend(TrainerBackend):
         self.onload()
         self.model.train()
         batch, _ = self._model_parallel_batch(batch)
-        per_token = self.cfg.train.calculate_per_token_loss
-        local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
-        normalizer = torch.tensor([local], dtype=torch.float64, device=self.device)
-        dist.all_reduce(normalizer, group=ps.get_data_parallel_group())
-        normalizer = float(normalizer)
+        dp_group = ps.get_data_parallel_group()
+        normalizer = loss_normalizer(batch.loss_mask, self.cfg.train.calculate_per_token_loss, self.device, dp_group)
         mbs = self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu)
         # Undo the schedule's 1/num_microbatches and the DDP's 1/dp_size (module docstring).
         scale = len(mbs) * self.dp_size
+        sums = StepSums(self.device)  # filled on the last pipeline stage, which computes the loss
 
         def loss_fn(mb, logits):
             logp, entropy = self._response_logp_entropy(logits, mb, entropy_grad=self.params.entropy_coef != 0)
@@ -302,18 +299,12 @@ class MegatronBackend(TrainerBackend):
             loss, m = compute_loss(logp, self._cat(batch.old_logp, idx), ref, rollout,
                                    self._cat(batch.advantages, idx), mask, entropy, self.params,
                                    cu_seqlens=mb.response_cu, normalizer=normalizer)
-            d = logp.detach()
-            tok = {"n": float(mask.sum()), "entropy": float((entropy.detach() * mask).sum()),
-                   "response_tokens": float(mb.response_cu[-1])}
-            if rollout is not None:
-                tok["mismatch"] = float(((d - rollout).abs() * mask).sum())
-            if ref is not None:
-                tok["kl"] = float((kl_estimate(d, ref, "low_var_kl") * mask).sum())
-            return loss * scale, {"sums": m, "tok": tok}
+            sums.add_policy(m, logp, entropy, mask, rollout, ref, mb.response_tokens)
+            return loss * scale, {}
 
         self.model.zero_grad_buffer()
         self.opt.zero_grad()
-        results = self._run(self.model, mbs, loss_fn, forward_only=False)
+        self._run(self.model, mbs, loss_fn, forward_only=False)
         lr = self._lr(self.cfg.optim.lr)
         for group in self.opt.param_groups:
             group["lr"] = lr
@@ -321,30 +312,8 @@ class MegatronBackend(TrainerBackend):
         if not ok:
             raise RuntimeError(f"optimizer step {self.step} skipped (non-finite gradients)")
         self.step += 1
-        return self._metrics(self._to_all_stages(results or []), grad_norm, lr, batch)
-
-    def _metrics(self, results, grad_norm, lr, batch) -> dict[str, float]:
-        """Sum the per-micro-batch sums, then over DP ranks (one all-reduce)."""
-        from megatron.core import parallel_state as ps
-        sums: dict[str, float] = {}
-        for r in results:
-            for k, v in r["sums"].items():
-                sums["train/" + k] = sums.get("train/" + k, 0.0) + v
-            for k, v in r["tok"].items():
-                sums["tok/" + k] = sums.get("tok/" + k, 0.0) + v
-        keys = sorted(sums)
-        red = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device)
-        dist.all_reduce(red, group=ps.get_data_parallel_group())
-        s = dict(zip(keys, red.tolist()))
-        n = max(s.pop("tok/n", 1.0), 1.0)
-        out = {k: v for k, v in s.items() if k.startswith("train/")}
-        out.update({"train/entropy": s["tok/entropy"] / n, "train/grad_norm": float(grad_norm or 0.0), "train/lr": lr,
-                    "train/response_tokens": s["tok/response_tokens"]})
-        if batch.rollout_logp is not None:
-            out["train/train_rollout_logp_abs_diff"] = s["tok/mismatch"] / n
-        if batch.ref_logp is not None:
-            out["train/kl"] = s["tok/kl"] / n
-        return out
+        # Every rank of a DP group sits on the same stage: the reduce is over all-empty or all-full sums.
+        return policy_metrics(self._to_all_stages(sums.reduce(dp_group)), grad_norm, lr)
 
     # -- weights and checkpoints ------------------------------------------------------------
     def export_buckets(self, bucket_bytes: int, dtype=torch.bfloat16):

@@ -23,14 +23,15 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from rlrun.algo import AlgoParams, aggregate, compute_loss, entropy_from_logits, value_loss
-from rlrun.algo.kl import kl as kl_estimate
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
+from rlrun.train.batching import loss_normalizer, micro_batches, to_device
 from rlrun.train import offload as off
 from rlrun.train.critic import build_value_model
 from rlrun.train.dist import join_process_group
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at
+from rlrun.train.step_metrics import StepSums, policy_metrics
 
 _STATE_FILE = "trainer_state.pt"
 _MODEL_DIR = "model"
@@ -123,29 +124,13 @@ class TorchBackend(TrainerBackend):
 
     # -- forward ----------------------------------------------------------------------------
     def _micro_batches(self, batch: TrainBatch, max_tokens: int) -> list[list[int]]:
-        """Sample indices per micro-batch: greedy token packing, or micro_batch_size samples."""
-        if not self.cfg.train.use_dynamic_batch_size:
-            mbs = self.cfg.train.micro_batch_size
-            return [list(range(i, min(i + mbs, len(batch)))) for i in range(0, len(batch), mbs)]
-        groups: list[list[int]] = []
-        used = 0
-        for i, t in enumerate(batch.tokens):
-            n = int(t.numel())
-            if n > max_tokens:
-                raise ValueError(f"sample {i} has {n} tokens > train.max_tokens_per_gpu={max_tokens}; raise it "
-                                 f"to at least data.max_prompt_len + rollout.max_response_len")
-            if not groups or used + n > max_tokens:
-                groups.append([])
-                used = 0
-            groups[-1].append(i)
-            used += n
-        return groups
+        return micro_batches(self.cfg.train, [int(t.numel()) for t in batch.tokens], max_tokens)
 
     def _pack(self, batch: TrainBatch, idx: list[int]):
         """Samples `idx` as one row -> (ids, position ids, response positions, response cu_seqlens)."""
         seqs = [batch.tokens[i] for i in idx]
-        ids = torch.cat(seqs).to(self.device)[None]
-        pos = torch.cat([torch.arange(int(s.numel())) for s in seqs]).to(self.device)[None]
+        ids = to_device(torch.cat(seqs), self.device)[None]
+        pos = to_device(torch.cat([torch.arange(int(s.numel())) for s in seqs]), self.device)[None]
         # the output at position t predicts token t+1: take positions [start-1, len-1) of every sample.
         gather, offset, cu = [], 0, [0]
         for i, s in zip(idx, seqs):
@@ -153,7 +138,7 @@ class TorchBackend(TrainerBackend):
             gather.append(torch.arange(offset + batch.response_start[i] - 1, offset + n - 1))
             offset += n
             cu.append(cu[-1] + n - batch.response_start[i])
-        return ids, pos, torch.cat(gather).to(self.device), torch.tensor(cu, device=self.device)
+        return ids, pos, to_device(torch.cat(gather), self.device), to_device(torch.tensor(cu), self.device)
 
     def _forward(self, model, batch: TrainBatch, idx: list[int], entropy_grad: bool):
         """Packed forward of samples `idx` -> (response log-probs, entropy, response cu_seqlens)."""
@@ -174,7 +159,7 @@ class TorchBackend(TrainerBackend):
         return values[gather].float(), cu
 
     def _cat(self, xs: list[torch.Tensor] | None, idx: list[int]) -> torch.Tensor | None:
-        return None if xs is None else torch.cat([xs[i] for i in idx]).to(self.device, torch.float32)
+        return None if xs is None else to_device(torch.cat([xs[i] for i in idx]), self.device, torch.float32)
 
     @torch.no_grad()
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
@@ -220,9 +205,7 @@ class TorchBackend(TrainerBackend):
         if batch.advantages is None:
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
         self.onload()
-        per_token = self.cfg.train.calculate_per_token_loss
-        local = sum(float(m.sum()) for m in batch.loss_mask) if per_token else float(len(batch))
-        normalizer = self._all_reduce(torch.tensor([local], dtype=torch.float64, device=self.device)).item()
+        normalizer = loss_normalizer(batch.loss_mask, self.cfg.train.calculate_per_token_loss, self.device)
         # the critic first: its step reads self.step before the actor's step advances it
         critic = self._critic_step(batch, normalizer) if batch.returns is not None else {}
         return {**self._actor_step(batch, normalizer), **critic}
@@ -244,9 +227,7 @@ class TorchBackend(TrainerBackend):
 
     def _actor_step(self, batch: TrainBatch, normalizer: float) -> dict[str, float]:
         self.model.train()
-        sums: dict[str, float] = {}
-        # token sums for metrics that are means over all loss tokens: entropy, mismatch, KL
-        tok = torch.zeros(5, dtype=torch.float64, device=self.device)
+        sums = StepSums(self.device)
         for idx in self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu):
             logp, entropy, cu = self._forward(self.model, batch, idx, entropy_grad=self.params.entropy_coef != 0)
             mask, ref = self._cat(batch.loss_mask, idx), self._cat(batch.ref_logp, idx)
@@ -254,30 +235,11 @@ class TorchBackend(TrainerBackend):
             loss, m = compute_loss(logp, self._cat(batch.old_logp, idx), ref, rollout, self._cat(batch.advantages, idx),
                                    mask, entropy, self.params, cu_seqlens=cu, normalizer=normalizer)
             loss.backward()
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + v
-            d = logp.detach()
-            tok[0] += mask.sum()
-            tok[1] += (entropy.detach() * mask).sum()
-            if rollout is not None:
-                tok[2] += ((d - rollout).abs() * mask).sum()
-            if ref is not None:
-                tok[3] += (kl_estimate(d, ref, "low_var_kl") * mask).sum()
-            tok[4] += float(cu[-1])
+            sums.add_policy(m, logp, entropy, mask, rollout, ref,
+                            sum(int(batch.tokens[i].numel()) - batch.response_start[i] for i in idx))
         grad_norm, lr = self._optimizer_step(self.model, self.opt, self.cfg.optim.lr)
         self.step += 1
-        keys = sorted(sums)
-        red = self._all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=self.device))
-        metrics = {f"train/{k}": float(v) for k, v in zip(keys, red.tolist())}
-        tok = self._all_reduce(tok).tolist()
-        n_tok = max(tok[0], 1.0)
-        metrics.update({"train/entropy": tok[1] / n_tok, "train/grad_norm": grad_norm, "train/lr": lr,
-                        "train/response_tokens": tok[4]})
-        if batch.rollout_logp is not None:
-            metrics["train/train_rollout_logp_abs_diff"] = tok[2] / n_tok
-        if batch.ref_logp is not None:
-            metrics["train/kl"] = tok[3] / n_tok
-        return metrics
+        return policy_metrics(sums.reduce(), grad_norm, lr)
 
     def _critic_step(self, batch: TrainBatch, normalizer: float) -> dict[str, float]:
         """One critic step on the clipped value loss (slime `value_loss_function`), aggregated like

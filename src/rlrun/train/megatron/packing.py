@@ -1,9 +1,8 @@
 """Samples -> packed THD micro-batches for megatron-core (no padding to the longest sample).
 
 A micro-batch is one row of concatenated samples with cu_seqlens; attention stays within each
-sample (varlen attention), rope restarts per sample. Dynamic batching fills rows up to
-max_tokens_per_gpu (first-fit over samples sorted by length, so rows come out even); without it,
-micro_batch_size samples per row. With sequence parallelism the row length must divide by TP: a
+sample (varlen attention), rope restarts per sample. Which samples share a row is decided by
+rlrun.train.batching (the same for every backend). With sequence parallelism the row length must divide by TP: a
 pad segment (its own sequence, never read back) is appended.
 """
 from __future__ import annotations
@@ -12,26 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-def group_samples(lengths: list[int], max_tokens: int | None, micro_batch_size: int) -> list[list[int]]:
-    """Sample indices of each micro-batch. max_tokens=None: fixed micro_batch_size samples each."""
-    if max_tokens is None:
-        return [list(range(i, min(i + micro_batch_size, len(lengths)))) for i in range(0, len(lengths), micro_batch_size)]
-    rows: list[list[int]] = []
-    room: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        n = lengths[i]
-        if n > max_tokens:
-            raise ValueError(f"sample {i} has {n} tokens > train.max_tokens_per_gpu={max_tokens}: raise it to at "
-                             "least data.max_prompt_len + rollout.max_response_len")
-        k = next((r for r, free in enumerate(room) if free >= n), None)
-        if k is None:
-            rows.append([])
-            room.append(max_tokens)
-            k = len(rows) - 1
-        rows[k].append(i)
-        room[k] -= n
-    return [sorted(r) for r in rows]
+from rlrun.train.batching import to_device
 
 
 @dataclass
@@ -44,6 +24,7 @@ class MicroBatch:
     logit_rows: torch.Tensor     # rows of the packed logits that predict the response tokens
     targets: torch.Tensor        # the response tokens those rows predict
     response_cu: torch.Tensor    # cu_seqlens over the response tokens of the samples
+    response_tokens: int         # response_cu[-1], kept on the host (reading the tensor would sync)
 
     def packed_seq_params(self):
         from megatron.core.packed_seq_params import PackedSeqParams
@@ -70,7 +51,7 @@ def pack(tokens: list[torch.Tensor], response_start: list[int], index: list[int]
         rows.append(torch.arange(start + s - 1, start + n - 1))
         rcu.append(rcu[-1] + n - s)
     rows = torch.cat(rows)
-    return MicroBatch(index=list(index), tokens=ids[None].to(device), position_ids=pos[None].to(device),
-                      cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), max_seqlen=max(lens + [pad]),
-                      logit_rows=rows.to(device), targets=ids[rows + 1].to(device),
-                      response_cu=torch.tensor(rcu, device=device))
+    return MicroBatch(index=list(index), tokens=to_device(ids[None], device), position_ids=to_device(pos[None], device),
+                      cu_seqlens=to_device(torch.tensor(cu, dtype=torch.int32), device), max_seqlen=max(lens + [pad]),
+                      logit_rows=to_device(rows, device), targets=to_device(ids[rows + 1], device),
+                      response_cu=to_device(torch.tensor(rcu), device), response_tokens=rcu[-1])

@@ -1,0 +1,65 @@
+"""A train step's metrics, summed over micro-batches on the device and read back once per step.
+
+Reading a metric with float() inside the micro-batch loop stops Python until the GPU has finished
+the forward pass, before it can queue the backward: the GPU then idles while Python launches the
+backward's kernels (megatron-core's per-module Python makes that launch time comparable to the
+GPU time). Both backends therefore add detached device tensors here and sync once, in reduce().
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from rlrun.algo.kl import kl as kl_estimate
+
+
+class StepSums:
+    """name -> running float64 sum on the device."""
+
+    def __init__(self, device):
+        self.device = device
+        self.sums: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, value) -> None:
+        v = value.detach().to(self.device, torch.float64) if torch.is_tensor(value) else \
+            torch.tensor(float(value), dtype=torch.float64, device=self.device)
+        self.sums[name] = self.sums[name] + v if name in self.sums else v
+
+    def add_policy(self, loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp, response_tokens: int) -> None:
+        """One micro-batch of the policy loss: compute_loss's metrics (already aggregated like the
+        loss, so they add up over micro-batches) and token sums for the means over loss tokens."""
+        for k, v in loss_metrics.items():
+            self.add("train/" + k, v)
+        d = logp.detach()
+        self.add("tok/n", mask.sum())
+        self.add("tok/response_tokens", response_tokens)
+        if entropy is not None:
+            self.add("tok/entropy", (entropy.detach() * mask).sum())
+        if rollout_logp is not None:
+            self.add("tok/mismatch", ((d - rollout_logp).abs() * mask).sum())
+        if ref_logp is not None:
+            self.add("tok/kl", (kl_estimate(d, ref_logp, "low_var_kl") * mask).sum())
+
+    def reduce(self, group=None) -> dict[str, float]:
+        """Sums over the ranks of `group` (one all-reduce, one host copy). Every rank of the group
+        must hold the same names (the same loss terms); an empty StepSums returns {}."""
+        if not self.sums:
+            return {}
+        keys = sorted(self.sums)
+        t = torch.stack([self.sums[k] for k in keys])
+        if dist.is_initialized() and dist.get_world_size(group) > 1:
+            dist.all_reduce(t, group=group)
+        return dict(zip(keys, t.tolist()))
+
+
+def policy_metrics(sums: dict[str, float], grad_norm: float, lr: float) -> dict[str, float]:
+    """The reduced sums of add_policy -> the step's train/* metrics (token means over loss tokens)."""
+    n = max(sums.get("tok/n", 1.0), 1.0)
+    out = {k: v for k, v in sums.items() if k.startswith("train/")}
+    out.update({"train/grad_norm": float(grad_norm or 0.0), "train/lr": lr,
+                "train/response_tokens": sums.get("tok/response_tokens", 0.0)})
+    for tok, name in (("tok/entropy", "train/entropy"), ("tok/mismatch", "train/train_rollout_logp_abs_diff"),
+                      ("tok/kl", "train/kl")):
+        if tok in sums:
+            out[name] = sums[tok] / n
+    return out
