@@ -93,6 +93,12 @@ class Run:
         self.engines = EngineGroup(self.router, engines, restart)
         stack.callback(self.engines.stop)
         self.engines.start()
+        # Weight sync state: the engines' weight dtype (the trainer fingerprints in it), the latest
+        # verified (version, checksum) for restarts, the latest push's metrics for the step's row.
+        self._engine_dtype = self.engines.weight_dtype() if cfg.rollout.engine == "hf" else None
+        self._synced: tuple[int, str] | None = None
+        self._sync_metrics: dict[str, float] = {}
+        self.engines.resync = self._resync
         self.prompts = steps.load_prompts(cfg, self.tokenizer, self.run_dir)
         self._eval_sets: dict[str, list] = {}
         self.logger: MetricsLogger | None = None
@@ -130,50 +136,105 @@ class Run:
         kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
         return samples, kept, info
 
-    def sync_weights(self, version: int, only_if_stale: bool = False) -> None:
-        """Trainer weights -> every engine (via a safetensors file on the node's disk), verified
-        by checksum. only_if_stale: skip the push when the engines already hold the weights
-        (a fresh random init: the engines loaded the same init from engine_init/).
+    # -- weight sync -------------------------------------------------------------------------
+    # rollout.weight_sync (plan.weight_sync, auto resolved): "tensor" and "distributed" are pushed
+    # by the trainer's lead rank itself (TrainGroup.push_weights: the tensors never pass through
+    # this driver) and verified by fingerprint; "disk" is a safetensors file under the run dir,
+    # loaded by every engine and verified by sha256. SGLang servers have no checksum endpoint: for
+    # rollout.engine=sglang the check is that every engine reports the pushed weight_version.
 
-        SGLang servers have no checksum endpoint: for rollout.engine=sglang the check is that
-        every engine reports the pushed weight_version (and the push is never skipped)."""
-        if only_if_stale and self.cfg.rollout.engine == "hf" and self._engines_hold(self.trainer.export_weights(None)):
+    def sync_weights(self, version: int, only_if_stale: bool = False) -> None:
+        """Trainer weights -> every engine, verified. only_if_stale: skip the push when the engines
+        already hold the weights (a fresh random init: the engines loaded the same init from
+        engine_init/); never skipped for sglang engines, which cannot be asked."""
+        if only_if_stale and self.cfg.rollout.engine == "hf" and self._engines_hold():
             return
-        self._push(version, self._export())
+        want = self._export() if self.plan.weight_sync == "disk" else None
+        self.engines.sync(lambda urls: self._push(version, urls, want))
+
+    def _engines_hold(self) -> bool:
+        """Whether every engine holds the trainer's weights (compared without pushing anything)."""
+        kind = self._check_kind()
+        if kind == "sha256":
+            want = self.trainer.export_weights(None)
+        else:
+            want = self.trainer.push_weights([], **self._push_args(0))["fingerprint"]
+        return all(c == want for c in self.engines.checksums(kind).values())
+
+    def _check_kind(self) -> str:
+        return "sha256" if self.plan.weight_sync == "disk" else "fingerprint"
+
+    def _push_args(self, version: int) -> dict:
+        r = self.cfg.rollout
+        return dict(transport=self.plan.weight_sync, version=version, bucket_bytes=r.weight_sync_bucket_mb << 20,
+                    engine_dtype=self._engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
+                    copies=r.gpus_per_engine if r.engine == "sglang" else 1)
 
     def _export(self) -> str:
-        """The trainer writes its weights under the run dir; returns their checksum."""
+        """disk: the trainer writes its weights under the run dir; returns their sha256."""
         return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR))
 
-    def _push(self, version: int, want: str) -> None:
-        """Engines load the exported weights; verified by checksum (hf) or weight_version (sglang)."""
-        self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version))
-        if self.cfg.rollout.engine == "hf":
-            bad = {url: c[:12] for url, c in self.engines.checksums().items() if c != want}
-            if bad:
-                raise WeightSyncError(f"weight sync to version {version}: engines {bad} disagree with the trainer "
-                                      f"(checksum {want[:12]}) after the push; the engine model does not match "
-                                      f"model.*")
+    def _push(self, version: int, urls: list[str], want: str | None = None) -> None:
+        """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
+        the export's checksum (the file is already written)."""
+        import time
+
+        t0 = time.perf_counter()
+        if self.plan.weight_sync == "disk":
+            self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
+            seconds, nbytes = time.perf_counter() - t0, None
         else:
-            stale = {url: v for url, v in self.engines.versions().items() if v != str(version)}
-            if stale:
-                raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
+            out = self.trainer.push_weights(urls, **self._push_args(version))
+            want, seconds, nbytes = out["fingerprint"], out["seconds"], out["bytes"]
+        self._verify(version, urls, want)
+        self._synced = (version, want)
+        if nbytes:
+            self._sync_metrics = {"perf/weight_sync_gb_per_s": nbytes / seconds / 1e9,
+                                  "weight_sync/gb": nbytes / 1e9, "weight_sync/push_s": seconds}
+
+    def _verify(self, version: int, urls: list[str], want: str) -> None:
+        if self.cfg.rollout.engine == "hf":
+            kind = self._check_kind()
+            bad = {url: c[:12] for url, c in self.engines.checksums(kind, urls).items() if c != want}
+            if bad:
+                raise WeightSyncError(f"weight sync to version {version} ({self.plan.weight_sync}): engines {bad} "
+                                      f"disagree with the trainer ({kind} {want[:12]}) after the push; the engine "
+                                      f"model does not match model.*")
+        stale = {url: v for url, v in self.engines.versions(urls).items() if v != str(version)}
+        if stale:
+            raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
+
+    def _resync(self, url: str) -> None:
+        """EngineGroup's restart callback (outside Run.training: inside it restarts are deferred
+        to the block's own sync): the restarted engine at `url` gets the version the others serve."""
+        if self._synced is None:
+            return  # nothing pushed yet: the engines serve the init the restarted one loaded too
+        version, want = self._synced
+        self._push(version, [url], want)
+        if self.cfg.train.offload:
+            self.trainer.offload()  # the push onloaded it (megatron's export); the rollout has the GPU
 
     @contextmanager
     def training(self, version: int, timer):
         """The trainer's part of a step (the block), ending with the weight sync to `version`.
 
+        Restarted engines are held out of the router from here to the sync (their weights would
+        be older than the others' afterwards), and the sync includes them.
         Offload (docs/runner.md): colocated with rollout.offload, the engines lend the trainer
         their GPU memory for the block and get it back around the weight push, in the order
         SGLang needs (docs/rollout.md); with train.offload the trainer holds the GPU only here:
             [pause, release weights+kv_cache+cuda_graph] [trainer onload] -> block
-            -> export -> [trainer offload] [resume weights] -> push + verify
+            tensor/distributed: -> [resume weights] -> push + verify -> [trainer offload]
+            disk:               -> export -> [trainer offload] [resume weights] -> push + verify
             -> [resume kv_cache+cuda_graph, continue]
-        The bracketed calls are timed as time/offload_s, export and push as time/weight_sync_s.
-        An error in the block leaves the engines released: the run is going down, and teardown
-        stops them."""
+        The trainer pushes from its GPU memory (CUDA IPC handles, NCCL), so it offloads after the
+        push; the disk export is a file, so the trainer leaves first. The bracketed calls are
+        timed as time/offload_s, export and push as time/weight_sync_s. An error in the block
+        leaves the engines released: the run is going down, and teardown stops them."""
         lend = self.cfg.train.colocate and self.cfg.rollout.offload
         swap = self.cfg.train.offload
+        disk = self.plan.weight_sync == "disk"
+        self.engines.defer_restarts()
         if lend or swap:
             with timer("offload"):
                 if lend:
@@ -182,23 +243,25 @@ class Run:
                 if swap:
                     self.trainer.onload()
         yield
-        with timer("weight_sync"):
-            want = self._export()
-        if lend or swap:
+        want = None
+        if disk:
+            with timer("weight_sync"):
+                want = self._export()
+        if (swap and disk) or lend:
             with timer("offload"):
-                if swap:
+                if swap and disk:
                     self.trainer.offload()
                 if lend:
                     self.engines.resume_memory(["weights"])  # SGLang loads the update into these
         with timer("weight_sync"):
-            self._push(version, want)
-        if lend:
+            self.engines.sync(lambda urls: self._push(version, urls, want))
+        if (swap and not disk) or lend:
             with timer("offload"):
-                self.engines.resume_memory(["kv_cache", "cuda_graph"])
-                self.engines.continue_generation()
-
-    def _engines_hold(self, checksum: str) -> bool:
-        return all(c == checksum for c in self.engines.checksums().values())
+                if swap and not disk:
+                    self.trainer.offload()
+                if lend:
+                    self.engines.resume_memory(["kv_cache", "cuda_graph"])
+                    self.engines.continue_generation()
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         from rlrun.rollout.client import Sampling
@@ -251,7 +314,8 @@ class Run:
         return start
 
     def log(self, rollout_id: int, metrics: dict[str, float]) -> None:
-        self.logger.log(rollout_id, metrics)
+        self.logger.log(rollout_id, {**metrics, **self._sync_metrics})
+        self._sync_metrics = {}
 
     def _finish(self) -> None:
         self.logger.close()

@@ -4,20 +4,24 @@ Every engine endpoint the runner hits is recorded (the real HTTP calls still go 
 engine's /server_info is read at each trainer call: released (all tags) while the trainer works,
 weights back before the push, everything back and generation working after the block. The
 trainer is a stand-in (Ray and a TrainGroup are not needed to check the order) that exports the
-tiny model's weights the way TrainGroup.export_weights does.
+tiny model's weights the way TrainGroup.export_weights does (disk) or pushes them with the lead
+rank's own push_state (tensor: shared-memory payloads on the CPU).
 """
 from __future__ import annotations
 
 import pytest
 import requests
+import torch
 
 from rlrun.config import load
+from rlrun.config.plan import make_plan
+from rlrun.launch.train_group import push_state
 from rlrun.metrics import Timer
 from rlrun.rollout import api
 from rlrun.rollout import engines as engines_mod
 from rlrun.rollout.engines import local_engine_group
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
-from rlrun.rollout.weights import checksum
+from rlrun.rollout.weights import checksum, fingerprint
 from rlrun.runner import Run
 
 pytestmark = pytest.mark.timeout(120)
@@ -59,6 +63,10 @@ class _Trainer:
         self.model.save_pretrained(path)
         return checksum(self.model.state_dict())
 
+    def push_weights(self, urls, **how):
+        self.calls.append(("trainer.push", _released(self.group)))
+        return push_state(self.model.state_dict(), urls, device=torch.device("cpu"), **how)
+
 
 def _run(tmp_path, group, monkeypatch, overrides, seed):
     calls = []
@@ -71,12 +79,54 @@ def _run(tmp_path, group, monkeypatch, overrides, seed):
     monkeypatch.setattr(engines_mod, "_post", post)
     r = Run.__new__(Run)  # only what training() reads; the real Run needs Ray
     r.cfg, r.run_dir, r.engines = load(overrides), tmp_path, group
+    r.plan = make_plan(r.cfg)
+    r._engine_dtype, r._synced, r._sync_metrics = group.weight_dtype(), None, {}
     r.trainer = _Trainer(group, calls, seed)
     return r, calls
 
 
-def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_push(tmp_path, group, monkeypatch):
-    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true", "rollout.offload=true"], seed=3)
+PUSH = [("/pause_generation", {"mode": "in_place"}), "/update_weights_from_tensor", ("/continue_generation", {})]
+
+
+def _paths(calls):
+    """Calls with the weight payload itself left out (shared-memory file names differ per run)."""
+    return [c[0] if c[0] == "/update_weights_from_tensor" else c for c in calls]
+
+
+def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
+    """The trainer pushes from its own memory (CUDA IPC on a GPU), so it offloads after the push."""
+    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true", "rollout.offload=true"], seed=6)
+    assert r.cfg.train.colocate and r.plan.weight_sync == "tensor"  # auto, colocated
+    t = Timer()
+    with r.training(version=7, timer=t):
+        calls.append(("block", _released(group)))
+    assert _paths(calls) == [
+        ("/pause_generation", {"mode": "abort"}),
+        ("/release_memory_occupation", {"tags": None}),
+        ("trainer.onload", ALL),
+        ("block", ALL),
+        ("/resume_memory_occupation", {"tags": ["weights"]}),
+        ("trainer.push", ["cuda_graph", "kv_cache"]),  # the engine's weights are back to load into
+        *PUSH,
+        ("trainer.offload", ["cuda_graph", "kv_cache"]),
+        ("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]}),
+        ("/continue_generation", {}),
+    ]
+    last = [c[1] for c in calls if c[0] == "/update_weights_from_tensor"][-1]
+    assert last["weight_version"] == "7" and last["flush_cache"]  # the last bucket sets the version
+    state = r.trainer.model.state_dict()
+    assert group.checksums("fingerprint") == {group.urls[0]: fingerprint(state)}
+    assert group.checksums() == {group.urls[0]: checksum(state)}  # the byte-wise check agrees
+    assert set(group.versions().values()) == {"7"} and _released(group) == []
+    assert _generate(group).status_code == 200
+    assert t.seconds["offload"] > 0 and t.seconds["weight_sync"] > 0
+    assert r._synced[0] == 7 and r._sync_metrics["perf/weight_sync_gb_per_s"] > 0
+
+
+def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_disk_push(tmp_path, group,
+                                                                                          monkeypatch):
+    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true", "rollout.offload=true",
+                                                   "rollout.weight_sync=disk"], seed=3)
     assert r.cfg.train.colocate
     t = Timer()
     with r.training(version=7, timer=t):
@@ -108,13 +158,16 @@ def test_without_offload_only_the_weights_are_pushed(tmp_path, group, monkeypatc
     t = Timer()
     with r.training(version=8, timer=t):
         assert _released(group) == []
-    assert [c[0] for c in calls] == ["trainer.export", "/update_weights_from_disk"]
+    assert _paths(calls) == [("trainer.push", []), *PUSH]
     assert "offload" not in t.seconds and _generate(group).status_code == 200
 
 
-def test_trainer_offload_alone_leaves_the_engines_alone(tmp_path, group, monkeypatch):
-    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true"], seed=5)
+@pytest.mark.parametrize("transport, order", [
+    ("tensor", ["trainer.onload", "trainer.push", "/pause_generation", "/update_weights_from_tensor",
+                "/continue_generation", "trainer.offload"]),
+    ("disk", ["trainer.onload", "trainer.export", "trainer.offload", "/update_weights_from_disk"])])
+def test_trainer_offload_alone_leaves_the_engines_alone(tmp_path, group, monkeypatch, transport, order):
+    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true", f"rollout.weight_sync={transport}"], seed=5)
     with r.training(version=9, timer=Timer()):
         pass
-    assert [c[0] for c in calls] == ["trainer.onload", "trainer.export", "trainer.offload",
-                                     "/update_weights_from_disk"]
+    assert [c[0] for c in calls] == order

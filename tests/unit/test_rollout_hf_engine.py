@@ -77,7 +77,8 @@ def test_update_weights_from_tensor_changes_checksum_and_version(server, model_d
                       json=api.update_weights_from_tensor_body([payload], "v2"))
     assert r.json()["success"], r.text
     after = requests.get(f"{url}/rlrun/weights_checksum").json()
-    assert after == {"checksum": W.checksum(new_state), "weight_version": "v2"} and after["checksum"] != before
+    assert after == {"checksum": W.checksum(new_state), "kind": "sha256", "dtype": "float32",
+                     "weight_version": "v2"} and after["checksum"] != before
     out = gen(url, input_ids=[3], sampling_params={"max_new_tokens": 1})
     assert out["meta_info"]["weight_version"] == "v2"
     first = requests.post(f"{url}/get_weights_by_name", json={"name": "model.norm.weight", "truncate_size": 3}).json()
@@ -168,8 +169,12 @@ def test_update_weights_from_tensor_file_variant(server, tmp_path):
     r = requests.post(f"{url}/update_weights_from_tensor", json=api.update_weights_from_tensor_body(
         [str(path)], "f1", load_format=W.FILE_LOAD_FORMAT))
     assert r.json()["success"], r.text
-    assert requests.get(f"{url}/rlrun/weights_checksum").json() == {"checksum": W.checksum(state),
-                                                                    "weight_version": "f1"}
+    assert requests.get(f"{url}/rlrun/weights_checksum").json() == {"checksum": W.checksum(state), "kind": "sha256",
+                                                                    "dtype": "float32", "weight_version": "f1"}
+    fp = requests.get(f"{url}/rlrun/weights_checksum", params={"kind": "fingerprint"}).json()
+    assert fp["checksum"] == W.fingerprint(state) and fp["kind"] == "fingerprint"
+    bad = requests.get(f"{url}/rlrun/weights_checksum", params={"kind": "md5"})
+    assert bad.status_code == 400 and "sha256" in bad.text
 
 
 def test_out_of_vocabulary_ids_are_a_400(server):

@@ -101,3 +101,81 @@ def test_ipc_serialisation_leaves_the_sharing_strategy_alone():
     before = tmp.get_sharing_strategy()
     W.serialize_ipc([("w", torch.ones(2))])
     assert tmp.get_sharing_strategy() == before
+
+
+# ---- fingerprint: the cheap post-sync check (bit-exact like checksum, computed on the tensors' device)
+
+def _flip_low_bit(t: torch.Tensor, index: int) -> torch.Tensor:
+    out = t.clone()
+    out.view(-1).view(torch.int32)[index] ^= 1  # the lowest mantissa bit: a change of one ulp
+    return out
+
+
+def test_fingerprint_is_the_hand_computed_digest():
+    import hashlib
+
+    # bits [1, 2, 3]: sum 6, position-weighted sum 1*1 + 2*2 + 3*3 = 14
+    want = hashlib.sha256(b"x|int64|(3,)|6|14\n").hexdigest()
+    assert W.fingerprint({"x": torch.tensor([1, 2, 3])}) == want
+    # a float's bits: 1.0f is 0x3f800000 = 1065353216
+    one = hashlib.sha256(f"w|float32|(1,)|{0x3f800000}|{0x3f800000}\n".encode()).hexdigest()
+    assert W.fingerprint({"w": torch.tensor([1.0])}) == one
+
+
+def test_fingerprint_sees_a_flipped_bit_swapped_or_missing_tensors_and_moved_elements():
+    state = {k: v for k, v in build_model(seed=0).state_dict().items()}
+    base = W.fingerprint(state)
+    assert W.fingerprint(dict(reversed(list(state.items())))) == base  # order of the dict does not matter
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert W.fingerprint({**state, name: _flip_low_bit(state[name], 7)}) != base
+    a, b = "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.o_proj.weight"
+    assert state[a].shape == state[b].shape
+    assert W.fingerprint({**state, a: state[b], b: state[a]}) != base  # swapped pair of tensors
+    assert W.fingerprint({k: v for k, v in state.items() if k != name}) != base  # missing tensor
+    moved = state[name].clone().view(-1)
+    moved[[0, 1]] = moved[[1, 0]]  # same values, two positions swapped: only the weighted sum sees it
+    assert W.fingerprint({**state, name: moved.view_as(state[name])}) != base
+    assert W.fingerprint({"z": torch.tensor([0.0])}) != W.fingerprint({"z": torch.tensor([-0.0])})  # bits, not values
+
+
+def test_fingerprint_does_not_depend_on_chunking(monkeypatch):
+    state = build_model(seed=1).state_dict()
+    base = W.fingerprint(state)
+    monkeypatch.setattr(W, "FINGERPRINT_CHUNK", 37)  # chunk edges everywhere, int64 sums wrap the same
+    assert W.fingerprint(state) == base
+
+
+def test_fingerprint_in_the_engines_dtype():
+    """A bf16 trainer state loaded into an fp32 engine: equal when the trainer fingerprints in the
+    engine's dtype; an fp32 state loaded into a bf16 engine: equal after the same rounding."""
+    fp32 = build_model(seed=2).state_dict()
+    bf16 = {k: v.to(torch.bfloat16) for k, v in fp32.items()}
+    engine = build_model(seed=3)  # fp32, other weights
+    W.load_into(engine, bf16.items())
+    assert W.fingerprint(engine.state_dict()) == W.fingerprint(bf16, dtype=torch.float32)
+    assert W.fingerprint(engine.state_dict()) != W.fingerprint(bf16)  # 16-bit patterns are not the engine's
+    engine16 = build_model(seed=3).to(torch.bfloat16)
+    W.load_into(engine16, fp32.items())
+    assert W.fingerprint(engine16.state_dict()) == W.fingerprint(fp32, dtype=torch.bfloat16)
+    assert W.fingerprint(engine16.state_dict()) != W.fingerprint(fp32, dtype=torch.float32)
+
+
+def test_fingerprint_fed_bucket_by_bucket_equals_the_whole():
+    state = build_model(seed=4).state_dict()
+    fp = W.Fingerprint()
+    for bucket in W.buckets(state.items(), bucket_bytes=4096):
+        fp.add(bucket)
+    assert fp.hexdigest() == W.fingerprint(state)
+
+
+def test_cuda_payload_device_is_mapped_by_uuid():
+    """Senders name the GPU by UUID (as SGLang's patched reductions do); an index passes through,
+    a GPU the engine cannot see is an error that says so."""
+    import pickle
+
+    assert W.local_cuda_index(3) == 3
+    with pytest.raises(ValueError, match="does not see"):
+        W.local_cuda_index("GPU-00000000-0000-0000-0000-000000000000")
+    unpickler = W._WeightsUnpickler(__import__("io").BytesIO(pickle.dumps(None)))
+    assert unpickler.find_class("torch.multiprocessing.reductions", "rebuild_cuda_tensor") \
+        is W._rebuild_cuda_tensor_by_uuid

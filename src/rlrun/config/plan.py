@@ -59,6 +59,8 @@ class Plan:
     total_samples: int
     offload_train: bool
     offload_rollout: bool
+    weight_sync: str           # the transport: tensor | distributed | disk (rollout.weight_sync, auto resolved)
+    weight_sync_bucket_mb: int
     env: dict[str, str]
     placement: list[Slot]
     ranks: list[RankCoord]
@@ -106,6 +108,18 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
         slots += [Slot(n, k, "engine", engine) for n, k in block]
         gpu += g
     return slots
+
+
+def weight_sync(cfg: RunConfig) -> str:
+    """The weight-sync transport rollout.weight_sync names; auto: tensor when the engines share the
+    trainer's GPUs (colocated) on one node, distributed (a broadcast from trainer rank 0) when they
+    have GPUs of their own, disk for colocation across nodes (CUDA IPC does not cross nodes, NCCL
+    refuses two ranks on one GPU; the run dir must then be on a shared filesystem)."""
+    if cfg.rollout.weight_sync != "auto":
+        return cfg.rollout.weight_sync
+    if not cfg.train.colocate:
+        return "distributed"
+    return "tensor" if cfg.train.num_nodes == 1 else "disk"
 
 
 def dp_size(cfg: RunConfig) -> int:
@@ -172,7 +186,8 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         samples_per_dp_rank=per_rank, micro_batches_per_step=micro,
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
-        offload_train=t.offload, offload_rollout=r.offload, env=dict(cfg.hardware.env),
+        offload_train=t.offload, offload_rollout=r.offload, weight_sync=weight_sync(cfg),
+        weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=dict(cfg.hardware.env),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,

@@ -15,7 +15,8 @@ def summary_lines(plan: Plan) -> list[str]:
         f"GPUs: {plan.trainer_gpus} trainer + {plan.rollout_gpus} rollout ({mode}) on {plan.num_nodes} node(s) "
         f"of {plan.gpus_per_node}",
         f"trainer: world {plan.world_size} = TP {plan.tp} x PP {plan.pp} x CP {plan.cp} x DP {plan.dp} (EP {plan.ep})",
-        f"rollout: {plan.num_engines} engine(s) x {plan.gpus_per_engine} GPU(s)",
+        f"rollout: {plan.num_engines} engine(s) x {plan.gpus_per_engine} GPU(s); weight sync: {plan.weight_sync} "
+        f"(buckets of {plan.weight_sync_bucket_mb} MB)",
         f"batch: {plan.prompts_per_rollout} prompts x {n} samples = {plan.samples_per_rollout} = "
         f"{plan.global_batch_size} x {plan.steps_per_rollout} (global batch x optimizer steps per rollout)",
         f"steps: {plan.num_rollout} rollouts x {plan.steps_per_rollout} = {plan.total_steps} optimizer steps",
@@ -73,7 +74,8 @@ def print_plan(plan: Plan) -> None:
              ["micro-batches per step per DP rank" + (" (<=, dynamic)" if plan.dynamic_batching else ""),
               plan.micro_batches_per_step],
              ["rollouts / optimizer steps / samples", f"{plan.num_rollout} / {plan.total_steps} / {plan.total_samples}"],
-             ["params total / active", f"{_b(plan.params_total)} / {_b(plan.params_active)}"]]
+             ["params total / active", f"{_b(plan.params_total)} / {_b(plan.params_active)}"],
+             ["weight sync (transport, bucket)", f"{plan.weight_sync}, {plan.weight_sync_bucket_mb} MB"]]
     console.print(_table("batch math", ["", "value"], batch))
     ranks = [[r.rank, r.node, r.gpu, r.tp, r.cp, r.dp, r.pp, r.ep] for r in plan.ranks]
     console.print(_table("trainer ranks (megatron order tp-cp-ep-dp-pp)",

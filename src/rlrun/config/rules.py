@@ -222,6 +222,24 @@ def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
         yield from check_sglang_mapping(dict(r.sglang))
 
 
+@rule
+def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
+    r, t = cfg.rollout, cfg.train
+    if r.weight_sync == "tensor" and not t.colocate:
+        yield Problem("rollout.weight_sync", "weight_sync=tensor hands the engines CUDA IPC handles (shared "
+                      "memory on the CPU) of the trainer's tensors, so trainer and engines must share GPUs, but "
+                      "train.colocate is false", "set rollout.weight_sync=distributed (or auto), or train.colocate=true",
+                      r.weight_sync)
+    elif r.weight_sync == "tensor" and t.num_nodes > 1:
+        yield Problem("rollout.weight_sync", f"weight_sync=tensor is pushed by trainer rank 0 to every engine through "
+                      f"CUDA IPC, which does not cross nodes, but train.num_nodes={t.num_nodes}",
+                      "set rollout.weight_sync=disk (a run dir on a shared filesystem) or use one node", r.weight_sync)
+    if r.weight_sync == "distributed" and t.colocate and cfg.hardware.vendor != "cpu":
+        yield Problem("rollout.weight_sync", "weight_sync=distributed broadcasts over NCCL from trainer rank 0, and "
+                      "NCCL refuses two ranks of one group on one GPU, which colocated engine 0 and trainer rank 0 "
+                      "are", "set rollout.weight_sync=tensor (or auto) for colocated runs", r.weight_sync)
+
+
 # ---- data, rewards, eval, checkpoints --------------------------------------------------------------------
 
 # rlrun.reward's rule types (rlrun.reward.rules.RULES) plus "remote"; listed here because importing the reward

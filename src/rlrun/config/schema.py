@@ -172,6 +172,8 @@ class RolloutSection(Section):
     request_timeout_s: PosFloat
     max_retries: NonNegInt
     balance_data: bool
+    weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
+    weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
     router: RouterSection
     sglang: dict[str, Any]
 

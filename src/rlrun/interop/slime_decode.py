@@ -161,7 +161,7 @@ class _Decoder:
             text = occ.values[0]
             if row.values and text not in from_slime:
                 raise ValueError(f"{text!r} has no rlrun equivalent for {row.path}; rlrun knows {list(from_slime)}")
-            self.set(row.path, from_slime.get(text) if row.values else _typed(text, row.type), occ)
+            self.set(row.path, from_slime.get(text) if row.values else _unscaled(row, _typed(text, row.type)), occ)
         elif row.kind in ("true", "false", "bool"):
             self.expect(occ, 0)
             self.set(row.path, row.kind != "false", occ)
@@ -284,6 +284,16 @@ class _Decoder:
                 value = slime_default(row, v)
                 if value is not KEEP:
                     v[row.path] = value
+
+
+def _unscaled(row: Row, value: Any) -> Any:
+    """A slime value in rlrun's unit (Row.scale); it must be a whole number of them."""
+    if row.scale == 1:
+        return value
+    if value % row.scale:
+        raise ValueError(f"{value} is not a whole multiple of {row.scale} (rlrun's {row.path} counts units of "
+                         f"{row.scale} bytes); round it to a multiple")
+    return value // row.scale
 
 
 def _same_values(a: tuple[str, ...], b: tuple[str, ...]) -> bool:

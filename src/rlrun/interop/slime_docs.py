@@ -19,13 +19,15 @@ def _default(row: Row) -> str:
         return "— (rlrun's group value)"
     if callable(row.default):
         return "derived (slime/Megatron)"
-    return f"`{row.default!r}`"
+    return f"`{row.default!r}`" + (f" (× {row.scale})" if row.scale != 1 else "")
 
 
 def _flag(row: Row) -> str:
     text = _KIND[row.kind].format(f=row.flag, g=row.flag[2:])
     if row.values:
         text += " (" + ", ".join(f"`{r}` ⇔ `{s}`" for r, s in row.values) + ")"
+    if row.scale != 1:
+        text += f" (V = rlrun value × {row.scale})"
     return text
 
 

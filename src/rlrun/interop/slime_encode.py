@@ -54,7 +54,7 @@ def _encode_row(row: Row, value: Any, values: dict[str, Any]) -> list[str] | Non
     if row.type is int and isinstance(value, float):  # e.g. a float timeout for an int-typed slime flag
         value = math.ceil(value)
     if row.kind == "value":
-        return [row.flag, fmt(to_slime.get(value, value))]
+        return [row.flag, fmt(to_slime.get(value, value * row.scale if row.scale != 1 else value))]
     if row.kind == "true":
         return [row.flag] if value else None
     if row.kind == "false":

@@ -47,6 +47,7 @@ class Row:
     always: bool = False  # export it even when it equals slime's default (the seed scripts spell it out)
     values: tuple[tuple[Any, str], ...] = ()  # rlrun value <-> slime value, where they differ
     section: str | None = None  # an optional config section (model.moe, model.mla) the row lives in
+    scale: int = 1  # slime value = rlrun value * scale (a unit change, e.g. MB -> bytes); default in rlrun units
 
 
 def _colocated(v: dict) -> bool:
@@ -218,6 +219,8 @@ ROWS: tuple[Row, ...] = (
         default=1800),  # sglang-router's RouterArgs default
     # ---- MISC_ARGS ------------------------------------------------------------------------------------
     Row("run.seed", "--seed", "MISC_ARGS", type=int, default=1234),
+    Row("rollout.weight_sync_bucket_mb", "--update-weight-buffer-size", "MISC_ARGS", type=int, default=512,
+        scale=1 << 20),  # slime: bytes, default 512 * 1024**2
     Row("train.gradient_accumulation_fusion", "--no-gradient-accumulation-fusion", "MISC_ARGS", "false",
         default=True),
     Row("logging.tensorboard", "--use-tensorboard", "MISC_ARGS", "true", default=False),
@@ -263,6 +266,8 @@ NO_FLAG: dict[str, str] = {
     "train.backend": "slime trains with Megatron (rlrun's torch backend has no slime equivalent)",
     "rollout.engine": "slime always serves rollouts with SGLang",
     "rollout.max_retries": "slime's rollout client does not retry failed requests",
+    "rollout.weight_sync": "slime picks the transport from --colocate (tensor) or not (distributed), as rlrun's auto "
+    "does",
     "rollout.router.host": "slime starts its own router; --sglang-router-ip would point it at an external one",
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",

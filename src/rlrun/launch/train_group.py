@@ -26,6 +26,55 @@ def backend_class(name: str):
     raise ValueError(f"train.backend={name!r} is unknown; use torch or megatron")
 
 
+def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
+               bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
+               copies: int = 1) -> dict:
+    """The lead rank's push of its sync state to the engines at `urls`; returns the state's
+    fingerprint in the engines' dtype (W.Fingerprint), the bytes pushed per engine and the push's
+    seconds. No urls: only the fingerprint.
+
+    Each bucket is moved to `device` (the rank's GPU: CUDA IPC handles / NCCL need device memory)
+    and fingerprinted there just before it is sent, so one bucket at a time is staged.
+      tensor       /update_weights_from_tensor with SGLang's IPC payload (CUDA IPC on a GPU,
+                   shared-memory files on the CPU): engines on this host, i.e. colocated
+      distributed  /init_weights_update_group + /update_weights_from_distributed, a broadcast from
+                   here (rank 0 of a fresh group; master = this node's IP, a free port)
+    """
+    import time
+
+    from rlrun.rollout import engines as E
+    from rlrun.rollout import weights as W
+
+    fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
+
+    def prepare(bucket: list) -> list:
+        bucket = [(n, t.to(device)) for n, t in bucket]
+        fp.add(bucket)
+        return bucket
+
+    named = list(state.items())
+    t0, nbytes = time.perf_counter(), 0
+    if not urls:
+        for bucket in W.buckets(named, bucket_bytes):
+            prepare(bucket)
+    elif transport == "tensor":
+        nbytes = E.push_tensors(urls, named, str(version), transport="ipc", bucket_bytes=bucket_bytes,
+                                prepare=prepare, copies=copies)
+    elif transport == "distributed":
+        import ray
+
+        from rlrun.rollout.process import free_port
+
+        host = ray.util.get_node_ip_address()
+        nbytes = E.broadcast_weights(urls, named, str(version), master_address=host, master_port=free_port(host),
+                                     backend=backend, bucket_bytes=bucket_bytes, prepare=prepare,
+                                     group_name=f"rlrun_sync_{version}", ranks_per_engine=copies)["bytes"]
+    else:
+        raise ValueError(f"rollout.weight_sync={transport!r}: the trainer pushes tensor or distributed "
+                         "(disk goes through export_weights)")
+    return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
+
+
 class _Rank:
     """Ray actor body: builds the backend inside the worker process and forwards calls."""
 
@@ -33,6 +82,7 @@ class _Rank:
         from rlrun.train.torch_backend import set_cpu_threads
 
         set_cpu_threads()
+        self.device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
         self.impl = backend_class(backend)(cfg, rank=rank, world_size=world_size, gpu_id=gpu_id,
                                            total_steps=total_steps)
 
@@ -63,6 +113,15 @@ class _Rank:
             save_file(state, str(tmp))
             tmp.replace(Path(path) / "model.safetensors")  # engines never read a half-written file
         return checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+
+
+    def push_weights(self, urls: list[str], lead: bool, how: dict) -> dict | None:
+        """state_dict_for_sync on every rank (a collective for megatron); the lead rank pushes it
+        to the engines itself (push_state), so the tensors never pass through the driver."""
+        state = self.impl.state_dict_for_sync()
+        if not lead:
+            return None
+        return push_state(state, urls, device=self.device, **how)
 
 
 class TrainGroup:
@@ -109,8 +168,18 @@ class TrainGroup:
         Backends whose export is a collective (megatron: TP gather, PP exchange) run it on every
         rank; the torch backend's replicas are identical, so rank 0 alone exports.
         """
-        ranks = self.actors if getattr(self._cls, "sync_is_collective", True) else self.actors[:1]
-        return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(ranks)])[0]
+        return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(self._sync_ranks())])[0]
+
+    def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
+                     engine_dtype: str | None, backend: str, copies: int = 1) -> dict:
+        """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
+        seconds. Every rank takes part where the export is a collective."""
+        how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
+                   backend=backend, copies=copies)
+        return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
+
+    def _sync_ranks(self) -> list:
+        return self.actors if getattr(self._cls, "sync_is_collective", True) else self.actors[:1]
 
     def offload(self) -> None:
         """train.offload: every rank's parameters, grads and optimizer state to host memory."""

@@ -2,13 +2,17 @@
 
 An engine is anything with `.url`, `.alive()` and `.stop()`: HFEngineProcess below (a local
 subprocess), or the runner's wrapper around a Ray actor (HFEngineActor / SGLangEngineActor).
-EngineGroup keeps the latest weights it pushed (version + state), so that an engine that dies
-and is restarted from the base checkpoint is brought to the current weights before the router
-sends it traffic again:
+An engine that dies and is restarted from the base checkpoint is brought to the current weights
+before the router sends it traffic again:
 
     dead (process gone, or /health failing `failure_threshold` times in a row)
       -> DELETE it from the router -> restart(i) (a callable from the runner) -> push current
          weights -> POST /workers -> back in rotation
+"Push current weights" is the group's `resync(url)` callback when the runner set one (the trainer
+pushes them: with the tensor and distributed transports nobody else holds them), else a replay
+of the latest state or disk path the group pushed itself. While restarts are deferred
+(defer_restarts: the trainer is changing the weights) a restarted engine stays out of the
+router with no push; the next sync() includes it and only then admits it.
 Requests that were running on the dead engine fail at the client, which retries them through the
 router on the remaining engines, so the rollout step completes with every sample.
 """
@@ -74,6 +78,74 @@ def _post(url: str, path: str, body: dict, timeout_s: float = 600.0) -> dict | N
     return data
 
 
+def _nbytes(bucket: list) -> int:
+    return sum(t.numel() * t.element_size() for _, t in bucket)
+
+
+@contextmanager
+def _executor(pool: ThreadPoolExecutor | None, n: int) -> Iterator[ThreadPoolExecutor]:
+    """The caller's pool, or a fresh one that is shut down without waiting on errors (a post may be
+    blocked in a broadcast that will never come)."""
+    if pool is not None:
+        yield pool
+        return
+    own = ThreadPoolExecutor(max_workers=max(1, n))
+    try:
+        yield own
+    finally:
+        own.shutdown(wait=False)
+
+
+@contextmanager
+def _paused(urls: list[str], pool: ThreadPoolExecutor) -> Iterator[None]:
+    """pause_generation(in_place) -> body -> continue_generation on every engine: running requests
+    wait between decode steps while the weights change and then go on (none is lost)."""
+    body = api.pause_generation_body("in_place")
+    list(pool.map(lambda url: _post(url, "/pause_generation", body), urls))
+    try:
+        yield
+    finally:
+        list(pool.map(lambda url: _post(url, "/continue_generation", {}), urls))
+
+
+def _payload(bucket: list, transport: str) -> tuple[str, list]:
+    """A bucket's /update_weights_from_tensor payload, plus what must stay alive until the engines
+    answered (IPC payloads map the sender's memory)."""
+    if transport == "serialized":
+        return W.serialize_named_tensors(bucket), []
+    if transport == "ipc":
+        return W.serialize_ipc(bucket)
+    raise ValueError(f"weight transport {transport!r} unknown: serialized | ipc")
+
+
+Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before it is sent
+
+
+def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
+                 bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
+                 pool: ThreadPoolExecutor | None = None) -> int:
+    """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
+    (in_place) and continue; returns the bytes pushed (per engine).
+
+    One bucket at a time: `prepare` (the trainer: move it to its GPU, fingerprint it there), one
+    payload, one request per engine, then the next bucket, so at most one bucket is staged. The
+    last bucket carries `version` and flush_cache: engines tag samples with the new version only
+    once the whole state is in. copies: payloads per request (SGLang wants one per TP rank)."""
+    parts = list(W.buckets(named, bucket_bytes))
+    nbytes = 0
+    with _executor(pool, len(urls)) as ex, _paused(urls, ex):
+        for i, bucket in enumerate(parts):
+            bucket = prepare(bucket) if prepare else bucket
+            payload, keepalive = _payload(bucket, transport)
+            last = i == len(parts) - 1
+            body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
+                                                       flush_cache=last)
+            list(ex.map(lambda url: _post(url, "/update_weights_from_tensor", body), urls))
+            del keepalive  # every engine has copied this bucket out of the shared memory
+            nbytes += _nbytes(bucket)
+    return nbytes
+
+
 class EngineGroup:
     def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
                  health_interval_s: float = 0.5, failure_threshold: int = 2, health_timeout_s: float = 5.0):
@@ -93,6 +165,10 @@ class EngineGroup:
         self._failed_restarts = [0] * len(self.engines)
         self._retry_at = [0.0] * len(self.engines)
         self.last_error: str | None = None  # the latest failed restart, for the runner's logs
+        # resync(url): brings a restarted engine to the weights the others serve (set by the runner)
+        self.resync: Callable[[str], None] | None = None
+        self._deferring = False  # restarts wait for the next sync() (the trainer changes weights)
+        self._held: set[int] = set()  # restarted while deferring: out of the router until sync()
         self._lock = threading.RLock()  # weight pushes and replacements never interleave
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="engine-monitor", daemon=True)
@@ -121,30 +197,8 @@ class EngineGroup:
     def _each(self, fn: Callable[[str], object], urls: list[str] | None = None) -> list:
         return list(self._pool.map(fn, urls if urls is not None else self.urls))
 
-    def _payloads(self, named: list, transport: str, bucket_bytes: int) -> tuple[list[str], list]:
-        """One payload per bucket, plus what must stay alive until the engines answered."""
-        if transport == "serialized":
-            return [W.serialize_named_tensors(b) for b in W.buckets(named, bucket_bytes)], []
-        if transport == "ipc":
-            pairs = [W.serialize_ipc(b) for b in W.buckets(named, bucket_bytes)]
-            return [p for p, _ in pairs], [k for _, k in pairs]
-        raise ValueError(f"weight transport {transport!r} unknown: serialized | ipc")
-
     def _push(self, urls: list[str], named: list, version: str, transport: str, bucket_bytes: int) -> None:
-        payloads, keepalive = self._payloads(named, transport, bucket_bytes)
-
-        def push(url: str) -> None:
-            _post(url, "/pause_generation", api.pause_generation_body("in_place"))
-            try:
-                for i, payload in enumerate(payloads):  # version is set by the last bucket only
-                    last = i == len(payloads) - 1
-                    _post(url, "/update_weights_from_tensor", api.update_weights_from_tensor_body(
-                        [payload], version if last else None, flush_cache=last))
-            finally:
-                _post(url, "/continue_generation", {})
-
-        self._each(push, urls)
-        del keepalive  # every engine has copied the weights out of the shared memory
+        push_tensors(urls, named, version, transport=transport, bucket_bytes=bucket_bytes, pool=self._pool)
 
     def update_weights_from_tensor(self, named: list[tuple[str, "object"]], version: str,
                                    bucket_bytes: int = 256 << 20, transport: str = "serialized") -> None:
@@ -158,10 +212,11 @@ class EngineGroup:
             self._named, self._disk_path, self.weight_version = named, None, str(version)
             self._transport, self._bucket_bytes = transport, bucket_bytes
 
-    def update_weights_from_disk(self, model_path: str, version: str) -> None:
+    def update_weights_from_disk(self, model_path: str, version: str, urls: list[str] | None = None) -> None:
+        """Every engine (or those at `urls`) loads the HF checkpoint dir `model_path`."""
+        body = api.update_weights_from_disk_body(model_path, str(version))
         with self._lock:
-            self._each(lambda url: _post(url, "/update_weights_from_disk",
-                                         api.update_weights_from_disk_body(model_path, str(version))))
+            self._each(lambda url: _post(url, "/update_weights_from_disk", body), urls)
             self._named, self._disk_path, self.weight_version = None, model_path, str(version)
 
     def pause(self, mode: str = "abort") -> None:
@@ -182,13 +237,28 @@ class EngineGroup:
         body = api.memory_occupation_body(tags)
         self._each(lambda url: _post(url, "/resume_memory_occupation", body))
 
-    def checksums(self) -> dict[str, str]:
-        return dict(zip(self.urls, self._each(
-            lambda url: requests.get(f"{url}/rlrun/weights_checksum", timeout=60).json()["checksum"])))
+    def checksums(self, kind: str = "sha256", urls: list[str] | None = None) -> dict[str, str]:
+        """hf engines: GET /rlrun/weights_checksum?kind=sha256|fingerprint per engine."""
+        def ask(url: str) -> str:
+            r = requests.get(f"{url}/rlrun/weights_checksum", params={"kind": kind}, timeout=120)
+            if r.status_code != 200:
+                raise RuntimeError(f"GET {url}/rlrun/weights_checksum?kind={kind}: HTTP {r.status_code} {r.text[:300]}")
+            return r.json()["checksum"]
 
-    def versions(self) -> dict[str, str]:
-        return dict(zip(self.urls, self._each(
-            lambda url: requests.get(f"{url}/model_info", timeout=30).json()["weight_version"])))
+        urls = urls if urls is not None else self.urls
+        return dict(zip(urls, self._each(ask, urls)))
+
+    def versions(self, urls: list[str] | None = None) -> dict[str, str]:
+        urls = urls if urls is not None else self.urls
+        return dict(zip(urls, self._each(
+            lambda url: requests.get(f"{url}/model_info", timeout=30).json()["weight_version"], urls)))
+
+    def weight_dtype(self) -> str:
+        """The dtype the (hf) engines hold their weights in, from /server_info; they must agree."""
+        dtypes = set(self._each(lambda url: requests.get(f"{url}/server_info", timeout=30).json()["weight_dtype"]))
+        if len(dtypes) != 1:
+            raise RuntimeError(f"engines hold weights in different dtypes {sorted(dtypes)}; they must agree")
+        return dtypes.pop()
 
     # ------------------------------------------------------------------ fault tolerance
     def _healthy(self, engine) -> bool:
@@ -219,14 +289,23 @@ class EngineGroup:
                         print(f"[rlrun] {self.last_error}; next try in {wait:.0f}s", file=sys.stderr, flush=True)
 
     def replace(self, i: int) -> None:
-        """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it."""
+        """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it
+        (or, while restarts are deferred, holds it out of the router until the next sync())."""
         with self._lock:
             old = self.engines[i]
             self.router.remove_worker(old.url)
             old.stop()
             new = self.restart_fn(i)
+            if self._deferring:
+                self.engines[i] = new  # sync() pushes the new weights to it, then admits it
+                self._held.add(i)
+                self._failures[i] = 0
+                self.restarts += 1
+                return
             try:
-                if self._named is not None:
+                if self.resync is not None:
+                    self.resync(new.url)
+                elif self._named is not None:
                     self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes)
                 elif self._disk_path is not None:
                     _post(new.url, "/update_weights_from_disk",
@@ -239,37 +318,62 @@ class EngineGroup:
             self.router.add_worker(new.url)
             self.restarts += 1
 
+    def defer_restarts(self) -> None:
+        """From now until the next sync(), a restarted engine gets no weights and no traffic: the
+        trainer is changing the weights, and a push now would give it a version newer than the
+        others serve (or wait behind the trainer's work). Waits for a restart in progress."""
+        with self._lock:
+            self._deferring = True
+
+    def sync(self, push: Callable[[list[str]], None]) -> None:
+        """push(urls) to every engine, held restarts included, with no restart interleaving; then
+        held engines join the router and restarts are no longer deferred."""
+        with self._lock:
+            push(self.urls)
+            for i in sorted(self._held):
+                self.router.add_worker(self.engines[i].url)
+            self._held.clear()
+            self._deferring = False
+
+    @property
+    def held(self) -> list[str]:
+        """URLs of restarted engines waiting for the next sync() (not in the router)."""
+        return [self.engines[i].url for i in sorted(self._held)]
+
 
 def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
                       master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
-                      group_name: str = "weight_update_group") -> dict:
-    """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = 1+i},
-    then per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
-    bucket's tensors in the same order. Returns timing and bytes for bandwidth reports."""
-    world = 1 + len(engine_urls)
-    pool = ThreadPoolExecutor(max_workers=max(1, len(engine_urls)))
-    try:
+                      group_name: str = "weight_update_group", prepare: Prepare | None = None,
+                      ranks_per_engine: int = 1) -> dict:
+    """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
+    1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
+    bucket's tensors in the same order, between pause (in_place) and continue. `prepare` and the
+    version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports."""
+    world = 1 + len(engine_urls) * ranks_per_engine
+    parts = list(W.buckets(named, bucket_bytes))
+    with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool):
         joins = [pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
-            master_address, master_port, 1 + i, world, group_name=group_name, backend=backend))
+            master_address, master_port, 1 + i * ranks_per_engine, world, group_name=group_name, backend=backend))
             for i, url in enumerate(engine_urls)]
         group = W.new_broadcast_group(master_address, master_port, 0, world, group_name, backend)
         for j in joins:
             j.result()
         t0, nbytes = time.perf_counter(), 0
-        for bucket in W.buckets(named, bucket_bytes):
+        for i, bucket in enumerate(parts):
+            bucket = prepare(bucket) if prepare else bucket
+            last = i == len(parts) - 1
             body = api.update_weights_from_distributed_body(
                 [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
-                [list(t.shape) for _, t in bucket], str(version), group_name=group_name)
+                [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group_name,
+                flush_cache=last)
             posts = [pool.submit(_post, url, "/update_weights_from_distributed", body) for url in engine_urls]
             W.broadcast_tensors(group, [t.contiguous() for _, t in bucket])
             for p in posts:
                 p.result()
-            nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            nbytes += _nbytes(bucket)
         seconds = time.perf_counter() - t0
         for url in engine_urls:
             _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name))
-    finally:
-        pool.shutdown(wait=False)
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}
 
 

@@ -269,9 +269,20 @@ class HFEngine:
         if self._groups.pop(group_name, None) is None:
             raise RequestError(f"weight update group {group_name!r} does not exist")
 
-    def checksum(self) -> str:
+    CHECKSUM_KINDS = ("sha256", "fingerprint")
+
+    def checksum(self, kind: str = "sha256") -> str:
+        """sha256 of every byte (host side), or the fingerprint (W.Fingerprint, computed on the
+        device the weights are on) that the runner compares after every weight sync."""
+        if kind not in self.CHECKSUM_KINDS:
+            raise RequestError(f"checksum kind {kind!r} unknown; use one of {list(self.CHECKSUM_KINDS)}")
         with self._weights_lock:
-            return W.checksum(self.model.state_dict())
+            return (W.checksum if kind == "sha256" else W.fingerprint)(self.model.state_dict())
+
+    @property
+    def dtype(self) -> str:
+        """The dtype the engine holds weights in (a sender fingerprints in it)."""
+        return W.dtype_name(next(self.model.parameters()).dtype)
 
     def weights_by_name(self, name: str, truncate_size: int) -> list:
         state = self.model.state_dict()
@@ -352,8 +363,8 @@ class HFEngineActor:
     def url(self) -> str:
         return self.server.url
 
-    def checksum(self) -> str:
-        return self.engine.checksum()
+    def checksum(self, kind: str = "sha256") -> str:
+        return self.engine.checksum(kind)
 
     def shutdown(self) -> None:
         self.server.stop()

@@ -3,8 +3,9 @@
 Status codes and bodies follow sglang/srt/entrypoints/http_server.py (0.5.10.post1): weight
 endpoints answer {"success", "message"} with 200/400, /generate answers the SGLang output dict
 (a list for batch requests), bad requests answer 400 {"error": {"message"}}.
-rlrun extension (not in SGLang): GET /rlrun/weights_checksum, used by tests and the runner to
-prove an engine holds exactly the trainer's weights.
+rlrun extension (not in SGLang): GET /rlrun/weights_checksum[?kind=sha256|fingerprint], used by
+tests and the runner to prove an engine holds exactly the trainer's weights (answers the checksum,
+its kind, the engine's weight dtype and weight_version).
 """
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def build_app(engine) -> Starlette:
         return JSONResponse({"model_path": engine.model_path, "weight_version": engine.weight_version,
                              "tp_size": 1, "engine": "rlrun-hf", "max_batch_size": engine.max_batch_size,
                              "num_requests": engine.num_requests,
-                             "released_memory": sorted(engine.released),
+                             "released_memory": sorted(engine.released), "weight_dtype": engine.dtype,
                              "memory_allocated_bytes": engine.memory_allocated()})
 
     async def get_load(request: Request):
@@ -150,8 +151,10 @@ def build_app(engine) -> Starlette:
         return JSONResponse(engine.weights_by_name(body["name"], int(body.get("truncate_size", 100))))
 
     async def checksum(request: Request):
-        value = await asyncio.to_thread(engine.checksum)
-        return JSONResponse({"checksum": value, "weight_version": engine.weight_version})
+        kind = request.query_params.get("kind", "sha256")
+        value = await asyncio.to_thread(engine.checksum, kind)
+        return JSONResponse({"checksum": value, "kind": kind, "dtype": engine.dtype,
+                             "weight_version": engine.weight_version})
 
     def memory(fn):
         async def handler(request: Request):

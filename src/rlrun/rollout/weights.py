@@ -50,10 +50,55 @@ def serialize_ipc(named: list[tuple[str, torch.Tensor]]) -> tuple[str, list[torc
     try:
         shared = [(n, t.detach() if t.is_cuda else t.detach().clone()) for n, t in named]
         buf = io.BytesIO()
-        ForkingPickler(buf).dump(shared)
+        pickler = ForkingPickler(buf)
+        if any(t.is_cuda for _, t in shared):
+            for cls in (torch.Tensor, torch.nn.Parameter):  # this pickler only: torch stays unpatched
+                pickler.dispatch_table[cls] = _reduce_tensor_by_uuid
+        pickler.dump(shared)
     finally:
         tmp.set_sharing_strategy(previous)
     return base64.b64encode(buf.getvalue()).decode("ascii"), [t for _, t in shared]
+
+
+# A CUDA IPC handle names its GPU by index, which means another GPU in a process with a different
+# CUDA_VISIBLE_DEVICES. As SGLang does (monkey_patch_torch_reductions, applied by its model runner),
+# the sender writes the device's UUID there and the receiver maps it to its own index.
+_CUDA_DEVICE_ARG = 6  # position of storage_device in rebuild_cuda_tensor's arguments
+
+
+def device_uuid(index: int) -> str:
+    return str(torch.cuda.get_device_properties(index).uuid)
+
+
+def local_cuda_index(device: int | str) -> int:
+    """A device named by index (same numbering) or UUID -> this process's index for it."""
+    if isinstance(device, int):
+        return device
+    for i in range(torch.cuda.device_count()):
+        if device_uuid(i) == device:
+            return i
+    raise ValueError(f"weight payload lives on GPU {device}, which this process does not see "
+                     f"({torch.cuda.device_count()} visible GPUs): sender and engine must share a host "
+                     f"and the GPU must be in the engine's CUDA_VISIBLE_DEVICES")
+
+
+def _reduce_tensor_by_uuid(t: torch.Tensor):
+    from torch.multiprocessing import reductions
+
+    fn, args = reductions.reduce_tensor(t)
+    if fn is reductions.rebuild_cuda_tensor:
+        args = list(args)
+        args[_CUDA_DEVICE_ARG] = device_uuid(args[_CUDA_DEVICE_ARG])
+        args = tuple(args)
+    return fn, args
+
+
+def _rebuild_cuda_tensor_by_uuid(*args):
+    from torch.multiprocessing import reductions
+
+    args = list(args)
+    args[_CUDA_DEVICE_ARG] = local_cuda_index(args[_CUDA_DEVICE_ARG])
+    return reductions.rebuild_cuda_tensor(*args)
 
 
 class _WeightsUnpickler(pickle.Unpickler):
@@ -67,6 +112,8 @@ class _WeightsUnpickler(pickle.Unpickler):
         if (module, name) in {("builtins", "eval"), ("builtins", "exec"), ("builtins", "compile")} \
                 or not (module + ".").startswith(self.ALLOWED):
             raise pickle.UnpicklingError(f"weight payload refers to {module}.{name}, which is not allowed")
+        if (module, name) == ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"):
+            return _rebuild_cuda_tensor_by_uuid  # accepts an index (unpatched senders) or a UUID
         return super().find_class(module, name)
 
 
@@ -106,6 +153,82 @@ def checksum(named: dict[str, torch.Tensor]) -> str:
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+FINGERPRINT_CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries (128 MiB each)
+_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits_int64(x: torch.Tensor) -> torch.Tensor:
+    """The elements' bit patterns as int64: floats viewed as the integer of their width (so +0/-0
+    and every NaN payload differ), integers and bools widened."""
+    if x.is_floating_point() or x.is_complex():
+        x = x.contiguous().view(_INT_OF_WIDTH[x.element_size()])
+    return x.to(torch.int64)
+
+
+@torch.no_grad()
+def _tensor_sums(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """[sum(b_i), sum(b_i * (i+1))] over the tensor's bit patterns b_i, in int64 on its own device.
+
+    Integer sums wrap modulo 2^64, which is associative: any order of reduction (CPU, GPU, chunk
+    size) gives the same result. A flipped bit changes the first sum by +-2^k; moving values
+    between positions changes the second."""
+    flat = t.detach().reshape(-1)
+    out = torch.zeros(2, dtype=torch.int64, device=flat.device)
+    for start in range(0, flat.numel(), FINGERPRINT_CHUNK):
+        x = flat[start:start + FINGERPRINT_CHUNK]
+        if dtype is not None and x.is_floating_point():
+            x = x.to(dtype)
+        b = _bits_int64(x)
+        pos = torch.arange(start + 1, start + 1 + b.numel(), dtype=torch.int64, device=b.device)
+        out[0] += b.sum()
+        out[1] += (b * pos).sum()
+    return out
+
+
+class Fingerprint:
+    """A cheap identity of a state dict, bit-exact like `checksum` but computed where the tensors
+    are (GPU) with two integer reductions per tensor instead of hashing every byte on the host.
+
+    dtype: the dtype the receiving engine holds floating tensors in; the sender casts to it first,
+    so a bf16 trainer state and the fp32 engine it was loaded into agree (as they must: the engine
+    holds exactly the upcast values), while an fp32 state that the engine rounded to bf16 is
+    compared after the same rounding. The digest covers the names, the dtype compared, the shapes
+    and both sums: a missing, renamed or swapped tensor, a flipped bit or moved elements change it.
+    Fed bucket by bucket (add), so a sender fingerprints each bucket while it is on the GPU."""
+
+    def __init__(self, dtype: torch.dtype | None = None):
+        self.dtype = dtype
+        self._rows: list[tuple[str, str, tuple[int, ...]]] = []
+        self._sums: list[torch.Tensor] = []
+
+    def add(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for name, t in named:
+            dtype = self.dtype if self.dtype is not None and t.is_floating_point() else t.dtype
+            self._rows.append((name, dtype_name(dtype), tuple(t.shape)))
+            self._sums.append(_tensor_sums(t, self.dtype))
+
+    def hexdigest(self) -> str:
+        by_device: dict[torch.device, list[int]] = {}
+        for i, s in enumerate(self._sums):
+            by_device.setdefault(s.device, []).append(i)
+        sums: list[list[int]] = [[]] * len(self._sums)
+        for device, idx in by_device.items():  # one device-to-host copy per device
+            for i, pair in zip(idx, torch.stack([self._sums[i] for i in idx]).tolist()):
+                sums[i] = pair
+        h = hashlib.sha256()
+        for (name, dtype, shape), (s1, s2) in sorted(zip(self._rows, sums)):
+            h.update(f"{name}|{dtype}|{shape}|{s1}|{s2}\n".encode())
+        return h.hexdigest()
+
+
+def fingerprint(named: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
+                dtype: torch.dtype | None = None) -> str:
+    """Fingerprint of a whole state (== GET {engine}/rlrun/weights_checksum?kind=fingerprint)."""
+    fp = Fingerprint(dtype)
+    fp.add(named.items() if isinstance(named, dict) else named)
+    return fp.hexdigest()
 
 
 @torch.no_grad()
