@@ -189,8 +189,9 @@ class Run:
         self._verify(version, urls, want)
         self._synced = (version, want)
         if nbytes:
+            # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
             self._sync_metrics = {"perf/weight_sync_gb_per_s": nbytes / seconds / 1e9,
-                                  "weight_sync/gb": nbytes / 1e9, "weight_sync/push_s": seconds}
+                                  "perf/weight_sync_gb": nbytes / 1e9}
 
     def _verify(self, version: int, urls: list[str], want: str) -> None:
         if self.cfg.rollout.engine == "hf":

@@ -55,3 +55,45 @@ def test_kl_reference_from_the_seeded_random_init_is_valid_on_both_backends(back
     with pytest.raises(ConfigError) as e:
         load(base + ["checkpoint.load=/ckpt/run1"])
     assert [p.path for p in e.value.problems] == ["checkpoint.ref"]
+
+
+# ---- rollout.weight_sync ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides, transport", [
+    ([], "tensor"),                                                                     # cpu profile: colocated
+    (["hardware=h100", "model=qwen3-0.6b", "train.gpus_per_node=1"], "tensor"),         # the GPU e2e run
+    (["hardware=h100", "model=qwen3-0.6b", "train.colocate=false", "train.gpus_per_node=4", "rollout.num_gpus=4"],
+     "distributed"),
+    (["hardware=h100", "model=qwen3-0.6b", "train.num_nodes=2", "cluster.num_nodes=2"], "disk"),  # colocated, 2 nodes
+    (["rollout.weight_sync=disk"], "disk"),
+    (["rollout.weight_sync=distributed"], "distributed"),                              # gloo: CPU slots may share
+])
+def test_weight_sync_auto_and_explicit_choices(overrides, transport):
+    from rlrun.config.plan import make_plan
+    from rlrun.config.render import summary_lines
+
+    plan = make_plan(load(overrides))
+    assert plan.weight_sync == transport and plan.weight_sync_bucket_mb == 512
+    assert plan.to_dict()["weight_sync"] == transport  # `rlrun plan --json`
+    assert f"weight sync: {transport} (buckets of 512 MB)" in summary_lines(plan)[2]
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["train.colocate=false", "rollout.num_gpus=1", "rollout.weight_sync=tensor"], "train.colocate is false"),
+    (["hardware=h100", "model=qwen3-0.6b", "train.num_nodes=2", "cluster.num_nodes=2", "rollout.weight_sync=tensor"],
+     "does not cross nodes"),
+    (["hardware=h100", "model=qwen3-0.6b", "rollout.weight_sync=distributed"], "two ranks of one group on one GPU"),
+])
+def test_weight_sync_transport_must_fit_the_placement(overrides, words):
+    with pytest.raises(ConfigError) as e:
+        load(overrides)
+    (p,) = [p for p in e.value.problems if p.path == "rollout.weight_sync"]
+    assert words in p.message and "rollout.weight_sync=" in p.fix
+
+
+def test_weight_sync_bucket_must_be_positive():
+    with pytest.raises(ConfigError) as e:
+        load(["rollout.weight_sync_bucket_mb=0"])
+    assert [p.path for p in e.value.problems] == ["rollout.weight_sync_bucket_mb"]
+    with pytest.raises(ConfigError, match="use one of: auto, tensor, distributed, disk"):
+        load(["rollout.weight_sync=nccl"])

@@ -353,3 +353,28 @@ def test_moe_script_picks_the_moe_model_and_layout_and_round_trips(tmp_path):
     exported = render_script(load(["experiment=moe"], config_dir=tmp_path).model_dump(mode="python"))
     before, after = script_flags(script), exported_flags(exported, tmp_path)
     assert before - after == set()  # `--moe-layer-freq [0]*0+[1]*48` is "every layer MoE", the default
+
+
+def test_weight_sync_bucket_is_mb_in_rlrun_and_bytes_in_slime(tmp_path):
+    """rollout.weight_sync_bucket_mb <-> --update-weight-buffer-size (bytes, slime default 512 MB)."""
+    flags = [f for a in encode(load([]).model_dump(mode="python")).arrays.values() for f in a]
+    assert not [f for f in flags if f[0] == "--update-weight-buffer-size"]  # 512 = slime's default: left out
+    cfg = load(["rollout.weight_sync_bucket_mb=2048"]).model_dump(mode="python")
+    flags = [f for a in encode(cfg).arrays.values() for f in a]
+    assert ["--update-weight-buffer-size", str(2048 << 20)] in flags
+    assert decode(parse_args(["--update-weight-buffer-size", "2147483648"])).values[
+        "rollout.weight_sync_bucket_mb"] == 2048
+    assert decode(parse_args([])).values["rollout.weight_sync_bucket_mb"] == 512  # absent: slime's 512 MB
+    (bad,) = decode(parse_args(["--update-weight-buffer-size", "1000"])).unknown  # reported, not imported
+    assert "whole multiple of 1048576" in bad[1]
+    # and through a whole script: import then export keeps the flag
+    script = tmp_path / "run.sh"
+    script.write_text(SEED.read_text().replace("MISC_ARGS=(", "MISC_ARGS=(\n   --update-weight-buffer-size 1073741824", 1))
+    r = import_script(script)
+    assert r.overrides["rollout.weight_sync_bucket_mb"] == 1024
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "rt.yaml").write_text(r.yaml_text)
+    text = render_script(load(["experiment=rt"], config_dir=tmp_path).model_dump(mode="python"))
+    assert "--update-weight-buffer-size 1073741824" in text
+    before, after = script_flags(script), exported_flags(text, tmp_path)
+    assert ("--update-weight-buffer-size", (1024.0,)) in before & after  # round-trip sets compare in rlrun units

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import pytest
 import torch
 
 from rlrun import loop
@@ -118,8 +119,6 @@ def test_resume_starts_at_the_restored_rollout():
 
 
 def test_unsupported_settings_are_refused_before_ray_starts():
-    import pytest
-
     from rlrun.runner import check_supported
 
     check_supported(load([]))
@@ -129,44 +128,70 @@ def test_unsupported_settings_are_refused_before_ray_starts():
     assert "train.backend=megatron" in str(err.value) and "rollout.partial_rollout=true" in str(err.value)
 
 
-class _SyncTrainer:
-    def export_weights(self, path):
-        return "abc"
-
-
 class _SyncEngines:
-    """Engines whose checksum becomes the trainer's after a push, unless `broken`."""
+    """One engine whose checksum becomes the trainer's ("abc") after a push, unless `broken`."""
 
     def __init__(self, held: str, broken: bool = False):
-        self.held, self.broken, self.pushes = held, broken, []
+        self.held, self.broken, self.pushes, self.version = held, broken, [], "default"
 
-    def update_weights_from_disk(self, path, version):
-        self.pushes.append(version)
+    def got(self, version):
+        self.pushes.append(str(version))
+        self.version = str(version)
         if not self.broken:
             self.held = "abc"
 
-    def checksums(self):
+    def sync(self, push):
+        push(["http://e0"])
+
+    def update_weights_from_disk(self, path, version, urls):
+        self.got(version)
+
+    def checksums(self, kind="sha256", urls=None):
         return {"http://e0": self.held}
 
+    def versions(self, urls=None):
+        return {"http://e0": self.version}
 
-def _sync_run(tmp_path, engines):
+
+class _SyncTrainer:
+    """disk: exports "abc"; tensor/distributed: pushes itself and reports fingerprint "abc"."""
+
+    def __init__(self, engines):
+        self.engines = engines
+
+    def export_weights(self, path):
+        return "abc"
+
+    def push_weights(self, urls, **how):
+        if urls:
+            self.engines.got(how["version"])
+        return {"fingerprint": "abc", "bytes": 2_000_000, "seconds": 0.5}
+
+
+def _sync_run(tmp_path, engines, *overrides):
+    from rlrun.config.plan import make_plan
     from rlrun.runner import Run
 
     r = Run.__new__(Run)  # only the attributes sync_weights reads; the real Run needs Ray
-    r.cfg, r.run_dir, r.trainer, r.engines = load([]), tmp_path, _SyncTrainer(), engines
+    r.cfg, r.run_dir, r.trainer, r.engines = load(list(overrides)), tmp_path, _SyncTrainer(engines), engines
+    r.plan = make_plan(r.cfg)
+    r._engine_dtype, r._synced, r._sync_metrics = "float32", None, {}
     return r
 
 
-def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path):
-    import pytest
-
+@pytest.mark.parametrize("transport", ["tensor", "disk"])
+def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path, transport):
     from rlrun.runner import WeightSyncError
 
+    opt = f"rollout.weight_sync={transport}"
     fresh = _SyncEngines(held="abc")
-    _sync_run(tmp_path, fresh).sync_weights(0, only_if_stale=True)
+    _sync_run(tmp_path, fresh, opt).sync_weights(0, only_if_stale=True)
     assert fresh.pushes == []  # same init on both sides: nothing to send
     stale = _SyncEngines(held="old")
-    _sync_run(tmp_path, stale).sync_weights(0, only_if_stale=True)
-    assert stale.pushes == ["0"]
+    r = _sync_run(tmp_path, stale, opt)
+    r.sync_weights(0, only_if_stale=True)
+    assert stale.pushes == ["0"] and r._synced == (0, "abc")
+    if transport == "tensor":  # 2 MB in 0.5 s
+        assert r._sync_metrics == {"perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
     with pytest.raises(WeightSyncError, match="weight sync to version 3"):
-        _sync_run(tmp_path, _SyncEngines(held="old", broken=True)).sync_weights(3)
+        _sync_run(tmp_path, _SyncEngines(held="old", broken=True), opt).sync_weights(3)

@@ -1,0 +1,127 @@
+"""The runner's weight sync, per transport, through short `model=tiny hardware=cpu` runs (embedded
+Ray, trainer ranks and hf engines as Ray actors, the real sglang-router):
+
+  tensor       colocated (the cpu profile's default, auto): shared-memory payloads from the trainer rank
+  distributed  disaggregated (auto): a gloo broadcast from the trainer rank to the engines
+  disk         rollout.weight_sync=disk: the safetensors file, loaded by every engine
+
+After every push the runner makes, an independent check (not the runner's own fingerprint): the
+sha256 of every pushed engine's weights equals the sha256 of the trainer's state, and every engine
+reports the pushed version. Restarts: an engine killed during the rollout is brought to the current
+weights by the trainer (tensor transport); one killed while the trainer trains is held out of the
+router until the block's sync, which includes it.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from rlrun import runner
+from rlrun.config import load
+from rlrun.config.plan import make_plan
+from rlrun.config.rundir import prepare_run_dir
+from rlrun.launch.train_group import TrainGroup
+from rlrun.metrics import METRICS_FILE, read_metrics
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+
+
+def _run(tmp_path, *extra):
+    overrides = [f"run.output_dir={tmp_path}", "rollout.num_rollout=2", "rollout.rollout_batch_size=4",
+                 "logging.wandb.mode=disabled", "logging.progress=false", *extra]
+    cfg = load(overrides)
+    plan = make_plan(cfg)
+    run_dir = prepare_run_dir(cfg, plan, overrides)
+    return cfg, plan, run_dir, runner.run(cfg, plan, run_dir)
+
+
+@pytest.fixture
+def pushes(monkeypatch):
+    """Every push the runner makes, with the trainer's and the engines' sha256 and versions after it."""
+    seen = []
+    real = runner.Run._push
+
+    def push(self, version, urls, want=None):
+        real(self, version, urls, want)
+        seen.append({"transport": self.plan.weight_sync, "version": version, "urls": list(urls),
+                     "trainer": self.trainer.export_weights(None), "engines": self.engines.checksums("sha256", urls),
+                     "versions": self.engines.versions(urls)})
+
+    monkeypatch.setattr(runner.Run, "_push", push)
+    return seen
+
+
+def _check(pushes, transport, versions):
+    assert [p["version"] for p in pushes] == versions
+    for p in pushes:
+        assert p["transport"] == transport
+        assert set(p["engines"].values()) == {p["trainer"]}, p  # exactly the trainer's weights
+        assert set(p["versions"].values()) == {str(p["version"])}
+
+
+@pytest.mark.parametrize("transport, extra", [
+    ("tensor", []),
+    ("distributed", ["train.colocate=false", "rollout.num_gpus=2"]),
+    ("disk", ["rollout.weight_sync=disk"]),
+])
+def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pushes, transport, extra):
+    cfg, plan, run_dir, summary = _run(tmp_path, *extra)
+    assert plan.weight_sync == transport and summary["steps"] == 2
+    assert not ray.is_initialized()
+    _check(pushes, transport, [1, 2])  # a fresh start pushes nothing: the engines loaded the trainer's init
+    assert all(len(p["urls"]) == plan.num_engines for p in pushes)
+    rows = read_metrics(run_dir / METRICS_FILE)
+    speed = [r.get("perf/weight_sync_gb_per_s") for r in rows]
+    assert all(r["time/weight_sync_s"] > 0 for r in rows)
+    assert all(s > 0 for s in speed) if transport != "disk" else speed == [None, None]
+    print(f"\n{transport}: time/weight_sync_s {[round(r['time/weight_sync_s'], 4) for r in rows]}")
+
+
+def _wait(what, until, timeout_s=90.0):
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes, monkeypatch):
+    """Two colocated engines (tensor transport). Rollout 1: engine 0 is killed before generating;
+    the monitor restarts it and the trainer pushes it version 1, so every sample of the rollout
+    carries version 1. Rollout 2: engine 1 is killed while the trainer trains; its replacement is
+    held out of the router (a push now would be weights the other engine does not serve) until
+    the block's sync to version 3 pushes both engines and admits it."""
+    state = {}
+    real_collect, real_step = runner.Run.collect, TrainGroup.train_step
+
+    def collect(self, rollout_id, sampling):
+        state["run"] = self
+        if rollout_id == 1:
+            ray.kill(self.engines.engines[0].actor)
+            _wait("engine 0's restart", lambda: self.engines.restarts == 1)
+            state["resynced"] = self.engines.urls[0]
+        samples, kept, info = real_collect(self, rollout_id, sampling)
+        if rollout_id >= 1:
+            assert {s.weight_version for s in samples} == {rollout_id}
+        return samples, kept, info
+
+    def train_step(self, batch):
+        run = state["run"]
+        if run.engines.restarts == 1:  # rollout 2's block
+            ray.kill(run.engines.engines[1].actor)
+            _wait("engine 1's restart", lambda: run.engines.held)
+            state["held"] = run.engines.held[0]
+            assert state["held"] not in run.router.workers()  # no traffic before the sync
+        return real_step(self, batch)
+
+    monkeypatch.setattr(runner.Run, "collect", collect)
+    monkeypatch.setattr(TrainGroup, "train_step", train_step)
+    cfg, plan, run_dir, summary = _run(tmp_path, "train.gpus_per_node=2", "rollout.num_rollout=3")
+    assert plan.weight_sync == "tensor" and plan.num_engines == 2 and summary["steps"] == 3
+    # the resync of engine 0 (version 1, to it alone), then the block syncs; version 3 includes the held engine
+    resync = [p for p in pushes if p["urls"] == [state["resynced"]]]
+    assert [p["version"] for p in resync] == [1]
+    _check([p for p in pushes if p not in resync], "tensor", [1, 2, 3])
+    assert state["held"] in pushes[-1]["urls"] and pushes[-1]["version"] == 3
+    _check(resync, "tensor", [1])
