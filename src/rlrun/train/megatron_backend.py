@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from rlrun.algo import AlgoParams, compute_loss
+from rlrun.algo.token_stats import logp_and_entropy
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches
@@ -52,21 +53,6 @@ def _hf_getter(path: str | None, model_cfg, seed: int):
             handles[f] = safe_open(f, framework="pt")
         return handles[f].get_tensor(name)
     return get
-
-
-def _entropy(logits: torch.Tensor, tp_group, tp_size: int) -> torch.Tensor:
-    """Entropy of softmax over a vocab sharded across TP (fp32, differentiable)."""
-    z = logits.float()
-    if tp_size == 1:
-        from rlrun.algo import entropy_from_logits
-        return entropy_from_logits(z)
-    from torch.distributed.nn.functional import all_reduce
-    m = z.detach().max(dim=-1, keepdim=True).values
-    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=tp_group)
-    e = torch.exp(z - m)
-    s = all_reduce(e.sum(-1), group=tp_group)
-    pz = all_reduce((e * z).sum(-1), group=tp_group) / s
-    return torch.log(s) + m.squeeze(-1) - pz
 
 
 class MegatronBackend(TrainerBackend):
@@ -195,12 +181,12 @@ class MegatronBackend(TrainerBackend):
 
     def _response_logp_entropy(self, logits, mb, entropy_grad: bool):
         """Log-probs (and entropy) of the response tokens from this stage's vocab-parallel logits."""
-        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
-        rows = logits[0, mb.logit_rows]  # [n_response, V/tp]
-        logp = -vocab_parallel_cross_entropy(rows.float(), mb.targets)
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = _entropy(rows if entropy_grad else rows.detach(), self.tp_group, self.tp_size)
-        return logp, entropy
+        from megatron.core import parallel_state as ps
+        rows = logits[0, mb.logit_rows]  # [n_response, V/tp]: this rank's slice of the vocabulary
+        start = ps.get_tensor_model_parallel_rank() * rows.shape[-1]
+        logp, entropy = logp_and_entropy(rows, mb.targets, vocab_start=start,
+                                         group=self.tp_group if self.tp_size > 1 else None)
+        return logp, entropy if entropy_grad else entropy.detach()
 
     def _run(self, model, mbs, loss_fn, forward_only: bool):
         from megatron.core.pipeline_parallel import get_forward_backward_func

@@ -22,7 +22,8 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
-from rlrun.algo import AlgoParams, aggregate, compute_loss, entropy_from_logits, value_loss
+from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
+from rlrun.algo.token_stats import logp_and_entropy
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
@@ -145,11 +146,8 @@ class TorchBackend(TrainerBackend):
         ids, pos, gather, cu = self._pack(batch, idx)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[0]
-        logits = logits[gather].float()
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, gather + 1][:, None])[:, 0]
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-        return logp, entropy, cu
+        logp, entropy = logp_and_entropy(logits[gather], ids[0, gather + 1])
+        return logp, entropy if entropy_grad else entropy.detach(), cu
 
     def _values(self, batch: TrainBatch, idx: list[int]):
         """Critic values of the response tokens of samples `idx` -> (values, response cu_seqlens)."""

@@ -1,0 +1,79 @@
+"""logp_and_entropy: one softmax for both, against autograd through the textbook formulas;
+vocab sharded over 2 gloo ranks equals the unsharded result."""
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from rlrun.algo import entropy_from_logits
+from rlrun.algo import token_stats
+from rlrun.algo.token_stats import logp_and_entropy
+
+
+def _reference(z, t):
+    zf = z.float()
+    return torch.log_softmax(zf, -1).gather(-1, t[:, None])[:, 0], entropy_from_logits(zf)
+
+
+def _case(seed=0, n=7, v=11, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    z = (torch.randn(n, v, generator=g) * 3).to(dtype)
+    t = torch.randint(0, v, (n,), generator=g)
+    return z, t, torch.randn(n, generator=g), torch.randn(n, generator=g)
+
+
+def test_hand_computed_uniform_logits():
+    # equal logits over 4 tokens: log p = -log 4 for any target, entropy = log 4
+    lp, h = logp_and_entropy(torch.zeros(2, 4), torch.tensor([0, 3]))
+    assert lp.tolist() == pytest.approx([-1.3862944] * 2) and h.tolist() == pytest.approx([1.3862944] * 2)
+
+
+@pytest.mark.parametrize("use", ["both", "logp", "entropy"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_values_and_gradients_match_autograd(use, dtype, monkeypatch):
+    monkeypatch.setattr(token_stats, "_CHUNK", 3)  # several chunks, the last one short
+    z, t, a, b = _case(dtype=dtype)
+    z1, z2 = z.clone().requires_grad_(), z.clone().requires_grad_()
+    lp1, h1 = logp_and_entropy(z1, t)
+    lp2, h2 = _reference(z2, t)
+    torch.testing.assert_close(lp1, lp2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(h1, h2, atol=1e-5, rtol=1e-5)
+    loss = lambda lp, h: {"both": (a * lp).sum() + (b * h).sum(), "logp": (a * lp).sum(),  # noqa: E731
+                          "entropy": (b * h).sum()}[use]
+    loss(lp1, h1).backward()
+    loss(lp2, h2).backward()
+    assert z1.grad.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(z1.grad.float(), z2.grad.float(), atol=tol, rtol=tol)
+
+
+def _worker(rank, port, out):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        z, t, a, b = _case(seed=3, n=5, v=10)
+        shard = z[:, rank * 5:(rank + 1) * 5].clone().requires_grad_()
+        lp, h = logp_and_entropy(shard, t, vocab_start=rank * 5, group=dist.group.WORLD)
+        ((a * lp).sum() + (b * h).sum()).backward()
+        out[rank] = (lp.tolist(), h.tolist(), shard.grad.tolist())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_vocab_sharded_over_two_ranks_equals_unsharded():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with mp.Manager() as manager:
+        out = manager.dict()
+        mp.spawn(_worker, args=(port, out), nprocs=2, join=True)
+        out = dict(out)
+    z, t, a, b = _case(seed=3, n=5, v=10)
+    z = z.requires_grad_()
+    lp, h = _reference(z, t)
+    ((a * lp).sum() + (b * h).sum()).backward()
+    for rank in (0, 1):
+        assert out[rank][0] == pytest.approx(lp.tolist(), abs=1e-5)
+        assert out[rank][1] == pytest.approx(h.tolist(), abs=1e-5)
+        torch.testing.assert_close(torch.tensor(out[rank][2]), z.grad[:, rank * 5:(rank + 1) * 5], atol=1e-5, rtol=1e-5)
