@@ -1,12 +1,10 @@
 """logp_and_entropy: one softmax for both, against autograd through the textbook formulas;
 vocab sharded over 2 gloo ranks equals the unsharded result."""
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from gloo_ranks import run_on_gloo_ranks
 from rlrun.algo import entropy_from_logits
 from rlrun.algo import token_stats
 from rlrun.algo.token_stats import logp_and_entropy
@@ -49,26 +47,16 @@ def test_values_and_gradients_match_autograd(use, dtype, monkeypatch):
     torch.testing.assert_close(z1.grad.float(), z2.grad.float(), atol=tol, rtol=tol)
 
 
-def _worker(rank, port, out):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        z, t, a, b = _case(seed=3, n=5, v=10)
-        shard = z[:, rank * 5:(rank + 1) * 5].clone().requires_grad_()
-        lp, h = logp_and_entropy(shard, t, vocab_start=rank * 5, group=dist.group.WORLD)
-        ((a * lp).sum() + (b * h).sum()).backward()
-        out[rank] = (lp.tolist(), h.tolist(), shard.grad.tolist())
-    finally:
-        dist.destroy_process_group()
+def _worker(rank, out):
+    z, t, a, b = _case(seed=3, n=5, v=10)
+    shard = z[:, rank * 5:(rank + 1) * 5].clone().requires_grad_()
+    lp, h = logp_and_entropy(shard, t, vocab_start=rank * 5, group=dist.group.WORLD)
+    ((a * lp).sum() + (b * h).sum()).backward()
+    out[rank] = (lp.tolist(), h.tolist(), shard.grad.tolist())
 
 
 def test_vocab_sharded_over_two_ranks_equals_unsharded():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with mp.Manager() as manager:
-        out = manager.dict()
-        mp.spawn(_worker, args=(port, out), nprocs=2, join=True)
-        out = dict(out)
+    out = run_on_gloo_ranks(_worker)
     z, t, a, b = _case(seed=3, n=5, v=10)
     z = z.requires_grad_()
     lp, h = _reference(z, t)

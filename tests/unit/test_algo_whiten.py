@@ -1,13 +1,12 @@
 """Masked whitening: local statistics, and shared statistics across 2 gloo processes."""
 
 import math
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from gloo_ranks import run_on_gloo_ranks
 from rlrun.algo import whiten
 
 
@@ -26,25 +25,15 @@ def test_empty_mask_is_an_error():
         whiten(torch.ones(3), torch.zeros(3))
 
 
-def _worker(rank, port, results):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        # rank 0 holds 1, 2; rank 1 holds 3, 4 and a masked 100 -> the global stats of the test above
-        x = torch.tensor([1.0, 2.0]) if rank == 0 else torch.tensor([3.0, 4.0, 100.0])
-        m = torch.tensor([1, 1]) if rank == 0 else torch.tensor([1, 1, 0])
-        results[rank] = whiten(x, m, group=dist.group.WORLD).tolist()
-    finally:
-        dist.destroy_process_group()
+def _worker(rank, results):
+    # rank 0 holds 1, 2; rank 1 holds 3, 4 and a masked 100 -> the global stats of the test above
+    x = torch.tensor([1.0, 2.0]) if rank == 0 else torch.tensor([3.0, 4.0, 100.0])
+    m = torch.tensor([1, 1]) if rank == 0 else torch.tensor([1, 1, 0])
+    results[rank] = whiten(x, m, group=dist.group.WORLD).tolist()
 
 
 def test_whiten_across_two_gloo_ranks():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with mp.Manager() as manager:
-        results = manager.dict()
-        mp.spawn(_worker, args=(port, results), nprocs=2, join=True)
-        out = dict(results)
+    out = run_on_gloo_ranks(_worker)
     s = math.sqrt(5 / 3)
     assert out[0] == pytest.approx([-1.5 / s, -0.5 / s], abs=1e-5)
     assert out[1] == pytest.approx([0.5 / s, 1.5 / s, 97.5 / s], abs=1e-5)
