@@ -16,6 +16,9 @@
 #   sync_hf       HF trainer -> hf engine NCCL broadcast (bench/rollout_weight_sync.py)       ~60 s
 #   mfu           (not in the default list) issue 5's throughput: megatron vs transformers+SDPA,
 #                 Qwen3-1.7B, seq 4096 (bench/megatron_mfu.py); re-run after a speed change   ~120 s
+#   mfu_gpu1      (not in the default list) in the BACKGROUND on GPU 1 while the next items use
+#                 GPU 0: bench/megatron_mfu.py for Qwen3-1.7B and Qwen3-4B (4B with and without
+#                 full recompute: peak memory vs `rlrun plan` on the 141 GB H200); put it first ~300 s
 # Each item runs under tools/device/watchdog.py: at its limit (or what is left of the budget)
 # every process of its tree dumps its Python stacks into the item's log and is killed, so a hang
 # costs one item, not the call. An item that no longer fits is SKIPPED (listed in results.md).
@@ -36,6 +39,7 @@ mkdir -p "$LOGS/engines"
 BUDGET=${PENDING_BUDGET_S:-560}
 DEADLINE=$(( $(date +%s) + BUDGET ))
 ITEMS=${ITEMS:-probe tp memory e2e_megatron sync e2e_torch sync_hf}
+BG=
 read -r -a E2E <<< "${E2E_OVERRIDES:-hardware=h100 model=qwen3-0.6b}"
 LAST_RC=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=1 PYTHONUNBUFFERED=1
@@ -136,9 +140,18 @@ for item in $ITEMS; do
       echo -e "\n## throughput, Qwen3-1.7B seq 4096 (\`bench/megatron_mfu.py --models qwen3-1.7b\`)" >> "$RES"
       step mfu 200 python3 bench/megatron_mfu.py --models qwen3-1.7b --json "$LOGS/mfu.json"
       show "$LOGS/mfu.log" "^BENCH" ;;
-    *) echo "- $item: unknown item (probe tp memory e2e_megatron sync e2e_torch sync_hf mfu)" >> "$RES" ;;
+    mfu_gpu1)
+      echo -e "\n## throughput and peak memory on GPU 1, Qwen3-1.7B and Qwen3-4B (\`bench/megatron_mfu.py\`, background)" >> "$RES"
+      ( CUDA_VISIBLE_DEVICES=1 step mfu_gpu1 420 bash -c "python3 bench/megatron_mfu.py --models qwen3-1.7b,qwen3-4b \
+          --steps 6 --warmup 2 && python3 bench/megatron_mfu.py --models qwen3-4b --recompute qwen3-4b \
+          --backends megatron --steps 6 --warmup 2"
+        show "$LOGS/mfu_gpu1.log" "^BENCH" ) &
+      BG=$! ;;
+    *) echo "- $item: unknown item (probe tp memory e2e_megatron sync e2e_torch sync_hf mfu mfu_gpu1)" >> "$RES" ;;
   esac
 done
+
+[ -n "${BG:-}" ] && wait "$BG"  # the background item writes its own lines into results.md
 
 # Ray's own logs (worker stderr holds the faulthandler stacks of a hung actor), at most 8 MB.
 ray_logs=$(ls -d /tmp/ray/session_*/logs 2>/dev/null)
