@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from train_fixtures import toy_batch, torch_backend
 from rlrun.config import load
 from rlrun.launch import steps
 from rlrun.train.base import TrainBatch
@@ -12,18 +13,11 @@ from rlrun.train.torch_backend import TorchBackend
 
 
 def _backend(*overrides: str) -> TorchBackend:
-    b = TorchBackend(load(["algo=ppo", *overrides]), rank=0, world_size=1, gpu_id=None, total_steps=50)
-    b.init()
-    return b
+    return torch_backend("algo=ppo", *overrides, total_steps=50)
 
 
 def _batch() -> TrainBatch:
-    g = torch.Generator().manual_seed(0)
-    lens, starts = (9, 12, 7), (5, 6, 4)
-    toks = [torch.randint(4, 47, (n,), generator=g) for n in lens]
-    resp = [n - s for n, s in zip(lens, starts)]
-    return TrainBatch(toks, list(starts), [torch.ones(r) for r in resp],
-                      advantages=[torch.zeros(r) for r in resp])
+    return toy_batch(lens=(9, 12, 7), starts=(5, 6, 4), advantages=(0.0, 0.0, 0.0))
 
 
 def test_values_are_the_head_output_at_the_positions_that_predict_each_response_token():

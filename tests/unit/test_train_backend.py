@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from train_fixtures import toy_batch, torch_backend
 from rlrun.config import load
 from rlrun.train.base import TrainBatch
 from rlrun.train.hf_model import hf_config
@@ -12,18 +13,11 @@ from rlrun.train.torch_backend import TorchBackend
 
 
 def _backend(*overrides: str) -> TorchBackend:
-    b = TorchBackend(load(list(overrides)), rank=0, world_size=1, gpu_id=None, total_steps=10)
-    b.init()
-    return b
+    return torch_backend(*overrides)
 
 
 def _batch() -> TrainBatch:
-    g = torch.Generator().manual_seed(0)
-    lens, starts = (9, 12, 7, 15), (5, 6, 4, 8)
-    toks = [torch.randint(4, 47, (n,), generator=g) for n in lens]
-    resp = [n - s for n, s in zip(lens, starts)]
-    return TrainBatch(toks, list(starts), [torch.ones(r) for r in resp],
-                      advantages=[torch.full((r,), a) for r, a in zip(resp, (1.0, -1.0, 0.5, -0.5))])
+    return toy_batch()
 
 
 def test_packed_log_probs_equal_one_sample_at_a_time():

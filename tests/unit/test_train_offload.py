@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlrun.config import load
+from train_fixtures import toy_batch, torch_backend
 from rlrun.rollout.process import free_port
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch
@@ -25,19 +25,11 @@ _PPO_KL = ("algo=ppo", "algo.use_kl_loss=true", "algo.kl_loss_coef=0.01", "optim
 
 
 def _backend() -> TorchBackend:
-    b = TorchBackend(load(list(_PPO_KL)), rank=0, world_size=1, gpu_id=None, total_steps=10)
-    b.init()
-    return b
+    return torch_backend(*_PPO_KL)
 
 
 def _batch(b: TorchBackend) -> TrainBatch:
-    g = torch.Generator().manual_seed(0)
-    lens, starts = (9, 12, 7, 15), (5, 6, 4, 8)
-    toks = [torch.randint(4, 47, (n,), generator=g) for n in lens]
-    resp = [n - s for n, s in zip(lens, starts)]
-    batch = TrainBatch(toks, list(starts), [torch.ones(r) for r in resp],
-                       advantages=[torch.full((r,), a) for r, a in zip(resp, (1.0, -1.0, 0.5, -0.5))],
-                       returns=[torch.full((r,), a) for r, a in zip(resp, (1.0, 0.0, 1.0, 0.0))])
+    batch = toy_batch(returns=(1.0, 0.0, 1.0, 0.0))
     return batch.with_(ref_logp=b.compute_log_probs(batch, "ref"), values=b.compute_values(batch))
 
 
