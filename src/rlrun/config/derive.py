@@ -6,6 +6,7 @@ gives no rollout GPU count)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from rlrun.config.errors import Problem
@@ -68,6 +69,12 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
 def _batch_identity(train: dict, rollout: dict) -> list[Problem]:
     """rollout_batch_size * n_samples_per_prompt == global_batch_size * num_steps_per_rollout:
     derive the missing side as slime does; consistency of two given values is checked in rules."""
+    pair = ("train.global_batch_size", "train.num_steps_per_rollout")
+    # whichever side stayed null belongs to this problem, not to a second one
+    return [replace(p, covers=pair) for p in _derive_batch_identity(train, rollout)]
+
+
+def _derive_batch_identity(train: dict, rollout: dict) -> list[Problem]:
     rbs, n = rollout.get("rollout_batch_size"), rollout.get("n_samples_per_prompt")
     gbs, steps = train.get("global_batch_size"), train.get("num_steps_per_rollout")
     if not (_int(rbs) and _int(n) and rbs > 0 and n > 0):

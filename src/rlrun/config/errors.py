@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 
@@ -14,6 +14,9 @@ class Problem:
     message: str       # what is wrong, with the values involved
     fix: str           # a concrete change that makes it valid
     value: Any = None  # the offending value (JSON-friendly)
+    # paths this problem leaves unset (a derivation that could not run): the schema's "got None" at
+    # any of them would only repeat it, so validate() drops those follow-ons in one place
+    covers: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def __str__(self) -> str:
         where = self.path or "<config>"
@@ -21,6 +24,7 @@ class Problem:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("covers")
         try:
             json.dumps(d["value"])
         except (TypeError, ValueError):

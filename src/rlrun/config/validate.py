@@ -17,11 +17,9 @@ def validate(raw: dict[str, Any], *, check_rules: bool = True) -> RunConfig:
     try:
         cfg = RunConfig.model_validate(filled)
     except ValidationError as e:
-        # A batch identity that could not be derived leaves one side null; pydantic's "got None" for
-        # it would only repeat the problem already reported, so it is left out.
-        pair = {"train.global_batch_size", "train.num_steps_per_rollout"}
-        failed = pair if any(p.path in pair for p in problems) else set()
-        problems += [p for p in problems_from_pydantic(e, filled) if not (p.value is None and p.path in failed)]
+        # A derivation that failed leaves its paths null; pydantic's "got None" there repeats it.
+        covered = {path for p in problems for path in p.covers}
+        problems += [p for p in problems_from_pydantic(e, filled) if not (p.value is None and p.path in covered)]
     if cfg is not None and check_rules:
         from rlrun.config import rules
 
