@@ -37,3 +37,13 @@ def test_cache_resolves_interpolations_on_every_use(tmp_path, monkeypatch):
     assert load(["run.name=${oc.env:RLRUN_TEST_NAME}"]).run.name == "second"
     monkeypatch.setenv("RLRUN_NO_CACHE", "1")
     assert load(["model.name=x"]).run.name == "x-grpo-cpu"
+
+
+def test_use_cache_false_neither_writes_nor_reads(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLRUN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLRUN_NO_CACHE", raising=False)
+    entries = lambda: sorted(p.name for p in (tmp_path / "cache").rglob("*") if p.is_file())  # noqa: E731
+    assert load(["optim.lr=0.125"], use_cache=False).optim.lr == 0.125
+    assert entries() == []                       # a throwaway composition leaves nothing behind
+    load(["optim.lr=0.125"])
+    assert len(entries()) == 1                   # the same composition with the cache writes one entry

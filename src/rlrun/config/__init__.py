@@ -19,16 +19,17 @@ if TYPE_CHECKING:
 __all__ = ["ConfigError", "Problem", "load", "load_with_choices"]
 
 
-def load(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None) -> "RunConfig":
+def load(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *,
+         use_cache: bool = True) -> "RunConfig":
     """Compose conf/ with Hydra overrides, derive the null-means-derived values, validate every rule.
-    Raises ConfigError listing every problem (dotted path, values, fix)."""
-    return load_with_choices(overrides, config_dir)[0]
+    Raises ConfigError listing every problem (dotted path, values, fix). use_cache: see compose()."""
+    return load_with_choices(overrides, config_dir, use_cache=use_cache)[0]
 
 
-def load_with_choices(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None
-                      ) -> tuple["RunConfig", "Composed"]:
+def load_with_choices(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *,
+                      use_cache: bool = True) -> tuple["RunConfig", "Composed"]:
     from rlrun.config.compose import compose
     from rlrun.config.validate import validate
 
-    composed = compose(list(overrides), config_dir)
+    composed = compose(list(overrides), config_dir, use_cache=use_cache)
     return validate(composed.raw), composed

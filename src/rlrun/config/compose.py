@@ -231,13 +231,15 @@ def _culprit(problem: Problem, overrides: list[str]) -> str | None:
     return None
 
 
-def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None) -> Composed:
-    """Compose with Hydra, or reuse the unresolved tree of an earlier identical composition (cache.py)."""
+def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *,
+            use_cache: bool = True) -> Composed:
+    """Compose with Hydra, or reuse the unresolved tree of an earlier identical composition (cache.py).
+    use_cache=False: neither read nor write the cache (a throwaway config dir no later run can hit)."""
     from rlrun.config import cache
 
     overrides = tuple(overrides)
     dirs = [conf_dir()] + ([Path(config_dir).resolve()] if config_dir is not None else [])
-    k = cache.key(overrides, dirs) if cache.enabled() else None
+    k = cache.key(overrides, dirs) if use_cache and cache.enabled() else None
     hit = cache.get(k) if k else None
     if hit is None:
         from omegaconf import OmegaConf

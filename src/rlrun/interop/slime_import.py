@@ -175,7 +175,7 @@ def _load_text(text: str, name: str, config_dir: Any) -> Any:
         if config_dir:
             shutil.copytree(config_dir, root, dirs_exist_ok=True)
         _write_experiment(root, scratch, text)
-        return load([f"experiment={scratch}"], config_dir=root)
+        return load([f"experiment={scratch}"], config_dir=root, use_cache=False)  # the dir is gone after this
 
 
 def validate_yaml(text: str, name: str, config_dir: Any = None) -> list[str]:
