@@ -179,3 +179,14 @@ def test_cuda_payload_device_is_mapped_by_uuid():
     unpickler = W._WeightsUnpickler(__import__("io").BytesIO(pickle.dumps(None)))
     assert unpickler.find_class("torch.multiprocessing.reductions", "rebuild_cuda_tensor") \
         is W._rebuild_cuda_tensor_by_uuid
+
+
+def test_fingerprint_grid_sums_equal_the_direct_definition(monkeypatch):
+    """The [rows, ROW] grid reduction == sum b_i and sum b_i * (i+1) written out, tail included."""
+    x = torch.randn(5000)
+    b = x.view(torch.int32).to(torch.int64)
+    pos = torch.arange(1, 5001, dtype=torch.int64)
+    want = [int(b.sum()), int((b * pos).sum())]
+    for row in (1024, 7, 5000, 6000):  # a tail, many rows, one row, no full row
+        monkeypatch.setattr(W, "FINGERPRINT_ROW", row)
+        assert W._tensor_sums(x, None).tolist() == want

@@ -155,16 +155,41 @@ def checksum(named: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-FINGERPRINT_CHUNK = 1 << 24  # elements per step: bounds the int64 temporaries (128 MiB each)
+FINGERPRINT_CHUNK = 1 << 24  # elements per step: bounds the temporaries of a dtype cast
+FINGERPRINT_ROW = 1024  # a chunk is summed as a [rows, ROW] grid (see _position_sums)
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _bits_int64(x: torch.Tensor) -> torch.Tensor:
-    """The elements' bit patterns as int64: floats viewed as the integer of their width (so +0/-0
-    and every NaN payload differ), integers and bools widened."""
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    """The elements' bit patterns as integers: floats viewed as the integer of their width (no copy;
+    +0/-0 and every NaN payload differ), bools as uint8, integers as they are."""
     if x.is_floating_point() or x.is_complex():
-        x = x.contiguous().view(_INT_OF_WIDTH[x.element_size()])
-    return x.to(torch.int64)
+        return x.view(_INT_OF_WIDTH[x.element_size()])
+    return x.view(torch.uint8) if x.dtype == torch.bool else x
+
+
+def _position_sums(b: torch.Tensor, start: int) -> torch.Tensor:
+    """[sum b_j, sum b_j * (start + j + 1)] of a 1-D integer tensor, in wrapping int64.
+
+    No temporary the size of b: viewed as a grid [m, K], element (r, c) has position r*K + c, so
+    the weighted sum is K * sum_r r * rowsum_r + sum_c (c + 1) * colsum_c, two reductions that
+    read b once each (int64 accumulation); the tail beyond m*K is summed directly."""
+    k = FINGERPRINT_ROW
+    n, m = b.numel(), b.numel() // k
+    out = torch.zeros(2, dtype=torch.int64, device=b.device)
+    if m:
+        grid = b[: m * k].view(m, k)
+        rows = grid.sum(dim=1, dtype=torch.int64)
+        cols = grid.sum(dim=0, dtype=torch.int64)
+        out[0] = rows.sum()
+        out[1] = k * (rows * torch.arange(m, dtype=torch.int64, device=b.device)).sum() \
+            + (cols * torch.arange(1, k + 1, dtype=torch.int64, device=b.device)).sum()
+    if n > m * k:
+        tail = b[m * k:].to(torch.int64)
+        out[0] += tail.sum()
+        out[1] += (tail * torch.arange(m * k + 1, n + 1, dtype=torch.int64, device=b.device)).sum()
+    out[1] += start * out[0]  # positions are global: shift this chunk's weights by `start`
+    return out
 
 
 @torch.no_grad()
@@ -172,18 +197,15 @@ def _tensor_sums(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """[sum(b_i), sum(b_i * (i+1))] over the tensor's bit patterns b_i, in int64 on its own device.
 
     Integer sums wrap modulo 2^64, which is associative: any order of reduction (CPU, GPU, chunk
-    size) gives the same result. A flipped bit changes the first sum by +-2^k; moving values
-    between positions changes the second."""
+    and grid sizes) gives the same result. A flipped bit changes the first sum by +-2^k; moving
+    values between positions changes the second."""
     flat = t.detach().reshape(-1)
     out = torch.zeros(2, dtype=torch.int64, device=flat.device)
     for start in range(0, flat.numel(), FINGERPRINT_CHUNK):
         x = flat[start:start + FINGERPRINT_CHUNK]
         if dtype is not None and x.is_floating_point():
             x = x.to(dtype)
-        b = _bits_int64(x)
-        pos = torch.arange(start + 1, start + 1 + b.numel(), dtype=torch.int64, device=b.device)
-        out[0] += b.sum()
-        out[1] += (b * pos).sum()
+        out += _position_sums(_bits(x), start)
     return out
 
 
