@@ -86,9 +86,10 @@ def _reduce_tensor_by_uuid(t: torch.Tensor):
     from torch.multiprocessing import reductions
 
     fn, args = reductions.reduce_tensor(t)
-    if fn is reductions.rebuild_cuda_tensor:
+    uuid = getattr(torch.cuda.get_device_properties(t.device.index), "uuid", None)
+    if fn is reductions.rebuild_cuda_tensor and uuid is not None:  # builds without it keep the index
         args = list(args)
-        args[_CUDA_DEVICE_ARG] = device_uuid(args[_CUDA_DEVICE_ARG])
+        args[_CUDA_DEVICE_ARG] = str(uuid)
         args = tuple(args)
     return fn, args
 
