@@ -369,7 +369,8 @@ def test_weight_sync_bucket_is_mb_in_rlrun_and_bytes_in_slime(tmp_path):
     assert "whole multiple of 1048576" in bad[1]
     # and through a whole script: import then export keeps the flag
     script = tmp_path / "run.sh"
-    script.write_text(SEED.read_text().replace("MISC_ARGS=(", "MISC_ARGS=(\n   --update-weight-buffer-size 1073741824", 1))
+    script.write_text(SEED.read_text().replace(
+        "MISC_ARGS=(", "MISC_ARGS=(\n   --update-weight-buffer-size 1073741824", 1))
     r = import_script(script)
     assert r.overrides["rollout.weight_sync_bucket_mb"] == 1024
     (tmp_path / "experiment").mkdir()

@@ -228,7 +228,8 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
     if r.weight_sync == "tensor" and not t.colocate:
         yield Problem("rollout.weight_sync", "weight_sync=tensor hands the engines CUDA IPC handles (shared "
                       "memory on the CPU) of the trainer's tensors, so trainer and engines must share GPUs, but "
-                      "train.colocate is false", "set rollout.weight_sync=distributed (or auto), or train.colocate=true",
+                      "train.colocate is false",
+                      "set rollout.weight_sync=distributed (or auto), or train.colocate=true",
                       r.weight_sync)
     elif r.weight_sync == "tensor" and t.num_nodes > 1:
         yield Problem("rollout.weight_sync", f"weight_sync=tensor is pushed by trainer rank 0 to every engine through "

@@ -346,7 +346,8 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
                       group_name: str = "weight_update_group", prepare: Prepare | None = None,
                       ranks_per_engine: int = 1) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
-    1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
+    1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
+    per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
     bucket's tensors in the same order, between pause (in_place) and continue. `prepare` and the
     version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports."""
     world = 1 + len(engine_urls) * ranks_per_engine

@@ -61,8 +61,9 @@ def serialize_ipc(named: list[tuple[str, torch.Tensor]]) -> tuple[str, list[torc
 
 
 # A CUDA IPC handle names its GPU by index, which means another GPU in a process with a different
-# CUDA_VISIBLE_DEVICES. As SGLang does (monkey_patch_torch_reductions, applied by its model runner),
-# the sender writes the device's UUID there and the receiver maps it to its own index.
+# CUDA_VISIBLE_DEVICES. As SGLang does (monkey_patch_torch_reductions, which its tp worker applies
+# before deserializing), the sender writes the device's UUID there and the receiver maps it to its
+# own index.
 _CUDA_DEVICE_ARG = 6  # position of storage_device in rebuild_cuda_tensor's arguments
 
 
