@@ -89,9 +89,10 @@ def _wait(what, until, timeout_s=90.0):
 def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes, monkeypatch):
     """Two colocated engines (tensor transport). Rollout 1: engine 0 is killed before generating;
     the monitor restarts it and the trainer pushes it version 1, so every sample of the rollout
-    carries version 1. Rollout 2: engine 1 is killed while the trainer trains; its replacement is
-    held out of the router (a push now would be weights the other engine does not serve) until
-    the block's sync to version 3 pushes both engines and admits it."""
+    carries version 1. Then engine 1 is killed while the trainer trains (rollout 1's block); its
+    replacement is held out of the router with no push (a push now would be weights the other
+    engine does not serve) until the block's sync to version 2 pushes both engines and admits it;
+    rollout 2's samples all carry version 2."""
     state = {}
     real_collect, real_step = runner.Run.collect, TrainGroup.train_step
 
@@ -101,6 +102,8 @@ def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes,
             ray.kill(self.engines.engines[0].actor)
             _wait("engine 0's restart", lambda: self.engines.restarts == 1)
             state["resynced"] = self.engines.urls[0]
+        if rollout_id == 2:
+            state["workers"] = set(self.router.workers())
         samples, kept, info = real_collect(self, rollout_id, sampling)
         if rollout_id >= 1:
             assert {s.weight_version for s in samples} == {rollout_id}
@@ -108,10 +111,10 @@ def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes,
 
     def train_step(self, batch):
         run = state["run"]
-        if run.engines.restarts == 1:  # rollout 2's block
+        if run.engines.restarts == 1 and "held" not in state:  # rollout 1's block
             ray.kill(run.engines.engines[1].actor)
             _wait("engine 1's restart", lambda: run.engines.held)
-            state["held"] = run.engines.held[0]
+            state["held"], state["pushes_before"] = run.engines.held[0], len(pushes)
             assert state["held"] not in run.router.workers()  # no traffic before the sync
         return real_step(self, batch)
 
@@ -119,9 +122,11 @@ def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes,
     monkeypatch.setattr(TrainGroup, "train_step", train_step)
     cfg, plan, run_dir, summary = _run(tmp_path, "train.gpus_per_node=2", "rollout.num_rollout=3")
     assert plan.weight_sync == "tensor" and plan.num_engines == 2 and summary["steps"] == 3
-    # the resync of engine 0 (version 1, to it alone), then the block syncs; version 3 includes the held engine
+    # the block syncs (versions 1, 2, 3, every engine) and the resync of engine 0 (version 1, to it alone)
     resync = [p for p in pushes if p["urls"] == [state["resynced"]]]
-    assert [p["version"] for p in resync] == [1]
-    _check([p for p in pushes if p not in resync], "tensor", [1, 2, 3])
-    assert state["held"] in pushes[-1]["urls"] and pushes[-1]["version"] == 3
     _check(resync, "tensor", [1])
+    _check([p for p in pushes if p not in resync], "tensor", [1, 2, 3])
+    # the held engine got nothing until its block's sync, which pushed it version 2 with the other engine
+    assert state["pushes_before"] == 2 and not any(state["held"] in p["urls"] for p in pushes[:2])
+    assert pushes[2]["version"] == 2 and sorted(pushes[2]["urls"]) == sorted([state["resynced"], state["held"]])
+    assert state["workers"] == {state["resynced"], state["held"]}  # admitted after the sync
