@@ -72,3 +72,36 @@ def test_sglang_ipc_payload_between_processes(group):
     group.update_weights_from_tensor(list(state.items()), "17", bucket_bytes=8 << 10, transport="ipc")
     assert set(group.checksums().values()) == {W.checksum(state)}
     assert set(group.versions().values()) == {"17"}
+
+
+@pytest.mark.parametrize("path", ["tensor", "broadcast"])
+def test_buckets_between_pause_and_continue_and_the_version_comes_last(group, monkeypatch, path):
+    """Several buckets: each is prepared (the trainer's hook) just before it is sent; only the last
+    request carries the version and flush_cache, all of them between pause(in_place) and continue."""
+    from rlrun.rollout import engines as E
+
+    calls, prepared = [], []
+    real_post = E._post
+    monkeypatch.setattr(E, "_post", lambda url, p, body, timeout_s=600.0: (
+        calls.append((url, p, body)), real_post(url, p, body, timeout_s))[1])
+    state = build_model(seed=13).state_dict()
+    named = list(state.items())
+    prepare = lambda bucket: (prepared.append([n for n, _ in bucket]), bucket)[1]  # noqa: E731
+    if path == "tensor":
+        sent = E.push_tensors(group.urls, named, "13", transport="ipc", bucket_bytes=16 << 10, prepare=prepare)
+        weight_path = "/update_weights_from_tensor"
+    else:
+        sent = E.broadcast_weights(group.urls, named, "13", master_address="127.0.0.1", master_port=free_port(),
+                                   backend="gloo", bucket_bytes=16 << 10, prepare=prepare)["bytes"]
+        weight_path = "/update_weights_from_distributed"
+    assert sent == sum(t.numel() * t.element_size() for t in state.values())
+    assert len(prepared) > 2 and [n for b in prepared for n in b] == [n for n, _ in named]
+    for url in group.urls:
+        mine = [(p, b) for u, p, b in calls if u == url]
+        assert mine[0] == ("/pause_generation", {"mode": "in_place"}) and mine[-1] == ("/continue_generation", {})
+        pushes = [b for p, b in mine if p == weight_path]
+        assert len(pushes) == len(prepared)
+        assert [b["weight_version"] for b in pushes] == [None] * (len(pushes) - 1) + ["13"]
+        assert [b["flush_cache"] for b in pushes] == [False] * (len(pushes) - 1) + [True]
+    assert set(group.checksums("fingerprint").values()) == {W.fingerprint(state)}
+    assert set(group.versions().values()) == {"13"}

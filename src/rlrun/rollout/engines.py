@@ -141,8 +141,8 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
                                                        flush_cache=last)
             list(ex.map(lambda url: _post(url, "/update_weights_from_tensor", body), urls))
-            del keepalive  # every engine has copied this bucket out of the shared memory
             nbytes += _nbytes(bucket)
+            del keepalive, bucket  # every engine has copied it: free it before staging the next one
     return nbytes
 
 
