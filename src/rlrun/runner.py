@@ -177,21 +177,17 @@ class Run:
     def _push(self, version: int, urls: list[str], want: str | None = None) -> None:
         """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
         the export's checksum (the file is already written)."""
-        import time
-
-        t0 = time.perf_counter()
         if self.plan.weight_sync == "disk":
             self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
-            seconds, nbytes = time.perf_counter() - t0, None
         else:
             out = self.trainer.push_weights(urls, **self._push_args(version))
-            want, seconds, nbytes = out["fingerprint"], out["seconds"], out["bytes"]
+            want = out["fingerprint"]
+            if out["bytes"]:
+                # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
+                self._sync_metrics = {"perf/weight_sync_gb_per_s": out["bytes"] / out["seconds"] / 1e9,
+                                      "perf/weight_sync_gb": out["bytes"] / 1e9}
         self._verify(version, urls, want)
         self._synced = (version, want)
-        if nbytes:
-            # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
-            self._sync_metrics = {"perf/weight_sync_gb_per_s": nbytes / seconds / 1e9,
-                                  "perf/weight_sync_gb": nbytes / 1e9}
 
     def _verify(self, version: int, urls: list[str], want: str) -> None:
         if self.cfg.rollout.engine == "hf":
