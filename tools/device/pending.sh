@@ -88,6 +88,8 @@ show() {  # show LOG PATTERN
 }
 
 # 3 GRPO steps through Ray on GPU 0, the command of issue 4's acceptance (docs/benchmarks.md).
+# A random-init model scores 0 on the toy task, so GRPO's advantages are 0; the small entropy bonus
+# keeps a gradient, so every step changes the weights and every weight sync moves new weights.
 e2e() {  # e2e BACKEND LIMIT
   local be=$1 extra=() run m
   [ "$be" = megatron ] && extra+=(train.gradient_accumulation_fusion=false)
@@ -95,7 +97,8 @@ e2e() {  # e2e BACKEND LIMIT
   CUDA_VISIBLE_DEVICES=0 step "e2e_$be" "$2" python3 -c 'import sys; from rlrun.cli import main; sys.exit(main())' \
     "${E2E[@]}" train.backend="$be" "${extra[@]}" train.gpus_per_node=1 rollout.engine=hf \
     rollout.num_rollout=3 rollout.rollout_batch_size=8 rollout.n_samples_per_prompt=4 rollout.max_response_len=64 \
-    eval.max_response_len=64 logging.wandb.mode=disabled run.output_dir="$RUNS" run.name="e2e-$be"
+    eval.max_response_len=64 logging.wandb.mode=disabled run.output_dir="$RUNS" run.name="e2e-$be" \
+    algo.entropy_coef=0.001 ${E2E_EXTRA:-}
   m=$(ls -t "$RUNS"/e2e-"$be"/*/metrics.jsonl 2>/dev/null | head -1)
   if [ -n "$m" ]; then
     run=$(dirname "$m")
