@@ -65,3 +65,22 @@ def test_vocab_sharded_over_two_ranks_equals_unsharded():
         assert out[rank][0] == pytest.approx(lp.tolist(), abs=1e-5)
         assert out[rank][1] == pytest.approx(h.tolist(), abs=1e-5)
         torch.testing.assert_close(torch.tensor(out[rank][2]), z.grad[:, rank * 5:(rank + 1) * 5], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_entropy_equals_the_formula(dtype, monkeypatch):
+    monkeypatch.setattr(token_stats, "_CHUNK", 3)
+    z, _, _, _ = _case(seed=5, dtype=dtype)
+    torch.testing.assert_close(token_stats.entropy(z), entropy_from_logits(z.float()), atol=1e-5, rtol=1e-5)
+
+
+def _entropy_worker(rank, out):
+    z, _, _, _ = _case(seed=4, n=5, v=10)
+    out[rank] = token_stats.entropy(z[:, rank * 5:(rank + 1) * 5], group=dist.group.WORLD).tolist()
+
+
+def test_chunked_entropy_vocab_sharded_over_two_ranks():
+    out = run_on_gloo_ranks(_entropy_worker)
+    z, _, _, _ = _case(seed=4, n=5, v=10)
+    for rank in (0, 1):
+        assert out[rank] == pytest.approx(entropy_from_logits(z).tolist(), abs=1e-5)

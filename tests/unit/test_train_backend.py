@@ -87,3 +87,15 @@ def test_recompute_turns_on_activation_checkpointing_without_changing_the_step()
                     "train.recompute.num_layers=1")
     assert ckpt.model.model.gradient_checkpointing and not plain.model.model.gradient_checkpointing
     assert plain.train_step(_batch())["train/grad_norm"] == pytest.approx(ckpt.train_step(_batch())["train/grad_norm"], rel=1e-5)
+
+
+def test_entropy_term_path_gives_the_same_log_probs_and_entropy():
+    # with an entropy term in the loss the backend takes the fused log-prob + entropy function,
+    # otherwise the plain log-softmax and the chunked no-grad entropy: same values either way
+    b, batch = _backend(), _batch()
+    idx = [0, 1, 2, 3]
+    lp_fused, ent_fused, _ = b._forward(b.model, batch, idx, entropy_grad=True)
+    lp_plain, ent_plain, _ = b._forward(b.model, batch, idx, entropy_grad=False)
+    assert ent_fused.requires_grad and not ent_plain.requires_grad
+    torch.testing.assert_close(lp_fused, lp_plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_fused, ent_plain, atol=1e-5, rtol=1e-5)

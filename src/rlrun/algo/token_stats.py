@@ -1,15 +1,15 @@
-"""Log-prob of the target token and entropy of the softmax, from one softmax, for logits whose
-vocabulary may be sharded over tensor-parallel ranks.
+"""Log-prob of the target token and entropy of the softmax, for logits whose vocabulary may be
+sharded over tensor-parallel ranks (the max, the normaliser, the target logit and the entropy are
+summed over the shards; gradients need no communication: each shard's needs only the global logZ
+and H from the forward).
 
-Computing them separately (a cross-entropy for the log-probs, then softmax/logsumexp again for the
-entropy) costs a second pass over an [N, vocab] fp32 tensor and two more such buffers at the peak:
-with a 151936-token vocabulary that is ~2.5 GB per 4096 response tokens each. Here one fp32
-log-softmax is built (in place), kept for the backward (the same one buffer a fused cross-entropy
-keeps), and both gradients come from it:
-    d logp_t / dz_i = 1[i = t] - p_i          d H / dz_i = -p_i (log p_i + H)
-With TP the max, the normaliser, the target logit and the entropy are summed over the vocab shards
-(three all-reduces in the forward, none in the backward: each shard's gradient needs only the
-global logZ and H, which the forward already has).
+- `entropy`: no gradient, in chunks of rows, so its transient fp32 copy, exp and product never
+  exceed a chunk; the metric when the loss has no entropy term. The log-probs then come from the
+  backend's usual cross-entropy (measured fastest on the H100, docs/benchmarks.md).
+- `logp_and_entropy`: both differentiable, for an entropy term in the loss. Autograd through a
+  separate softmax would keep extra [N, vocab] fp32 buffers (~2.5 GB each per 4096 tokens with a
+  151936-token vocabulary); here one fp32 log-softmax is built in place and kept for a hand-written
+  backward:   d logp_t / dz_i = 1[i = t] - p_i          d H / dz_i = -p_i (log p_i + H)
 """
 from __future__ import annotations
 
@@ -26,26 +26,29 @@ def _all_reduce(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
 
 
 class _LogpEntropy(torch.autograd.Function):
+    # Passes over the [N, V] fp32 buffer are what this costs (it is memory-bound), so each chunk
+    # takes one exp for both the normaliser and the entropy, and the backward works in place.
     @staticmethod
     def forward(ctx, logits, targets, vocab_start: int, group):
-        lsm = logits.float()  # a copy for bf16/fp16 logits; fp32 logits get one below
-        if lsm.data_ptr() == logits.data_ptr():
-            lsm = lsm.clone()
-        m = _all_reduce(lsm.max(dim=-1, keepdim=True).values, group, dist.ReduceOp.MAX)
-        lsm.sub_(m)
-        s = torch.empty(lsm.shape[0], dtype=lsm.dtype, device=lsm.device)
-        for i in range(0, lsm.shape[0], _CHUNK):
-            s[i:i + _CHUNK] = lsm[i:i + _CHUNK].exp().sum(-1)
-        lsm.sub_(_all_reduce(s, group).log_()[:, None])  # now log softmax
+        z = logits.float()  # a copy for bf16/fp16 logits; fp32 logits get one below
+        if z.data_ptr() == logits.data_ptr():
+            z = z.clone()
+        z.sub_(_all_reduce(z.amax(dim=-1, keepdim=True), group, dist.ReduceOp.MAX))
+        s = torch.empty(z.shape[0], dtype=z.dtype, device=z.device)
+        ez = torch.empty_like(s)  # sum of exp(z) * z: the entropy's numerator
+        for i in range(0, z.shape[0], _CHUNK):
+            c = z[i:i + _CHUNK]
+            e = c.exp()
+            s[i:i + _CHUNK] = e.sum(-1)
+            ez[i:i + _CHUNK] = e.mul_(c).sum(-1)
+        s, ez = _all_reduce(s, group), _all_reduce(ez, group)
+        log_s = s.log()
+        h = log_s - ez / s  # H = log sum exp(z) - sum softmax(z) * z, with z shifted by the max
+        lsm = z.sub_(log_s[:, None])  # now the log-softmax, in place
         local = targets - vocab_start
         mine = (local >= 0) & (local < lsm.shape[-1])
         local = local.clamp(0, lsm.shape[-1] - 1)
         logp = _all_reduce(lsm.gather(-1, local[:, None])[:, 0] * mine, group)
-        h = torch.empty_like(s)
-        for i in range(0, lsm.shape[0], _CHUNK):
-            c = lsm[i:i + _CHUNK]
-            h[i:i + _CHUNK] = -(c.exp() * c).sum(-1)
-        h = _all_reduce(h, group)
         ctx.save_for_backward(lsm, local, mine, h)
         ctx.in_dtype = logits.dtype
         ctx.set_materialize_grads(False)
@@ -57,19 +60,35 @@ class _LogpEntropy(torch.autograd.Function):
         grad = lsm  # overwritten chunk by chunk: the log-softmax is not needed after this
         for i in range(0, grad.shape[0], _CHUNK):
             c = grad[i:i + _CHUNK]
-            p = c.exp()
-            if g_h is not None:  # -p * (g_logp + g_h * (log p + H))
-                c.add_(h[i:i + _CHUNK, None]).mul_(g_h[i:i + _CHUNK, None])
-                if g_logp is not None:
-                    c.add_(g_logp[i:i + _CHUNK, None])
-            elif g_logp is not None:
-                c.copy_(g_logp[i:i + _CHUNK, None].expand_as(c))
-            else:
-                c.zero_()
+            if g_h is None:  # -p * g_logp
+                c.exp_().mul_(-g_logp[i:i + _CHUNK, None] if g_logp is not None else 0.0)
+                continue
+            p = c.exp()  # -p * (g_logp + g_h * (log p + H))
+            c.add_(h[i:i + _CHUNK, None]).mul_(g_h[i:i + _CHUNK, None])
+            if g_logp is not None:
+                c.add_(g_logp[i:i + _CHUNK, None])
             c.mul_(p).neg_()
         if g_logp is not None:
             grad.scatter_add_(-1, local[:, None], (g_logp * mine)[:, None].to(grad.dtype))
         return grad.to(ctx.in_dtype), None, None, None
+
+
+@torch.no_grad()
+def entropy(logits: torch.Tensor, *, group=None) -> torch.Tensor:
+    """Entropy per row (fp32, not differentiable) in chunks of rows, so the transient fp32 copy,
+    exp and product never exceed a chunk; for the metric when the loss has no entropy term."""
+    m = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    s, ez = torch.empty_like(m), torch.empty_like(m)
+    for i in range(0, logits.shape[0], _CHUNK):
+        m[i:i + _CHUNK] = logits[i:i + _CHUNK].amax(-1).float()
+    m = _all_reduce(m, group, dist.ReduceOp.MAX)
+    for i in range(0, logits.shape[0], _CHUNK):
+        z = logits[i:i + _CHUNK].float().sub_(m[i:i + _CHUNK, None])
+        e = z.exp()
+        s[i:i + _CHUNK] = e.sum(-1)
+        ez[i:i + _CHUNK] = e.mul_(z).sum(-1)
+    s, ez = _all_reduce(s, group), _all_reduce(ez, group)
+    return s.log() - ez / s
 
 
 def logp_and_entropy(logits: torch.Tensor, targets: torch.Tensor, *, vocab_start: int = 0,

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from rlrun.algo import AlgoParams, compute_loss
-from rlrun.algo.token_stats import logp_and_entropy
+from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches
@@ -182,11 +182,16 @@ class MegatronBackend(TrainerBackend):
     def _response_logp_entropy(self, logits, mb, entropy_grad: bool):
         """Log-probs (and entropy) of the response tokens from this stage's vocab-parallel logits."""
         from megatron.core import parallel_state as ps
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
         rows = logits[0, mb.logit_rows]  # [n_response, V/tp]: this rank's slice of the vocabulary
-        start = ps.get_tensor_model_parallel_rank() * rows.shape[-1]
-        logp, entropy = logp_and_entropy(rows, mb.targets, vocab_start=start,
-                                         group=self.tp_group if self.tp_size > 1 else None)
-        return logp, entropy if entropy_grad else entropy.detach()
+        group = self.tp_group if self.tp_size > 1 else None
+        if entropy_grad and torch.is_grad_enabled():  # an entropy term in the loss
+            start = ps.get_tensor_model_parallel_rank() * rows.shape[-1]
+            return logp_and_entropy(rows, mb.targets, vocab_start=start, group=group)
+        # megatron's cross-entropy works in place on its input: give it its own fp32 copy (for fp32
+        # logits .float() would hand over `rows` itself, which the entropy reads)
+        return -vocab_parallel_cross_entropy(rows.to(torch.float32, copy=True), mb.targets), \
+            token_entropy(rows, group=group)
 
     def _run(self, model, mbs, loss_fn, forward_only: bool):
         from megatron.core.pipeline_parallel import get_forward_backward_func

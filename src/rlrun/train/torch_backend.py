@@ -23,7 +23,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 
 from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
-from rlrun.algo.token_stats import logp_and_entropy
+from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
@@ -146,8 +146,11 @@ class TorchBackend(TrainerBackend):
         ids, pos, gather, cu = self._pack(batch, idx)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[0]
-        logp, entropy = logp_and_entropy(logits[gather], ids[0, gather + 1])
-        return logp, entropy if entropy_grad else entropy.detach(), cu
+        rows, targets = logits[gather], ids[0, gather + 1]
+        if entropy_grad and torch.is_grad_enabled():  # an entropy term in the loss
+            return (*logp_and_entropy(rows, targets), cu)
+        logp = torch.log_softmax(rows.float(), dim=-1).gather(-1, targets[:, None])[:, 0]
+        return logp, token_entropy(rows), cu
 
     def _values(self, batch: TrainBatch, idx: list[int]):
         """Critic values of the response tokens of samples `idx` -> (values, response cu_seqlens)."""
