@@ -54,3 +54,22 @@ def test_markdown_and_bad_inputs(capsys):
     assert "### groups" in md and "| `model` | `tiny` | `qwen3-0.6b` |" in md
     assert main(["diff", "default", "rollout.temperature=0"]) == 2
     assert main(["diff", "/no/such/dir"]) == 2
+
+
+def test_run_dir_written_before_a_field_existed_is_compared_at_todays_default(tmp_path, capsys):
+    # An older rlrun wrote no rollout.weight_sync and no train.max_tokens_per_gpu: the diff fills
+    # them with today's defaults for the run's groups and says so, instead of refusing the run dir.
+    cfg = load([f"run.output_dir={tmp_path}", "optim.lr=2e-3"])
+    run = prepare_run_dir(cfg, make_plan(cfg), ["optim.lr=2e-3"])
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    del saved["rollout"]["weight_sync"], saved["train"]["max_tokens_per_gpu"]
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert main(["diff", str(run), f"optim.lr=2e-3,run.output_dir={tmp_path}", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["identical"] is True
+    assert len(d["notes"]) == 2
+    assert any("rollout.weight_sync is not in its config.yaml" in n and '"auto"' in n for n in d["notes"])
+    assert any("train.max_tokens_per_gpu is not in its config.yaml" in n for n in d["notes"])
+    assert main(["diff", str(run), f"optim.lr=1e-3,run.output_dir={tmp_path}"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("note: ") and "optim.lr: 0.002 -> 0.001" in out

@@ -15,7 +15,7 @@ from rlrun.config.errors import ConfigError, Problem
 
 PLAN_KEYS = ("world_size", "tp", "pp", "cp", "dp", "ep", "colocate", "num_nodes", "trainer_gpus", "rollout_gpus",
              "num_engines", "gpus_per_engine", "samples_per_rollout", "global_batch_size", "steps_per_rollout",
-             "micro_batches_per_step", "total_steps", "params_total", "params_active", "fits")
+             "micro_batches_per_step", "total_steps", "params_total", "params_active", "fits", "weight_sync")
 _OVERRIDE_START = re.compile(r"^[+~]{0,2}[\w.@/\-]+(=|$)")
 
 
@@ -25,6 +25,7 @@ class Side:
     resolved: dict
     plan: dict
     choices: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. fields an older rlrun did not write
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Diff:
     removed: dict[str, Any]
     plan: dict[str, tuple[Any, Any]]
     choices: dict[str, tuple[Any, Any]]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
@@ -44,7 +46,7 @@ class Diff:
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "identical": self.identical, "choices": _pairs(self.choices),
                 "changed": _pairs(self.changed), "added": self.added, "removed": self.removed,
-                "plan": _pairs(self.plan)}
+                "plan": _pairs(self.plan), "notes": self.notes}
 
 
 def _pairs(d: dict) -> dict:
@@ -93,8 +95,9 @@ def load_side(arg: str, config_dir=None, composer=None) -> Side:
         raw, _ = read_run_dir(path)
         plan_file = path / "plan.json"
         choices = json.loads(plan_file.read_text()).get("choices", {}) if plan_file.is_file() else {}
+        notes = _fill_missing(raw, _defaults_for(choices, composer), str(path), _written_by(path))
         cfg = _validate_saved(raw, f"{path}/config.yaml")
-        return Side(str(path), cfg.to_dict(), _plan_dict(cfg, choices), choices)
+        return Side(str(path), cfg.to_dict(), _plan_dict(cfg, choices), choices, notes)
     if path.is_file() and path.suffix in (".yaml", ".yml"):
         doc = yaml.safe_load(path.read_text())
         if isinstance(doc, list):
@@ -110,6 +113,39 @@ def load_side(arg: str, config_dir=None, composer=None) -> Side:
         return _from_overrides(split_overrides(arg), arg, config_dir, composer)
     raise ConfigError([Problem(arg, "not found: no such run dir or YAML file, and not an override list",
                                "pass a run dir, a YAML file, or overrides such as 'model=qwen3-4b,optim.lr=1e-6'")])
+
+
+def _defaults_for(choices: dict, composer) -> dict:
+    """Today's composed config for the run's own group choices (model, algo, hardware, ...), or the
+    plain default when those options no longer exist; None without a composer."""
+    if composer is None:
+        return {}
+    try:
+        return composer.compose([f"{g}={o}" for g, o in choices.items() if isinstance(o, str)]).raw
+    except Exception:  # noqa: BLE001 - a renamed group option: today's plain default is the best guess
+        return composer.compose([]).raw
+
+
+def _written_by(run_dir: Path) -> str:
+    try:
+        return "rlrun " + str(json.loads((run_dir / "versions.json").read_text()).get("rlrun", "?"))
+    except (OSError, ValueError):
+        return "an older rlrun"
+
+
+def _fill_missing(saved: dict, defaults: dict, where: str, written_by: str, prefix: str = "") -> list[str]:
+    """Fields that a run dir's config.yaml lacks because an older rlrun wrote it (the schema has
+    grown since) get today's default for the run's groups, in place; returns one note per field,
+    so the diff says what was assumed rather than refusing to compare."""
+    notes = []
+    for key, value in defaults.items():
+        if key not in saved:
+            saved[key] = value
+            notes.append(f"{where}: {prefix}{key} is not in its config.yaml (written by {written_by}); "
+                         f"compared at today's default {json.dumps(value, default=str)}")
+        elif isinstance(value, dict) and value and isinstance(saved[key], dict) and saved[key]:
+            notes += _fill_missing(saved[key], value, where, written_by, f"{prefix}{key}.")
+    return notes
 
 
 def _validate_saved(raw: dict, where: str):
@@ -153,7 +189,8 @@ def compare(a: Side, b: Side) -> Diff:
     plan = {k: (pa.get(k), pb.get(k)) for k in pa.keys() | pb.keys() if pa.get(k) != pb.get(k)}
     choices = {k: (a.choices.get(k), b.choices.get(k)) for k in a.choices.keys() | b.choices.keys()
                if a.choices and b.choices and a.choices.get(k) != b.choices.get(k)}
-    return Diff(a.label, b.label, changed, added, removed, dict(sorted(plan.items())), dict(sorted(choices.items())))
+    return Diff(a.label, b.label, changed, added, removed, dict(sorted(plan.items())), dict(sorted(choices.items())),
+                a.notes + b.notes)
 
 
 def _plan_items(plan: dict) -> dict[str, Any]:
@@ -165,9 +202,10 @@ def _v(x: Any) -> str:
 
 
 def render_text(d: Diff) -> str:
+    notes = [f"note: {n}" for n in d.notes]
     if d.identical:
-        return f"identical: {d.a} and {d.b} resolve to the same config and plan"
-    out = [f"--- {d.a}", f"+++ {d.b}"]
+        return "\n".join(notes + [f"identical: {d.a} and {d.b} resolve to the same config and plan"])
+    out = notes + [f"--- {d.a}", f"+++ {d.b}"]
     for title, items in (("groups", {k: f"{_v(a)} -> {_v(b)}" for k, (a, b) in d.choices.items()}),
                          ("changed", {k: f"{_v(a)} -> {_v(b)}" for k, (a, b) in d.changed.items()}),
                          ("added", {k: _v(v) for k, v in d.added.items()}),
@@ -180,9 +218,10 @@ def render_text(d: Diff) -> str:
 
 
 def render_md(d: Diff) -> str:
+    notes = [f"> note: {n}" for n in d.notes] + ([""] if d.notes else [])
     if d.identical:
-        return f"**identical**: `{d.a}` and `{d.b}` resolve to the same config and plan."
-    out = [f"Diff of `{d.a}` (A) and `{d.b}` (B)", ""]
+        return "\n".join(notes + [f"**identical**: `{d.a}` and `{d.b}` resolve to the same config and plan."])
+    out = notes + [f"Diff of `{d.a}` (A) and `{d.b}` (B)", ""]
     for title, rows in (("groups", [(k, a, b) for k, (a, b) in d.choices.items()]),
                         ("changed", [(k, a, b) for k, (a, b) in d.changed.items()]),
                         ("added", [(k, "", v) for k, v in d.added.items()]),
