@@ -32,6 +32,14 @@ def test_broadcast_from_trainer_rank0_to_two_engine_processes(group):
     assert set(group.checksums().values()) == {W.checksum(state2)}
 
 
+def test_broadcast_one_collective_per_tensor_format(group):
+    # SGLang's other format (load_format None): the engine receives every tensor separately
+    state = {n: t * 2 for n, t in build_model(seed=8).state_dict().items()}
+    broadcast_weights(group.urls, list(state.items()), "8", master_address="127.0.0.1", master_port=free_port(),
+                      backend="gloo", bucket_bytes=16 << 10, load_format=None)
+    assert set(group.checksums().values()) == {W.checksum(state)}
+
+
 def test_update_from_disk_fallback(group, tmp_path):
     model = build_model(seed=9)
     model.save_pretrained(tmp_path / "step9")
@@ -103,5 +111,7 @@ def test_buckets_between_pause_and_continue_and_the_version_comes_last(group, mo
         assert len(pushes) == len(prepared)
         assert [b["weight_version"] for b in pushes] == [None] * (len(pushes) - 1) + ["13"]
         assert [b["flush_cache"] for b in pushes] == [False] * (len(pushes) - 1) + [True]
+        if path != "tensor":  # one uint8 broadcast per bucket
+            assert {b["load_format"] for b in pushes} == {"flattened_bucket"}
     assert set(group.checksums("fingerprint").values()) == {W.fingerprint(state)}
     assert set(group.versions().values()) == {"13"}

@@ -190,3 +190,16 @@ def test_fingerprint_grid_sums_equal_the_direct_definition(monkeypatch):
     for row in (1024, 7, 5000, 6000):  # a tail, many rows, one row, no full row
         monkeypatch.setattr(W, "FINGERPRINT_ROW", row)
         assert W._tensor_sums(x, None).tolist() == want
+
+
+def test_flattened_bucket_round_trip_with_mixed_dtypes():
+    tensors = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+               torch.tensor([[7]], dtype=torch.int64)]
+    flat = W.flatten_bucket(tensors)
+    assert flat.dtype == torch.uint8 and flat.numel() == 24 + 4 + 8 == sum(W.tensor_bytes(
+        [t.dtype for t in tensors], [list(t.shape) for t in tensors]))
+    back = W.unflatten_bucket(flat, [t.dtype for t in tensors], [list(t.shape) for t in tensors])
+    for a, b in zip(tensors, back):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    with pytest.raises(ValueError, match="does not match its 1 tensors"):
+        W.unflatten_bucket(flat, [torch.float32], [[2, 3]])

@@ -220,9 +220,11 @@ def init_weights_update_group_body(master_address: str, master_port: int, rank_o
 def update_weights_from_distributed_body(names: list[str], dtypes: list[str], shapes: list[list[int]],
                                          weight_version: str | None, *,
                                          group_name: str = "weight_update_group",
-                                         flush_cache: bool = True) -> dict:
+                                         flush_cache: bool = True, load_format: str | None = None) -> dict:
+    """load_format None: one broadcast per tensor; "flattened_bucket": one uint8 broadcast of the
+    bucket's tensors concatenated in order (SGLang's FlattenedTensorBucket)."""
     return {"names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name,
-            "flush_cache": flush_cache, "weight_version": weight_version}
+            "flush_cache": flush_cache, "weight_version": weight_version, "load_format": load_format}
 
 
 def destroy_weights_update_group_body(group_name: str = "weight_update_group") -> dict:

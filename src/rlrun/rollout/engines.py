@@ -344,11 +344,13 @@ class EngineGroup:
 def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
                       master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
                       group_name: str = "weight_update_group", prepare: Prepare | None = None,
-                      ranks_per_engine: int = 1) -> dict:
+                      ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
     1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
     per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
-    bucket's tensors in the same order, between pause (in_place) and continue. `prepare` and the
+    bucket as one flattened uint8 buffer (SGLang's load_format="flattened_bucket": one collective
+    per bucket, not one per tensor; load_format=None: one per tensor, SGLang's other format),
+    between pause (in_place) and continue. `prepare` and the
     version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports."""
     world = 1 + len(engine_urls) * ranks_per_engine
     parts = list(W.buckets(named, bucket_bytes))
@@ -366,9 +368,10 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
             body = api.update_weights_from_distributed_body(
                 [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
                 [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group_name,
-                flush_cache=last)
+                flush_cache=last, load_format=load_format)
             posts = [pool.submit(_post, url, "/update_weights_from_distributed", body) for url in engine_urls]
-            W.broadcast_tensors(group, [t.contiguous() for _, t in bucket])
+            tensors = [t.contiguous() for _, t in bucket]
+            W.broadcast_tensors(group, [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors)
             for p in posts:
                 p.result()
             nbytes += _nbytes(bucket)

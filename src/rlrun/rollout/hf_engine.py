@@ -253,16 +253,25 @@ class HFEngine:
         self._groups[group_name] = W.new_broadcast_group(master_address, master_port, rank_offset,
                                                          world_size, group_name, backend)
 
-    def update_from_distributed(self, names, dtypes, shapes, group_name: str, version: str | None) -> int:
+    def update_from_distributed(self, names, dtypes, shapes, group_name: str, version: str | None,
+                                load_format: str | None = None) -> int:
         if group_name not in self._groups:
             raise RequestError(f"weight update group {group_name!r} does not exist; call "
                                f"/init_weights_update_group first (known: {sorted(self._groups)})")
+        if load_format not in (None, W.FLATTENED_BUCKET):
+            raise RequestError(f"load_format={load_format!r} is not supported by /update_weights_from_distributed "
+                               f"(None: one broadcast per tensor, {W.FLATTENED_BUCKET!r}: one per bucket)")
         # Receive on the GPU even while the weights are released to host memory (NCCL needs device
         # buffers); load_named then copies into wherever the parameters are.
         device = self._home_device or self.device
-        tensors = [torch.empty(shape, dtype=W.dtype_from_name(dt), device=device)
-                   for dt, shape in zip(dtypes, shapes)]
-        W.broadcast_tensors(self._groups[group_name], tensors)
+        torch_dtypes = [W.dtype_from_name(dt) for dt in dtypes]
+        if load_format == W.FLATTENED_BUCKET:
+            flat = torch.empty(sum(W.tensor_bytes(torch_dtypes, shapes)), dtype=torch.uint8, device=device)
+            W.broadcast_tensors(self._groups[group_name], [flat])
+            tensors = W.unflatten_bucket(flat, torch_dtypes, shapes)
+        else:
+            tensors = [torch.empty(shape, dtype=dt, device=device) for dt, shape in zip(torch_dtypes, shapes)]
+            W.broadcast_tensors(self._groups[group_name], tensors)
         return self.load_named(list(zip(names, tensors)), version)
 
     def destroy_group(self, group_name: str) -> None:

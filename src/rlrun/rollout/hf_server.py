@@ -179,7 +179,8 @@ def build_app(engine) -> Starlette:
 
     def distributed(b):
         n = engine.update_from_distributed(b["names"], b["dtypes"], b["shapes"],
-                                           b.get("group_name", "weight_update_group"), b.get("weight_version"))
+                                           b.get("group_name", "weight_update_group"), b.get("weight_version"),
+                                           b.get("load_format"))
         return f"Succeeded to update parameter online ({n} tensors)."
 
     def destroy_group(b):

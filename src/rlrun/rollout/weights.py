@@ -19,6 +19,7 @@ import datetime
 import difflib
 import hashlib
 import io
+import math
 import pickle
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -282,6 +283,36 @@ def load_hf_dir(path: str | Path) -> list[tuple[str, torch.Tensor]]:
         raise FileNotFoundError(f"no *.safetensors in {path} (update_weights_from_disk needs an HF "
                                 f"checkpoint dir, e.g. written by save_pretrained)")
     return [item for f in files for item in load_file(str(f)).items()]
+
+
+FLATTENED_BUCKET = "flattened_bucket"  # SGLang's load_format: a bucket as one uint8 buffer
+
+
+def flatten_bucket(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors' bytes, concatenated in order into one uint8 buffer: what SGLang's
+    FlattenedTensorBucket builds (tensor.flatten().view(uint8), concatenated), so one collective
+    moves the whole bucket instead of one per tensor."""
+    return torch.cat([t.contiguous().reshape(-1).view(torch.uint8) for t in tensors])
+
+
+def tensor_bytes(dtypes: list[torch.dtype], shapes: list[list[int]]) -> list[int]:
+    """Byte size of each (dtype, shape): how a receiver sizes a flattened bucket before it arrives."""
+    return [math.prod(shape) * torch.empty((), dtype=dtype).element_size() for dtype, shape in zip(dtypes, shapes)]
+
+
+def unflatten_bucket(flat: torch.Tensor, dtypes: list[torch.dtype], shapes: list[list[int]]) -> list[torch.Tensor]:
+    """Views of `flat` (uint8) as the bucket's tensors, in the order flatten_bucket wrote them."""
+    out, start = [], 0
+    for dtype, shape, n in zip(dtypes, shapes, tensor_bytes(dtypes, shapes)):
+        part = flat[start:start + n]
+        if start % torch.empty((), dtype=dtype).element_size():
+            part = part.clone()  # a view needs an offset aligned to the element size
+        out.append(part.view(dtype).reshape(shape))
+        start += n
+    if start != flat.numel():
+        raise ValueError(f"a flattened bucket of {flat.numel()} bytes does not match its {len(shapes)} tensors "
+                         f"({start} bytes)")
+    return out
 
 
 def dtype_name(dtype: torch.dtype) -> str:
