@@ -168,7 +168,9 @@ class Run:
         r = self.cfg.rollout
         return dict(transport=self.plan.weight_sync, version=version, bucket_bytes=r.weight_sync_bucket_mb << 20,
                     engine_dtype=self._engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
-                    copies=r.gpus_per_engine if r.engine == "sglang" else 1)
+                    copies=r.gpus_per_engine if r.engine == "sglang" else 1,
+                    # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
+                    tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
 
     def _export(self) -> str:
         """disk: the trainer writes its weights under the run dir; returns their sha256."""

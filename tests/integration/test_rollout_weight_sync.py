@@ -115,3 +115,17 @@ def test_buckets_between_pause_and_continue_and_the_version_comes_last(group, mo
             assert {b["load_format"] for b in pushes} == {"flattened_bucket"}
     assert set(group.checksums("fingerprint").values()) == {W.fingerprint(state)}
     assert set(group.versions().values()) == {"13"}
+
+
+def test_tied_lm_head_is_fingerprinted_but_not_sent(group):
+    from rlrun.launch.train_group import push_state
+
+    state = {n: t * 3 for n, t in build_model(seed=12).state_dict().items()}  # tiny Qwen3: tied embeddings
+    lm_head = state["lm_head.weight"]
+    assert torch.equal(lm_head, state["model.embed_tokens.weight"])
+    out = push_state(state, group.urls, transport="tensor", version="12", bucket_bytes=16 << 10,
+                     engine_dtype="float32", device=torch.device("cpu"), tied=("lm_head.weight",))
+    assert out["bytes"] == sum(t.numel() * t.element_size() for t in state.values()) - lm_head.numel() * 4
+    assert out["fingerprint"] == W.fingerprint(state, torch.float32)  # the engine's state has lm_head
+    assert set(group.checksums("fingerprint").values()) == {out["fingerprint"]}
+    assert set(group.checksums().values()) == {W.checksum(state)}

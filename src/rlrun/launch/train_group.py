@@ -28,13 +28,15 @@ def backend_class(name: str):
 
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
-               copies: int = 1) -> dict:
+               copies: int = 1, tied: tuple[str, ...] = ()) -> dict:
     """The lead rank's push of its sync state to the engines at `urls`; returns the state's
     fingerprint in the engines' dtype (W.Fingerprint), the bytes pushed per engine and the push's
     seconds. No urls: only the fingerprint.
 
     Each bucket is moved to `device` (the rank's GPU: CUDA IPC handles / NCCL need device memory)
-    and fingerprinted there just before it is sent, so one bucket at a time is staged.
+    and fingerprinted there just before it is sent, so one bucket at a time is staged. `tied`: names
+    the engine's model ties to another tensor it receives (lm_head.weight with tied embeddings; SGLang
+    skips loading it): fingerprinted, since the engine's state holds them, but not sent.
       tensor       /update_weights_from_tensor with SGLang's IPC payload (CUDA IPC on a GPU,
                    shared-memory files on the CPU): engines on this host, i.e. colocated
       distributed  /init_weights_update_group + /update_weights_from_distributed, a broadcast from
@@ -52,7 +54,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
         fp.add(bucket)
         return bucket
 
-    named = list(state.items())
+    named = [(n, t) for n, t in state.items() if n not in tied]
+    fp.add([(n, state[n].to(device)) for n in tied if n in state])
     t0, nbytes = time.perf_counter(), 0
     if not urls:
         for bucket in W.buckets(named, bucket_bytes):
@@ -171,11 +174,11 @@ class TrainGroup:
         return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(self._sync_ranks())])[0]
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
-                     engine_dtype: str | None, backend: str, copies: int = 1) -> dict:
+                     engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = ()) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective."""
         how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
-                   backend=backend, copies=copies)
+                   backend=backend, copies=copies, tied=tied)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:
