@@ -30,9 +30,7 @@ class _LogpEntropy(torch.autograd.Function):
     # takes one exp for both the normaliser and the entropy, and the backward works in place.
     @staticmethod
     def forward(ctx, logits, targets, vocab_start: int, group):
-        z = logits.float()  # a copy for bf16/fp16 logits; fp32 logits get one below
-        if z.data_ptr() == logits.data_ptr():
-            z = z.clone()
+        z = logits.to(torch.float32, copy=True)  # worked on in place below
         z.sub_(_all_reduce(z.amax(dim=-1, keepdim=True), group, dist.ReduceOp.MAX))
         s = torch.empty(z.shape[0], dtype=z.dtype, device=z.device)
         ez = torch.empty_like(s)  # sum of exp(z) * z: the entropy's numerator

@@ -297,7 +297,7 @@ def flatten_bucket(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def tensor_bytes(dtypes: list[torch.dtype], shapes: list[list[int]]) -> list[int]:
     """Byte size of each (dtype, shape): how a receiver sizes a flattened bucket before it arrives."""
-    return [math.prod(shape) * torch.empty((), dtype=dtype).element_size() for dtype, shape in zip(dtypes, shapes)]
+    return [math.prod(shape) * dtype.itemsize for dtype, shape in zip(dtypes, shapes)]
 
 
 def unflatten_bucket(flat: torch.Tensor, dtypes: list[torch.dtype], shapes: list[list[int]]) -> list[torch.Tensor]:
@@ -305,7 +305,7 @@ def unflatten_bucket(flat: torch.Tensor, dtypes: list[torch.dtype], shapes: list
     out, start = [], 0
     for dtype, shape, n in zip(dtypes, shapes, tensor_bytes(dtypes, shapes)):
         part = flat[start:start + n]
-        if start % torch.empty((), dtype=dtype).element_size():
+        if start % dtype.itemsize:
             part = part.clone()  # a view needs an offset aligned to the element size
         out.append(part.view(dtype).reshape(shape))
         start += n

@@ -3,7 +3,8 @@ trainer backend so that torch and megatron see the same micro-batches for the sa
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
+
+from rlrun.train.dist import all_reduce_sum
 
 
 def to_device(t: torch.Tensor, device, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -54,7 +55,4 @@ def loss_normalizer(loss_mask: list[torch.Tensor], per_token: bool, device, grou
     (calculate_per_token_loss) or samples, summed over the DP ranks of `group`. The masks are
     host tensors, so the only device sync is the one all-reduce, before any forward."""
     local = sum(float(m.sum()) for m in loss_mask) if per_token else float(len(loss_mask))
-    total = torch.tensor([local], dtype=torch.float64, device=device)
-    if dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(total, group=group)
-    return float(total)
+    return float(all_reduce_sum(torch.tensor([local], dtype=torch.float64, device=device), group))

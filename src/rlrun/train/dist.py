@@ -1,4 +1,4 @@
-"""Joining the trainer's process group, shared by the torch and megatron backends."""
+"""Joining the trainer's process group, and summing over it; shared by the torch and megatron backends."""
 from __future__ import annotations
 
 import socket
@@ -28,3 +28,11 @@ def join_process_group(master_addr: str, master_port: int, rank: int, world_size
     store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=TIMEOUT)
     dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size,
                             timeout=TIMEOUT, device_id=device if cuda else None)
+
+
+def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum `t` in place over the ranks of `group` (None: the default group); a no-op for one rank
+    or without a process group (single-rank runs and tests)."""
+    if dist.is_initialized() and dist.get_world_size(group) > 1:
+        dist.all_reduce(t, group=group)
+    return t

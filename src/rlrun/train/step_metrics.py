@@ -8,9 +8,9 @@ GPU time). Both backends therefore add detached device tensors here and sync onc
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from rlrun.algo.kl import kl as kl_estimate
+from rlrun.train.dist import all_reduce_sum
 
 
 class StepSums:
@@ -46,10 +46,7 @@ class StepSums:
         if not self.sums:
             return {}
         keys = sorted(self.sums)
-        t = torch.stack([self.sums[k] for k in keys])
-        if dist.is_initialized() and dist.get_world_size(group) > 1:
-            dist.all_reduce(t, group=group)
-        return dict(zip(keys, t.tolist()))
+        return dict(zip(keys, all_reduce_sum(torch.stack([self.sums[k] for k in keys]), group).tolist()))
 
 
 def policy_metrics(sums: dict[str, float], grad_norm: float, lr: float) -> dict[str, float]:

@@ -29,7 +29,7 @@ from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
 from rlrun.train import offload as off
 from rlrun.train.critic import build_value_model
-from rlrun.train.dist import join_process_group
+from rlrun.train.dist import all_reduce_sum, join_process_group
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at
 from rlrun.train.step_metrics import StepSums, policy_metrics
@@ -197,11 +197,6 @@ class TorchBackend(TrainerBackend):
         return out
 
     # -- training ---------------------------------------------------------------------------
-    def _all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        if self.world > 1:
-            dist.all_reduce(t)
-        return t
-
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if batch.advantages is None:
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
@@ -261,7 +256,7 @@ class TorchBackend(TrainerBackend):
             sums += torch.stack([loss.detach().double(), aggregate(clipped, mask, per_token, cu, normalizer).double(),
                                  (old * mask).sum().double(), (returns * mask).sum().double(), mask.sum().double()])
         grad_norm, lr = self._optimizer_step(self.critic, self.critic_opt, self.cfg.optim.critic_lr)
-        loss, clipfrac, v, ret, n_tok = self._all_reduce(sums).tolist()
+        loss, clipfrac, v, ret, n_tok = all_reduce_sum(sums).tolist()
         n_tok = max(n_tok, 1.0)
         return {"critic/value_loss": loss, "critic/clipfrac": clipfrac, "critic/values_mean": v / n_tok,
                 "critic/returns_mean": ret / n_tok, "critic/grad_norm": grad_norm, "critic/lr": lr}
