@@ -133,13 +133,21 @@ class TorchBackend(TrainerBackend):
         ids = to_device(torch.cat(seqs), self.device)[None]
         pos = to_device(torch.cat([torch.arange(int(s.numel())) for s in seqs]), self.device)[None]
         # the output at position t predicts token t+1: take positions [start-1, len-1) of every sample.
-        gather, offset, cu = [], 0, [0]
+        gather, offset = [], 0
         for i, s in zip(idx, seqs):
             n = int(s.numel())
             gather.append(torch.arange(offset + batch.response_start[i] - 1, offset + n - 1))
             offset += n
-            cu.append(cu[-1] + n - batch.response_start[i])
-        return ids, pos, to_device(torch.cat(gather), self.device), to_device(torch.tensor(cu), self.device)
+        cu = to_device(torch.tensor(self._response_cu(batch, idx)), self.device)
+        return ids, pos, to_device(torch.cat(gather), self.device), cu
+
+    @staticmethod
+    def _response_cu(batch: TrainBatch, idx: list[int]) -> list[int]:
+        """cu_seqlens over the response tokens of samples `idx` (host side: reading it needs no sync)."""
+        cu = [0]
+        for i in idx:
+            cu.append(cu[-1] + int(batch.tokens[i].numel()) - batch.response_start[i])
+        return cu
 
     def _forward(self, model, batch: TrainBatch, idx: list[int], entropy_grad: bool):
         """Packed forward of samples `idx` -> (response log-probs, entropy, response cu_seqlens)."""
@@ -172,10 +180,7 @@ class TorchBackend(TrainerBackend):
             raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
         model.eval()
 
-        def logp(idx):
-            lp, _, cu = self._forward(model, batch, idx, entropy_grad=False)
-            return lp, cu
-        return self._per_sample(batch, logp)
+        return self._per_sample(batch, lambda idx: self._forward(model, batch, idx, entropy_grad=False)[0])
 
     @torch.no_grad()
     def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
@@ -183,15 +188,14 @@ class TorchBackend(TrainerBackend):
             raise RuntimeError("no critic: it is built only with algo.advantage_estimator=ppo")
         self.onload()
         self.critic.eval()
-        return self._per_sample(batch, lambda idx: self._values(batch, idx))
+        return self._per_sample(batch, lambda idx: self._values(batch, idx)[0])
 
     def _per_sample(self, batch: TrainBatch, forward) -> list[torch.Tensor]:
-        """`forward(idx) -> (response values, response cu_seqlens)` per inference micro-batch,
+        """`forward(idx) -> response values` (flat, sample after sample) per inference micro-batch,
         split back into one CPU tensor per sample."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(batch)
         for idx in self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu):
-            flat, cu = forward(idx)
-            cu = cu.tolist()  # one device sync per micro-batch, not two per sample
+            flat, cu = forward(idx), self._response_cu(batch, idx)
             for k, i in enumerate(idx):
                 out[i] = flat[cu[k]:cu[k + 1]].cpu()
         return out
@@ -231,8 +235,7 @@ class TorchBackend(TrainerBackend):
             loss, m = compute_loss(logp, self._cat(batch.old_logp, idx), ref, rollout, self._cat(batch.advantages, idx),
                                    mask, entropy, self.params, cu_seqlens=cu, normalizer=normalizer)
             loss.backward()
-            sums.add_policy(m, logp, entropy, mask, rollout, ref,
-                            sum(int(batch.tokens[i].numel()) - batch.response_start[i] for i in idx))
+            sums.add_policy(m, logp, entropy, mask, rollout, ref, self._response_cu(batch, idx)[-1])
         grad_norm, lr = self._optimizer_step(self.model, self.opt, self.cfg.optim.lr)
         self.step += 1
         return policy_metrics(sums.reduce(), grad_norm, lr)
