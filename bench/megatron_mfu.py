@@ -30,9 +30,9 @@ import time
 import torch
 
 
-def overrides(name: str, seq: int, max_tokens: int, recompute: bool = False) -> list[str]:
+def overrides(name: str, seq: int, max_tokens: int, recompute: bool = False, extra: tuple[str, ...] = ()) -> list[str]:
     rc = ["train.recompute.granularity=full", "train.recompute.method=uniform", "train.recompute.num_layers=1"]
-    return (rc if recompute else []) + [f"model={name}", "hardware=h100", "train.backend=megatron", "train.gradient_accumulation_fusion=false",
+    return (rc if recompute else []) + list(extra) + [f"model={name}", "hardware=h100", "train.backend=megatron",
             f"train.max_tokens_per_gpu={max_tokens}", f"train.log_probs_max_tokens_per_gpu={max_tokens}",
             "rollout.max_response_len=1024", "eval.max_response_len=1024", "train.gpus_per_node=1",
             "rollout.num_gpus=1", "parallelism=tp1", "rollout.gpus_per_engine=1"]
@@ -59,25 +59,26 @@ def timed(step, n: int, warmup: int) -> tuple[float, float]:
     return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
 
 
-def bench_megatron(cfg, seq: int, seqs: int, max_tokens: int, n: int, warmup: int):
+def make_megatron(cfg, seq: int, seqs: int, max_tokens: int):
+    """(one megatron-backend train step, cleanup) on `seqs` random sequences of `seq` tokens."""
     from rlrun.train.base import TrainBatch
     from rlrun.train.megatron_backend import MegatronBackend
-    be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=n + warmup)
+    be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=1000)
     be.init()
     g = torch.Generator().manual_seed(0)
     tokens = [torch.randint(0, cfg.model.vocab_size, (seq,), generator=g) for _ in range(seqs)]
     batch = TrainBatch(tokens=tokens, response_start=[1] * seqs, loss_mask=[torch.ones(seq - 1)] * seqs,
                        advantages=[torch.ones(seq - 1)] * seqs)
-    try:
-        return timed(lambda: be.train_step(batch), n, warmup)
-    finally:
+
+    def close():
         be.shutdown()
-        del be
         gc.collect()
         torch.cuda.empty_cache()
+    return (lambda: be.train_step(batch)), close
 
 
-def bench_transformers(cfg, seq: int, seqs: int, max_tokens: int, n: int, warmup: int):
+def make_transformers(cfg, seq: int, seqs: int, max_tokens: int):
+    """(one transformers + SDPA train step, cleanup): CE loss, fused AdamW on bf16 states."""
     import transformers
 
     from rlrun.train.hf_model import hf_config
@@ -95,12 +96,16 @@ def bench_transformers(cfg, seq: int, seqs: int, max_tokens: int, n: int, warmup
             loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    try:
-        return timed(step, n, warmup)
-    finally:
+
+    def close():
+        nonlocal model, opt
         del model, opt
         gc.collect()
         torch.cuda.empty_cache()
+    return step, close
+
+
+MAKERS = {"megatron": make_megatron, "transformers": make_transformers}
 
 
 def plan_estimate_gib(cfg) -> float:
@@ -113,11 +118,14 @@ def run_one(name: str, backend: str, args) -> dict:
     from rlrun.config import load
     recompute = name in args.recompute.split(",")
     max_tokens = args.max_tokens or args.seq
-    cfg = load(overrides(name, args.seq, max_tokens, recompute))
-    fn = bench_megatron if backend == "megatron" else bench_transformers
+    cfg = load(overrides(name, args.seq, max_tokens, recompute, tuple(args.set)))
     row = dict(model=name, backend=backend + ("+recompute" if recompute and backend == "megatron" else ""))
     try:
-        sec, peak = fn(cfg, args.seq, args.seqs, max_tokens, args.steps, args.warmup)
+        step, close = MAKERS[backend](cfg, args.seq, args.seqs, max_tokens)
+        try:
+            sec, peak = timed(step, args.steps, args.warmup)
+        finally:
+            close()
     except torch.OutOfMemoryError as e:
         return dict(row, error=f"OOM: {str(e)[:100]}")
     tps = args.seq * args.seqs / sec
@@ -136,6 +144,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--backends", default="megatron,transformers")
     ap.add_argument("--recompute", default="", help="models whose megatron run uses full recompute")
+    ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable), e.g. "
+                    "train.fp32_grads=false or train.gradient_accumulation_fusion=false")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # model:backend, in a child process
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
@@ -149,7 +159,7 @@ def main():
             # hold GPU memory into the next run.
             cmd = [sys.executable, __file__, "--one", f"{name}:{b}"] + [
                 f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("seq", "seqs", "steps", "warmup", "recompute")] + (
-                [f"--max-tokens={args.max_tokens}"] if args.max_tokens else [])
+                [f"--max-tokens={args.max_tokens}"] if args.max_tokens else []) + [f"--set={o}" for o in args.set]
             out = subprocess.run(cmd, capture_output=True, text=True)
             line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
             rows.append(json.loads(line[-1][4:]) if line else
@@ -158,7 +168,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    print(f"\n{args.seqs} x {args.seq} tokens per step, {args.max_tokens or args.seq} per micro-batch")
+    print(f"\n{args.seqs} x {args.seq} tokens per step, {args.max_tokens or args.seq} per micro-batch, "
+          f"overrides {args.set or 'none'}")
     print(f"\n{'model':12} {'backend':20} {'step s':>7} {'tok/s':>7} {'TFLOP/s':>8} {'peak GiB':>9} {'plan GiB':>9}")
     for r in rows:
         if "error" in r:

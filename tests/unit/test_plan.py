@@ -107,6 +107,10 @@ def test_qwen3_4b_full_recompute_exceeds_what_went_out_of_memory():
     m = estimate(cfg)
     assert m.trainer_activations == pytest.approx(act / GiB)
     assert m.trainer_total > 79.2 and not m.fits  # measured: OOM with 79.2 GiB in use on an 80 GB H100
+    # bf16 grads (train.fp32_grads=false): 2 B/param less of the 4_022_468_096 params; then it fits.
+    bf16 = estimate(load(["model=qwen3-4b", "train.fp32_grads=false"] + RECOMPUTE + BENCH))
+    assert m.trainer_grads - bf16.trainer_grads == pytest.approx(2 * 4_022_468_096 / GiB)
+    assert bf16.trainer_total == pytest.approx(m.trainer_total - 2 * 4_022_468_096 / GiB) and bf16.trainer_total < 79.2
 
 
 def test_seed_activations_shard_over_tp_with_sequence_parallel(seed):

@@ -149,7 +149,11 @@ def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
         if r.engine == "sglang":
             yield Problem("rollout.engine", "sglang needs GPUs; hardware is cpu",
                           "set rollout.engine=hf or pick GPU hardware", r.engine)
+    if t.backend == "torch" and not t.fp32_grads:
+        yield Problem("train.fp32_grads", "the torch backend trains fp32 weights, so its grads are fp32; bf16 "
+                      "grads are a megatron-backend setting", "set train.fp32_grads=true or train.backend=megatron",
+                      False)
     if hw.vendor == "rocm" and t.gradient_accumulation_fusion:
         yield Problem("train.gradient_accumulation_fusion", "gradient-accumulation fusion needs apex's CUDA "
-                      "kernels, which the ROCm images lack", "set train.gradient_accumulation_fusion=null "
+                      "kernels (absent on ROCm images) or torch's mixed-dtype addmm, which is verified on CUDA only", "set train.gradient_accumulation_fusion=null "
                       "(the AMD default: off)", True)

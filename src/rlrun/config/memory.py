@@ -1,6 +1,6 @@
 """Per-GPU memory estimate (REFERENCE.md §8; Megatron-LM's theoretical_memory_usage is the reference).
 
-Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param, Adam (fp32 master + m + v) 12 B/param
+Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam (fp32 master + m + v) 12 B/param
 sharded over DP (distributed optimizer). The torch backend keeps fp32 weights, fp32 grads and unsharded
 Adam m + v (16 B/param); its autocast also keeps bf16 copies of the weights for backward (~2 B/param, not
 counted), and its layer activations (transformers modules, fp32 RMSNorm internals) are not calibrated.
@@ -185,7 +185,7 @@ def estimate(cfg: RunConfig) -> Memory:
     if critic == 2:
         notes.append("ppo: trainer memory includes a critic of the actor's size")
     if t.backend == "megatron":
-        weights, grads, optim = 2 * n, 4 * n, 12 * n / dp
+        weights, grads, optim = 2 * n, (4 if t.fp32_grads else 2) * n, 12 * n / dp
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
     act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))

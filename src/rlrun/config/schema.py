@@ -135,6 +135,7 @@ class TrainSection(Section):
     log_probs_max_tokens_per_gpu: Optional[PosInt]  # derived: null -> max_tokens_per_gpu
     recompute: RecomputeSection
     gradient_accumulation_fusion: bool              # derived from the hardware default
+    fp32_grads: bool                                # megatron: grads accumulated and reduced in fp32
     calculate_per_token_loss: bool
     async_train: bool
 

@@ -223,6 +223,7 @@ ROWS: tuple[Row, ...] = (
         scale=1 << 20),  # slime: bytes, default 512 * 1024**2
     Row("train.gradient_accumulation_fusion", "--no-gradient-accumulation-fusion", "MISC_ARGS", "false",
         default=True),
+    Row("train.fp32_grads", "--accumulate-allreduce-grads-in-fp32", "MISC_ARGS", "true", default=False),
     Row("logging.tensorboard", "--use-tensorboard", "MISC_ARGS", "true", default=False),
 )
 
@@ -293,7 +294,6 @@ CONSTANT_FLAGS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("PERF_ARGS", "--expert-tensor-parallel-size", ("1",)),
     ("MISC_ARGS", "--attention-dropout", ("0.0",)),
     ("MISC_ARGS", "--hidden-dropout", ("0.0",)),
-    ("MISC_ARGS", "--accumulate-allreduce-grads-in-fp32", ()),
     ("MISC_ARGS", "--attention-softmax-in-fp32", ()),
 )
 # `--attention-backend flash` does not apply to MLA, as slime's scripts note.

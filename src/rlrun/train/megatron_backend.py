@@ -69,6 +69,7 @@ class MegatronBackend(TrainerBackend):
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
         self.step = 0
         self.offloaded = False  # train.offload: state in host memory between train phases
+        self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse
 
     # Rank 0 picks the process-group address the same way for both backends.
     master_address = staticmethod(TorchBackend.master_address)
@@ -81,7 +82,7 @@ class MegatronBackend(TrainerBackend):
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-        from rlrun.train.megatron import fast_ops, model as mm
+        from rlrun.train.megatron import fast_ops, model as mm, wgrad
 
         cuda = self.device.type == "cuda"
         if cuda:
@@ -99,11 +100,13 @@ class MegatronBackend(TrainerBackend):
         # SP splits the packed row over TP ranks: its length must divide by TP.
         self.pad_to = self.tp_size if self.tconfig.sequence_parallel else 1
 
+        # "apex" or "torch" (the kernel of train.gradient_accumulation_fusion), None when off
+        self.wgrad_kernel = wgrad.install(self.device) if self.tconfig.gradient_accumulation_fusion else None
         gpt = mm.build_gpt(cfg.model, self.tconfig).to(self.device)
         self._load_weights(gpt, cfg.checkpoint.hf)
         self.model = DistributedDataParallel(
             config=self.tconfig, module=gpt,
-            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=cfg.train.fp32_grads, overlap_grad_reduce=False,
                                                      use_distributed_optimizer=True))
         if FAST_OPS:
             fast_ops.install()
@@ -150,13 +153,11 @@ class MegatronBackend(TrainerBackend):
         for buf in self._ddp_buffers():
             buf.offload_to_cpu(move_params=True, move_grads=True)
         for inner in self._inner_optimizers():
-            off.move_optimizer(inner.optimizer, off.HOST, params=True)
+            off.move_optimizer(inner.optimizer, off.HOST, params=True, cache=self.host_cache)
         if self.ref is not None:
-            off.move_module(self.ref, off.HOST)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # the non-blocking copies to pinned memory are done
+            off.move_module(self.ref, off.HOST, self.host_cache)
         self.offloaded = True
-        off.free_device_cache(self.device)
+        off.free_device_cache(self.device)  # waits for the non-blocking copies to pinned memory
 
     def onload(self) -> None:
         if not self.offloaded:

@@ -9,6 +9,11 @@ costs a copy of a small model, and the cpu profile leaves train.offload off.
 
 Parameters keep their identity (`param.data` is swapped, as Module.to does), so optimizer state
 keyed by parameter and tied weights (embeddings = LM head) stay valid.
+
+From a GPU, state goes into pinned host buffers that are kept between offloads (HostCache): a
+device -> pinned copy runs asynchronously at PCIe speed, whereas a fresh pageable tensor per
+tensor per offload cost 7-8 s a step for Qwen3-0.6B's ~7 GB of trainer state (docs/benchmarks.md).
+The price is host memory the size of the offloaded state, held for the whole run.
 """
 from __future__ import annotations
 
@@ -18,26 +23,52 @@ from torch import nn
 HOST = torch.device("cpu")
 
 
-def _moved(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    return t.to(device, copy=True)
+class HostCache:
+    """Pinned host buffers, one per state slot (a parameter's data or grad, a module buffer, an
+    optimizer-state entry), reused by every offload. The tensor handed back while offloaded *is*
+    the cached buffer: the next offload overwrites it, so nothing may keep it across an onload."""
+
+    def __init__(self):
+        self._bufs: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._bufs)
+
+    def to_host(self, key, t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "cuda":  # CPU runs (tests, the harness): a plain copy, no pinning there
+            return t.to(HOST, copy=True)
+        buf = self._bufs.get(key)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = self._bufs[key] = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        buf.copy_(t, non_blocking=True)  # complete at free_device_cache's synchronize
+        return buf
 
 
-def move_module(module: nn.Module, device: torch.device) -> None:
-    """Parameters (+ their grads) and buffers of `module` to `device`, as fresh copies."""
+def _moved(t: torch.Tensor, device: torch.device, cache: HostCache | None, key) -> torch.Tensor:
+    if device.type == "cpu" and cache is not None:
+        return cache.to_host(key, t)
+    # onto the device: from pinned memory the copy is asynchronous and stream-ordered before any use
+    return t.to(device, copy=True, non_blocking=t.is_pinned())
+
+
+def move_module(module: nn.Module, device: torch.device, cache: HostCache | None = None) -> None:
+    """Parameters (+ their grads) and buffers of `module` to `device`, as copies (into `cache`'s
+    pinned buffers when going to the host)."""
     with torch.no_grad():
         for p in {id(p): p for p in module.parameters()}.values():  # a tied parameter moves once
             grad = p.grad
             p.grad = None  # the old grad's device would no longer match the parameter's
-            p.data = _moved(p.data, device)
+            p.data = _moved(p.data, device, cache, (p, "data"))
             if grad is not None:
-                p.grad = _moved(grad, device)
+                p.grad = _moved(grad, device, cache, (p, "grad"))
         for sub in module.modules():
             for name, b in sub._buffers.items():
                 if b is not None:
-                    sub._buffers[name] = _moved(b, device)
+                    sub._buffers[name] = _moved(b, device, cache, (sub, name))
 
 
-def move_optimizer(opt: torch.optim.Optimizer, device: torch.device, params: bool = False) -> None:
+def move_optimizer(opt: torch.optim.Optimizer, device: torch.device, params: bool = False,
+                   cache: HostCache | None = None) -> None:
     """Optimizer state tensors (AdamW's moments) to `device`. Scalar state (AdamW's `step`, on
     the CPU or, for the fused kernel, on the device) stays where torch keeps it: moving it would
     break the kernel's device checks and frees nothing. params=True also moves the parameters the
@@ -47,14 +78,16 @@ def move_optimizer(opt: torch.optim.Optimizer, device: torch.device, params: boo
             for group in opt.param_groups:
                 for p in group["params"]:
                     p.grad = None  # megatron copies main grads in from its grad buffers every step
-                    p.data = _moved(p.data, device)
-        for state in opt.state.values():
+                    p.data = _moved(p.data, device, cache, (p, "data"))
+        for param, state in opt.state.items():
             for key, value in state.items():
                 if torch.is_tensor(value) and value.dim() > 0:
-                    state[key] = _moved(value, device)
+                    state[key] = _moved(value, device, cache, (param, key))
 
 
 def free_device_cache(device: torch.device) -> None:
-    """Hand the caching allocator's freed blocks back, so a colocated engine can allocate them."""
+    """Wait for the asynchronous copies to the host, then hand the caching allocator's freed blocks
+    back, so a colocated engine can allocate them."""
     if device.type == "cuda":
+        torch.cuda.synchronize(device)
         torch.cuda.empty_cache()

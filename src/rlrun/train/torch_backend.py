@@ -53,6 +53,7 @@ class TorchBackend(TrainerBackend):
         self.needs_critic = cfg.algo.advantage_estimator == "ppo"
         self.step = 0
         self.offloaded = False  # train.offload: state in host memory between train phases
+        self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse
 
     # -- setup ------------------------------------------------------------------------------
     @staticmethod
@@ -108,9 +109,9 @@ class TorchBackend(TrainerBackend):
     def _move(self, device: torch.device) -> None:
         modules, optimizers = self._state()
         for m in modules:
-            off.move_module(m, device)
+            off.move_module(m, device, self.host_cache)
         for o in optimizers:
-            off.move_optimizer(o, device)
+            off.move_optimizer(o, device, cache=self.host_cache)
 
     def offload(self) -> None:
         if not self.offloaded:

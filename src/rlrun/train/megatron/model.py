@@ -19,15 +19,6 @@ TORCH_COMPILE_FUSIONS = False
 _INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False}
 
 
-def fused_grad_accumulation_available() -> bool:
-    """Megatron's gradient-accumulation fusion needs Apex's fused_weight_gradient_mlp_cuda (or TE)."""
-    try:
-        import fused_weight_gradient_mlp_cuda  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
 def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, cpu_init: bool = False):
     """megatron-core TransformerConfig for `model` under `parallelism` (and `train`'s recompute and
     fusion switches when given; None = inference/verification use, nothing recomputed)."""
@@ -73,12 +64,9 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
     if train is not None:
         rc = train.recompute
         kw.update(recompute_granularity=rc.granularity, recompute_method=rc.method, recompute_num_layers=rc.num_layers)
-        if train.gradient_accumulation_fusion:
-            if not fused_grad_accumulation_available():
-                raise ValueError(
-                    "train.gradient_accumulation_fusion=true needs Apex's fused_weight_gradient_mlp_cuda (or "
-                    "Transformer Engine), which this machine lacks: set train.gradient_accumulation_fusion=false")
-            kw["gradient_accumulation_fusion"] = True
+        # The wgrad GEMM accumulates into the fp32 main grads (Apex's kernel or torch's addmm with
+        # out_dtype, rlrun.train.megatron.wgrad.install, which the backend runs before the build).
+        kw["gradient_accumulation_fusion"] = bool(train.gradient_accumulation_fusion)
     return TransformerConfig(**kw)
 
 
