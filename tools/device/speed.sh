@@ -1,24 +1,40 @@
 #!/usr/bin/env bash
-# Issue 5's throughput runs in one device call on nvidia-h100-x1 (after `source tools/device/stage.sh`):
-# bench/megatron_mfu.py (megatron backend vs transformers + SDPA, Qwen3-1.7B shape, seq 4096) at
-#   1 sequence per step, 4 sequences per step one per micro-batch, 4 per step two per micro-batch,
-# then the megatron GPU tests (the backend still agrees with the torch backend) and a kernel table.
-# Each part under tools/device/watchdog.py; everything lands in $OUT (speed.md + the logs).
+# Issue 5's throughput runs in one device call on nvidia-h100-x1 (after `source tools/device/stage.sh`).
+# PARTS="..." picks and orders them (default: all below). Each part runs under tools/device/watchdog.py;
+# everything lands in $OUT (speed.md + one log per part).
+#   gpu_tests    tests/gpu/test_megatron_backend.py (agreement with the torch backend, wgrad fusion, offload)
+#   floor        bench/step_floor.py: GPU time by kernel kind for both backends, Qwen3-1.7B seq 4096
+#   mfu_1x4096   bench/megatron_mfu.py, Qwen3-1.7B, one 4096-token sequence per step (hardware=h100 defaults)
+#   mfu_nofusion the same, megatron only, train.gradient_accumulation_fusion=false
+#   mfu_4b       Qwen3-4B with full recompute and bf16 grads (train.fp32_grads=false), both backends
+#   mfu_4x4096   4 sequences per step, one per micro-batch;  mfu_4x4096_mb8192: two per micro-batch
+#   profile      tools/device/profile_step.py kernel table
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 R=$OUT/speed.md
-echo "# tools/device/speed.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null)" > "$R"
+PARTS=${PARTS:-gpu_tests floor mfu_1x4096 mfu_nofusion mfu_4b mfu_4x4096 mfu_4x4096_mb8192 profile}
+echo "# tools/device/speed.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null); parts: $PARTS" > "$R"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader >> "$R"
 part() {  # part NAME LIMIT CMD...
   local name=$1 limit=$2
   shift 2
   echo "- $(python3 tools/device/watchdog.py --limit "$limit" --log "$OUT/$name.log" --name "$name" -- "$@")" >> "$R"
-  grep -E "^BENCH|tokens per step|^PHASES|passed|failed|Error" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
+  grep -E "^BENCH|^FLOOR|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
 }
-part mfu_1x4096 150 python3 bench/megatron_mfu.py --models qwen3-1.7b --steps 6 --warmup 2
-part mfu_4x4096 200 python3 bench/megatron_mfu.py --models qwen3-1.7b --seqs 4 --steps 4 --warmup 2
-part mfu_4x4096_mb8192 200 python3 bench/megatron_mfu.py --models qwen3-1.7b --seqs 4 --max-tokens 8192 --steps 4 --warmup 2
-part gpu_tests 120 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_megatron_backend.py
-part profile 90 python3 tools/device/profile_step.py qwen3-1.7b 4096 all table
+MFU="python3 bench/megatron_mfu.py"
+for p in $PARTS; do
+  case $p in
+    gpu_tests) part gpu_tests 150 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_backend.py ;;
+    floor) part floor 150 python3 bench/step_floor.py --model qwen3-1.7b --seq 4096 ;;
+    mfu_1x4096) part mfu_1x4096 130 $MFU --models qwen3-1.7b --steps 6 --warmup 2 ;;
+    mfu_nofusion) part mfu_nofusion 80 $MFU --models qwen3-1.7b --steps 6 --warmup 2 --backends megatron \
+        --set train.gradient_accumulation_fusion=false ;;
+    mfu_4b) part mfu_4b 200 $MFU --models qwen3-4b --recompute qwen3-4b --set train.fp32_grads=false --steps 4 --warmup 2 ;;
+    mfu_4x4096) part mfu_4x4096 200 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 2 ;;
+    mfu_4x4096_mb8192) part mfu_4x4096_mb8192 200 $MFU --models qwen3-1.7b --seqs 4 --max-tokens 8192 --steps 4 --warmup 2 ;;
+    profile) part profile 90 python3 tools/device/profile_step.py qwen3-1.7b 4096 all table ;;
+    *) echo "- $p: unknown part" >> "$R" ;;
+  esac
+done
 cat "$R"
