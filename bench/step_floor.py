@@ -43,8 +43,8 @@ def kind(name: str) -> str:
     return next((k for k, keys in KINDS if any(x in n for x in keys)), "other")
 
 
-def profile(step, steps: int = 2) -> tuple[dict[str, float], float]:
-    """ms per step by kernel kind, and the wall time per step under the profiler."""
+def profile(step, steps: int = 2) -> tuple[dict[str, float], float, dict[str, float]]:
+    """ms per step by kernel kind, the wall time per step under the profiler, ms per kernel name."""
     kinds = [torch.profiler.ProfilerActivity.CUDA, torch.profiler.ProfilerActivity.CPU]
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -54,11 +54,13 @@ def profile(step, steps: int = 2) -> tuple[dict[str, float], float]:
         torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / steps * 1e3
     out: dict[str, float] = {}
+    names: dict[str, float] = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            k = kind(e.name)
-            out[k] = out.get(k, 0.0) + e.time_range.elapsed_us() / 1e3 / steps
-    return out, wall
+            ms = e.time_range.elapsed_us() / 1e3 / steps
+            out[kind(e.name)] = out.get(kind(e.name), 0.0) + ms
+            names[e.name] = names.get(e.name, 0.0) + ms
+    return out, wall, names
 
 
 def one(backend: str, args) -> dict:
@@ -75,12 +77,13 @@ def one(backend: str, args) -> dict:
             step()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-        ms, wall_prof = profile(step)
+        ms, wall_prof, names = profile(step)
     finally:
         close()
     step_ms = statistics.median(times) * 1e3
     return dict(backend=backend, step_ms=round(step_ms, 1), gpu_ms=round(sum(ms.values()), 1),
                 profiled_wall_ms=round(wall_prof, 1), kinds={k: round(v, 1) for k, v in sorted(ms.items())},
+                top={f"{kind(n)}: {n[:90]}": round(v, 2) for n, v in sorted(names.items(), key=lambda x: -x[1])[:25]},
                 tflops=round(flops_per_token(cfg.model, args.seq) * args.seq / step_ms / 1e9, 1))
 
 
@@ -107,6 +110,10 @@ def main():
         rows[b] = json.loads(line[-1][4:])
         print("FLOOR", json.dumps(rows[b]), flush=True)
     m, t = rows["megatron"], rows["transformers"]
+    for b, r in rows.items():
+        print(f"\n{b}: the 25 kernels with the most time (ms per step)")
+        for n, v in r["top"].items():
+            print(f"  {v:7.2f}  {n}")
     kinds = sorted(set(m["kinds"]) | set(t["kinds"]), key=lambda k: -max(m["kinds"].get(k, 0), t["kinds"].get(k, 0)))
     print(f"\n{args.model}, one {args.seq}-token sequence per step, overrides {args.set or 'none'}")
     print(f"{'kernel kind':14} {'megatron ms':>12} {'transformers ms':>16}")

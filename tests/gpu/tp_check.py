@@ -67,8 +67,10 @@ def backend_step(tp: int, port: int, device: str = "cuda"):
     from rlrun.config import load
     from rlrun.train.megatron_backend import MegatronBackend
     trace(f"backend tp={tp} init")
+    # TP_CHECK_EXTRA: more overrides, e.g. "parallelism.sequence_parallel=true algo.entropy_coef=0.01"
     cfg = load(OVERRIDES + [f"parallelism.tp={tp}", "parallelism.sequence_parallel=false",
-                            "train.gpus_per_node=2", "rollout.gpus_per_engine=1"])
+                            "train.gpus_per_node=2", "rollout.gpus_per_engine=1"]
+               + os.environ.get("TP_CHECK_EXTRA", "").split())
     be = MegatronBackend(cfg, rank=RANK, world_size=WORLD, gpu_id=RANK, total_steps=10)
     if device == "cpu":
         be.device = torch.device("cpu")

@@ -84,3 +84,56 @@ def test_chunked_entropy_vocab_sharded_over_two_ranks():
     z, _, _, _ = _case(seed=4, n=5, v=10)
     for rank in (0, 1):
         assert out[rank] == pytest.approx(entropy_from_logits(z).tolist(), abs=1e-5)
+
+
+def _linear_case(seed=0, n=7, d=6, v=11):
+    g = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(n, d, generator=g), torch.randn(v, d, generator=g)
+    return x, w, torch.randint(0, v, (n,), generator=g), torch.randn(n, generator=g), torch.randn(n, generator=g)
+
+
+@pytest.mark.parametrize("use", ["both", "logp", "entropy"])
+def test_linear_logp_entropy_matches_autograd_through_the_logits(use):
+    x, w, t, a, b = _linear_case()
+    x1, w1, x2, w2 = (u.clone().requires_grad_() for u in (x, w, x, w))
+    lp1, h1 = token_stats.linear_logp_entropy(x1, w1, t, rows=3)  # 3 chunks, the last one short
+    lp2, h2 = _reference(x2 @ w2.t(), t)
+    torch.testing.assert_close(lp1, lp2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(h1, h2, atol=1e-5, rtol=1e-5)
+    loss = lambda lp, h: {"both": (a * lp).sum() + (b * h).sum(), "logp": (a * lp).sum(),  # noqa: E731
+                          "entropy": (b * h).sum()}[use]
+    loss(lp1, h1).backward()
+    loss(lp2, h2).backward()
+    torch.testing.assert_close(x1.grad, x2.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w1.grad, w2.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_linear_logp_entropy_without_grad_keeps_nothing():
+    x, w, t, _, _ = _linear_case(seed=1)
+    with torch.no_grad():
+        lp, h = token_stats.linear_logp_entropy(x, w, t, rows=2)
+    ref_lp, ref_h = _reference(x @ w.t(), t)
+    assert lp.grad_fn is None and torch.allclose(lp, ref_lp, atol=1e-5) and torch.allclose(h, ref_h, atol=1e-5)
+
+
+def _linear_worker(rank, out):
+    x, w, t, a, b = _linear_case(seed=2, n=5, v=10)
+    x = x.requires_grad_()
+    shard = w[rank * 5:(rank + 1) * 5].clone().requires_grad_()
+    lp, h = token_stats.linear_logp_entropy(x, shard, t, vocab_start=rank * 5, group=dist.group.WORLD, rows=2)
+    ((a * lp).sum() + (b * h).sum()).backward()
+    out[rank] = (lp.tolist(), h.tolist(), x.grad.tolist(), shard.grad.tolist())
+
+
+def test_linear_logp_entropy_vocab_sharded_over_two_ranks_equals_unsharded():
+    out = run_on_gloo_ranks(_linear_worker)
+    x, w, t, a, b = _linear_case(seed=2, n=5, v=10)
+    x, w = x.requires_grad_(), w.requires_grad_()
+    lp, h = _reference(x @ w.t(), t)
+    ((a * lp).sum() + (b * h).sum()).backward()
+    for rank in (0, 1):
+        assert out[rank][0] == pytest.approx(lp.tolist(), abs=1e-5)
+        assert out[rank][1] == pytest.approx(h.tolist(), abs=1e-5)
+        torch.testing.assert_close(torch.tensor(out[rank][3]), w.grad[rank * 5:(rank + 1) * 5], atol=1e-5, rtol=1e-5)
+    # each rank's hidden grad is its shard's part; the TP region of the caller sums them
+    torch.testing.assert_close(torch.tensor(out[0][2]) + torch.tensor(out[1][2]), x.grad, atol=1e-5, rtol=1e-5)

@@ -6,7 +6,7 @@
 #   floor        bench/step_floor.py: GPU time by kernel kind for both backends, Qwen3-1.7B seq 4096
 #   mfu_1x4096   bench/megatron_mfu.py, Qwen3-1.7B, one 4096-token sequence per step (hardware=h100 defaults)
 #   mfu_nofusion the same, megatron only, train.gradient_accumulation_fusion=false
-#   mfu_4b       Qwen3-4B with full recompute and bf16 grads (train.fp32_grads=false), both backends
+#   mfu_4b       Qwen3-4B with full recompute, both backends
 #   mfu_4x4096   4 sequences per step, one per micro-batch;  mfu_4x4096_mb8192: two per micro-batch
 #   profile      tools/device/profile_step.py kernel table
 set -u
@@ -20,7 +20,7 @@ part() {  # part NAME LIMIT CMD...
   local name=$1 limit=$2
   shift 2
   echo "- $(python3 tools/device/watchdog.py --limit "$limit" --log "$OUT/$name.log" --name "$name" -- "$@")" >> "$R"
-  grep -E "^BENCH|^FLOOR|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
+  grep -E "^BENCH|^FLOOR [a-z]|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
 }
 MFU="python3 bench/megatron_mfu.py"
 for p in $PARTS; do
@@ -30,7 +30,7 @@ for p in $PARTS; do
     mfu_1x4096) part mfu_1x4096 130 $MFU --models qwen3-1.7b --steps 6 --warmup 2 ;;
     mfu_nofusion) part mfu_nofusion 80 $MFU --models qwen3-1.7b --steps 6 --warmup 2 --backends megatron \
         --set train.gradient_accumulation_fusion=false ;;
-    mfu_4b) part mfu_4b 200 $MFU --models qwen3-4b --recompute qwen3-4b --set train.fp32_grads=false --steps 4 --warmup 2 ;;
+    mfu_4b) part mfu_4b 200 $MFU --models qwen3-4b --recompute qwen3-4b --steps 4 --warmup 2 ;;
     mfu_4x4096) part mfu_4x4096 200 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 2 ;;
     mfu_4x4096_mb8192) part mfu_4x4096_mb8192 200 $MFU --models qwen3-1.7b --seqs 4 --max-tokens 8192 --steps 4 --warmup 2 ;;
     profile) part profile 90 python3 tools/device/profile_step.py qwen3-1.7b 4096 all table ;;

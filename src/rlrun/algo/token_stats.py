@@ -10,6 +10,11 @@ and H from the forward).
   separate softmax would keep extra [N, vocab] fp32 buffers (~2.5 GB each per 4096 tokens with a
   151936-token vocabulary); here one fp32 log-softmax is built in place and kept for a hand-written
   backward:   d logp_t / dz_i = 1[i = t] - p_i          d H / dz_i = -p_i (log p_i + H)
+- `linear_logp_entropy`: the same two from the hidden states and the output-layer weight, logits
+  built chunk by chunk and rebuilt in the backward (one more lm-head GEMM), so no [N, vocab]
+  tensor outlives a chunk: ~10 GB less at 4096 tokens with a 151936-token vocabulary (the bf16
+  logits, the fp32 copy, the softmax saved for the backward and their gradients). The megatron
+  backend's path, through megatron-core's GPTModel output_processor hook.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 _CHUNK = 2048  # rows per chunk of the transient [rows, vocab] products
+_LINEAR_CHUNK_BYTES = 512 << 20  # fp32 logits per chunk of linear_logp_entropy
 
 
 def _all_reduce(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
@@ -97,3 +103,83 @@ def logp_and_entropy(logits: torch.Tensor, targets: torch.Tensor, *, vocab_start
     V_local). group: the tensor-parallel group the vocabulary is sharded over (None: not sharded).
     The backward overwrites the saved log-softmax, so call backward at most once (no retain_graph)."""
     return _LogpEntropy.apply(logits, targets, vocab_start, group)
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    # in the model's dtype, then fp32: the same rounding as an output layer followed by .float()
+    return (hidden @ weight.t()).float()
+
+
+def _accumulate_wgrad(acc: torch.Tensor, grad_z: torch.Tensor, hidden: torch.Tensor) -> None:
+    """acc (fp32) += grad_z^T @ hidden: on CUDA one bf16 GEMM with an fp32 output (torch >= 2.8)."""
+    if acc.is_cuda and grad_z.dtype != torch.float32:
+        try:
+            torch.addmm(acc, grad_z.t(), hidden, out_dtype=torch.float32, out=acc)
+            return
+        except (RuntimeError, TypeError):
+            pass
+    acc.add_((grad_z.t() @ hidden).float())
+
+
+class _LinearLogpEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, vocab_start: int, group, rows: int):
+        n, v = hidden.shape[0], weight.shape[0]
+        local = targets - vocab_start
+        mine = (local >= 0) & (local < v)
+        local = local.clamp(0, v - 1)
+        lse = torch.empty(n, dtype=torch.float32, device=hidden.device)  # log sum exp of the full-vocab logits
+        h, logp = torch.empty_like(lse), torch.empty_like(lse)
+        for i in range(0, n, rows):
+            z = _chunk_logits(hidden[i:i + rows], weight)
+            m = _all_reduce(z.amax(dim=-1), group, dist.ReduceOp.MAX)
+            z.sub_(m[:, None])
+            target = z.gather(-1, local[i:i + rows, None])[:, 0] * mine[i:i + rows]
+            e = z.exp()
+            # one collective for the normaliser, the entropy numerator and the (one rank's) target logit
+            s, ez, target = _all_reduce(torch.stack([e.sum(-1), e.mul_(z).sum(-1), target]), group)
+            log_s = s.log()
+            lse[i:i + rows], h[i:i + rows], logp[i:i + rows] = m + log_s, log_s - ez / s, target - log_s
+        ctx.save_for_backward(hidden, weight, local, mine, lse, h)
+        ctx.rows = rows
+        ctx.set_materialize_grads(False)
+        return logp, h
+
+    @staticmethod
+    def backward(ctx, g_logp, g_h):
+        hidden, weight, local, mine, lse, h = ctx.saved_tensors
+        rows = ctx.rows
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        for i in range(0, hidden.shape[0], rows):
+            hc, sl = hidden[i:i + rows], slice(i, i + rows)
+            lp = _chunk_logits(hc, weight).sub_(lse[sl, None])  # log p, rebuilt
+            p = lp.exp()
+            if g_h is None:  # -p * g_logp
+                g = p.mul_(-g_logp[sl, None])
+            else:  # -p * (g_logp + g_h * (log p + H))
+                g = lp.add_(h[sl, None]).mul_(g_h[sl, None])
+                if g_logp is not None:
+                    g.add_(g_logp[sl, None])
+                g.mul_(p).neg_()
+            if g_logp is not None:
+                g.scatter_add_(-1, local[sl, None], (g_logp[sl] * mine[sl])[:, None])
+            g = g.to(hidden.dtype)
+            grad_hidden[sl] = g @ weight
+            _accumulate_wgrad(grad_weight, g, hc)
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
+
+
+def linear_logp_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
+                        vocab_start: int = 0, group=None, rows: int | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log p(target), entropy) per row for logits = hidden @ weight^T, fp32, both differentiable
+    (through hidden and weight), without keeping the logits.
+
+    hidden: [N, d] (already gathered over sequence parallelism; its gradient is this rank's
+    partial sum when the vocabulary is sharded - the caller's TP region reduces it). weight:
+    [V_local, d], this rank's rows [vocab_start, vocab_start + V_local) of the output layer.
+    rows: rows per chunk (default: ~512 MB of fp32 logits)."""
+    if rows is None:
+        rows = max(64, _LINEAR_CHUNK_BYTES // (4 * weight.shape[0]))
+    return _LinearLogpEntropy.apply(hidden, weight, targets, vocab_start, group, rows)

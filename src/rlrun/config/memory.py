@@ -27,11 +27,15 @@ recomputes the first num_layers layers of a stage and stores the rest. With PP >
 holds PP micro-batches in flight (1F1B); the last stage holds one plus the logits. The final norm adds
 4h / S per token.
 
-Logits, per token per vocab entry on this rank (vocab / TP), 20 bytes: the bf16 logits 2, the gathered
-response rows 2, their fp32 copy 4 (megatron's vocab-parallel cross entropy turns it into the softmax in
-place; the torch backend's log_softmax output is another 4), and the entropy metric's transient fp32
-softmax and softmax * z, 8 (computed without grad even when algo.entropy_coef is 0) plus the fp32 copy it
-starts from, 4. That peak (end of forward, inside the loss) is added to all stored activations.
+Logits, megatron backend: none are kept (rlrun.algo.token_stats.linear_logp_entropy builds them in
+chunks of 512 MiB of fp32 and rebuilds them in the backward). Its peak, at the start of the backward
+with every activation still stored: a chunk's fp32 logits and softmax (2 x 512 MiB) and its bf16
+gradient (256 MiB), plus the output weight's gradient as an fp32 accumulator and its bf16 result
+(6 bytes x vocab / TP x h).
+Logits, torch backend, per token per vocab entry, 20 bytes: the bf16 logits 2, the gathered response
+rows 2, their fp32 log_softmax 4 (+4 for its output), and the entropy metric's transient fp32 softmax
+and softmax * z, 8 (computed without grad even when algo.entropy_coef is 0). That peak (end of forward,
+inside the loss) is added to all stored activations.
 
 Calibrated against H100 measurements (docs/benchmarks.md, "Megatron backend on the lent GPUs" and
 "Memory estimate after calibration"; 2026-11-22): Qwen3-1.7B, 4096 tokens, TP 1, no recompute: measured
@@ -99,7 +103,8 @@ def trainer_params_per_gpu(cfg: RunConfig, pc: ParamCount) -> int:
 
 
 BF16 = 2
-LOGIT_BYTES = 2 + 2 + 4 + 4 + 8  # per token per vocab entry on this rank: see the module docstring
+LOGIT_BYTES = 2 + 2 + 4 + 4 + 8  # torch backend, per token per vocab entry: see the module docstring
+LOGIT_CHUNK_BYTES = 512 * 2**20  # fp32 logits per chunk of the megatron backend's linear_logp_entropy
 
 
 def _attention_widths(m) -> tuple[int, int, int, int]:
@@ -151,7 +156,10 @@ def _activations(cfg: RunConfig, tokens: int) -> float:
         stored = sum(per_layer)
     stored *= tokens
     final_norm = 2 * layer_input * tokens
-    logits = tokens * m.vocab_size / p.tp * LOGIT_BYTES
+    if cfg.train.backend == "megatron":
+        logits = 2.5 * LOGIT_CHUNK_BYTES + 6 * m.vocab_size / p.tp * m.hidden_size
+    else:
+        logits = tokens * m.vocab_size / p.tp * LOGIT_BYTES
     # 1F1B: the first stage holds PP micro-batches in flight, the last one micro-batch plus the logits.
     return max(p.pp * stored, stored + final_norm + logits)
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from rlrun.algo import AlgoParams, compute_loss
-from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
+from rlrun.algo.token_stats import linear_logp_entropy
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches
@@ -180,26 +180,48 @@ class MegatronBackend(TrainerBackend):
         groups = micro_batches(self.cfg.train, [int(x.numel()) for x in batch.tokens], max_tokens)
         return [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
 
-    def _response_logp_entropy(self, logits, mb, entropy_grad: bool):
-        """Log-probs (and entropy) of the response tokens from this stage's vocab-parallel logits."""
+    # The last stage's output is the final hidden states, not logits: megatron-core's
+    # output_processor hook hands them over before its output layer, and the response rows'
+    # log-probs and entropy come from them and the output weight in chunks
+    # (rlrun.algo.token_stats.linear_logp_entropy) - no [tokens, vocab] tensor is ever kept.
+    def _hidden_for_output(self, hidden_states, **_unused):
+        """What the output layer would feed its GEMM: [s, b, h] gathered over sequence parallelism
+        (backward: reduce-scatter) or entering the TP region (backward: all-reduce), since every
+        TP rank's vocabulary shard contributes to the hidden states' gradient."""
+        from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel_region, \
+            gather_from_sequence_parallel_region
+        if self.tconfig.sequence_parallel:
+            return gather_from_sequence_parallel_region(hidden_states, tensor_parallel_output_grad=True,
+                                                        group=self.tp_group)
+        if self.tp_size > 1:
+            return copy_to_tensor_model_parallel_region(hidden_states, group=self.tp_group)
+        return hidden_states
+
+    @staticmethod
+    def _output_weight(model):
+        """This rank's [V/tp, h] output-layer weight (the embedding's when they are tied)."""
+        gpt = getattr(model, "module", model)  # under the DDP wrapper
+        if gpt.share_embeddings_and_output_weights:
+            return gpt.shared_embedding_or_output_weight()
+        return gpt.output_layer.weight
+
+    def _response_logp_entropy(self, model, hidden, mb, entropy_grad: bool):
+        """Log-probs and entropy of the response tokens (fp32); the entropy carries a gradient only
+        for an entropy term in the loss (else it is a metric and its backward work is skipped)."""
         from megatron.core import parallel_state as ps
-        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
-        rows = logits[0, mb.logit_rows]  # [n_response, V/tp]: this rank's slice of the vocabulary
-        group = self.tp_group if self.tp_size > 1 else None
-        if entropy_grad and torch.is_grad_enabled():  # an entropy term in the loss
-            start = ps.get_tensor_model_parallel_rank() * rows.shape[-1]
-            return logp_and_entropy(rows, mb.targets, vocab_start=start, group=group)
-        # megatron's cross-entropy works in place on its input: give it its own fp32 copy (for fp32
-        # logits .float() would hand over `rows` itself, which the entropy reads)
-        return -vocab_parallel_cross_entropy(rows.to(torch.float32, copy=True), mb.targets), \
-            token_entropy(rows, group=group)
+        weight = self._output_weight(model)
+        logp, entropy = linear_logp_entropy(
+            hidden[mb.logit_rows, 0], weight, mb.targets, vocab_start=ps.get_tensor_model_parallel_rank() * weight.shape[0],
+            group=self.tp_group if self.tp_size > 1 else None)
+        return logp, entropy if entropy_grad else entropy.detach()
 
     def _run(self, model, mbs, loss_fn, forward_only: bool):
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         def forward_step(data_iter, m):
             mb = next(data_iter)
-            out = m(mb.tokens, mb.position_ids, attention_mask=None, packed_seq_params=mb.packed_seq_params())
+            out = m(mb.tokens, mb.position_ids, attention_mask=None, packed_seq_params=mb.packed_seq_params(),
+                    output_processor=self._hidden_for_output)
             return out, partial(loss_fn, mb)
 
         return get_forward_backward_func()(
@@ -246,10 +268,10 @@ class MegatronBackend(TrainerBackend):
         batch, mine = self._model_parallel_batch(batch)
         mbs = self._micro_batches(batch, self.cfg.train.log_probs_max_tokens_per_gpu)
 
-        def collect(mb, logits):
-            logp, _ = self._response_logp_entropy(logits, mb, entropy_grad=False)
+        def collect(mb, hidden):
+            logp, _ = self._response_logp_entropy(model, hidden, mb, entropy_grad=False)
             cu = mb.response_cu.tolist()
-            return logits.new_zeros(()), {i: logp[cu[k]:cu[k + 1]].cpu() for k, i in enumerate(mb.index)}
+            return hidden.new_zeros(()), {i: logp[cu[k]:cu[k + 1]].cpu() for k, i in enumerate(mb.index)}
 
         out: dict[int, torch.Tensor] = {}
         for d in self._run(model, mbs, collect, forward_only=True) or []:
@@ -283,8 +305,9 @@ class MegatronBackend(TrainerBackend):
         scale = len(mbs) * self.dp_size
         sums = StepSums(self.device)  # filled on the last pipeline stage, which computes the loss
 
-        def loss_fn(mb, logits):
-            logp, entropy = self._response_logp_entropy(logits, mb, entropy_grad=self.params.entropy_coef != 0)
+        def loss_fn(mb, hidden):
+            logp, entropy = self._response_logp_entropy(self.model, hidden, mb,
+                                                        entropy_grad=self.params.entropy_coef != 0)
             idx = mb.index
             mask, ref, rollout = self._cat(batch.loss_mask, idx), self._cat(batch.ref_logp, idx), \
                 self._cat(batch.rollout_logp, idx)
