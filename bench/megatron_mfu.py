@@ -127,7 +127,8 @@ def run_one(name: str, backend: str, args) -> dict:
         finally:
             close()
     except torch.OutOfMemoryError as e:
-        return dict(row, error=f"OOM: {str(e)[:100]}")
+        return dict(row, error=f"OOM: {str(e)[:400]}", peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 1),
+                    plan_gib=plan_estimate_gib(cfg) if backend == "megatron" else None)
     tps = args.seq * args.seqs / sec
     return dict(row, seq=args.seq, seqs=args.seqs, max_tokens=max_tokens, step_s=round(sec, 4), tokens_per_s=round(tps),
                 tflops=round(flops_per_token(cfg.model, args.seq) * tps / 1e12, 1), peak_gib=round(peak, 1),

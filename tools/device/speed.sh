@@ -7,6 +7,8 @@
 #   mfu_1x4096   bench/megatron_mfu.py, Qwen3-1.7B, one 4096-token sequence per step (hardware=h100 defaults)
 #   mfu_nofusion the same, megatron only, train.gradient_accumulation_fusion=false
 #   mfu_4b       Qwen3-4B with full recompute, both backends
+#   mfu_4b_nofusion  the same, megatron only, train.gradient_accumulation_fusion=false
+#   parity       tests/gpu/test_megatron_parity.py (logits vs transformers, packed THD vs per sequence)
 #   mfu_4x4096   4 sequences per step, one per micro-batch;  mfu_4x4096_mb8192: two per micro-batch
 #   profile      tools/device/profile_step.py kernel table
 set -u
@@ -31,6 +33,9 @@ for p in $PARTS; do
     mfu_nofusion) part mfu_nofusion 80 $MFU --models qwen3-1.7b --steps 6 --warmup 2 --backends megatron \
         --set train.gradient_accumulation_fusion=false ;;
     mfu_4b) part mfu_4b 200 $MFU --models qwen3-4b --recompute qwen3-4b --steps 4 --warmup 2 ;;
+    mfu_4b_nofusion) part mfu_4b_nofusion 120 $MFU --models qwen3-4b --recompute qwen3-4b --steps 4 --warmup 2 \
+        --backends megatron --set train.gradient_accumulation_fusion=false ;;
+    parity) part parity 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_megatron_parity.py ;;
     mfu_4x4096) part mfu_4x4096 200 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 2 ;;
     mfu_4x4096_mb8192) part mfu_4x4096_mb8192 200 $MFU --models qwen3-1.7b --seqs 4 --max-tokens 8192 --steps 4 --warmup 2 ;;
     profile) part profile 90 python3 tools/device/profile_step.py qwen3-1.7b 4096 all table ;;

@@ -98,6 +98,14 @@ class SDPAttention(MegatronModule):
 
     def _thd(self, q, k, v, psp, p):
         cu_q, cu_k = psp.cu_seqlens_q, psp.cu_seqlens_kv
+        if int(psp.max_seqlen_q) == q.shape[0] == k.shape[0]:
+            # One sequence fills the micro-batch: the dense causal kernel. SDPA picks cuDNN's flash
+            # attention on the H100, 2x torch's varlen (FA2) kernels there (15 vs 30 ms per step for
+            # Qwen3-1.7B at 4096 tokens, docs/benchmarks.md). Read from host ints: no sync.
+            qs, ks, vs = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
+            out = F.scaled_dot_product_attention(qs, ks, vs, dropout_p=p, is_causal=True, scale=self.scale,
+                                                 enable_gqa=ks.shape[1] != qs.shape[1])
+            return out.squeeze(0).transpose(0, 1)
         fast = (self._varlen is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and p == 0.0)
         if fast:
             kw = {"scale": self.scale}
