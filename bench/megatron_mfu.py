@@ -45,7 +45,7 @@ def flops_per_token(m, seq: int) -> float:
     return 6 * (L * per_layer + h * m.vocab_size) + 6 * L * q * seq
 
 
-def timed(step, n: int, warmup: int) -> tuple[float, float]:
+def timed(step, n: int, warmup: int) -> tuple[float, float, float]:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -56,7 +56,9 @@ def timed(step, n: int, warmup: int) -> tuple[float, float]:
         step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
+    free, total = torch.cuda.mem_get_info()
+    outside = ((total - free) - torch.cuda.memory_reserved()) / 2**30  # CUDA context, NCCL, cuBLAS/cuDNN
+    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, outside
 
 
 def make_megatron(cfg, seq: int, seqs: int, max_tokens: int):
@@ -123,7 +125,7 @@ def run_one(name: str, backend: str, args) -> dict:
     try:
         step, close = MAKERS[backend](cfg, args.seq, args.seqs, max_tokens)
         try:
-            sec, peak = timed(step, args.steps, args.warmup)
+            sec, peak, outside = timed(step, args.steps, args.warmup)
         finally:
             close()
     except torch.OutOfMemoryError as e:
@@ -132,6 +134,7 @@ def run_one(name: str, backend: str, args) -> dict:
     tps = args.seq * args.seqs / sec
     return dict(row, seq=args.seq, seqs=args.seqs, max_tokens=max_tokens, step_s=round(sec, 4), tokens_per_s=round(tps),
                 tflops=round(flops_per_token(cfg.model, args.seq) * tps / 1e12, 1), peak_gib=round(peak, 1),
+                outside_allocator_gib=round(outside, 2),
                 plan_gib=plan_estimate_gib(cfg) if backend == "megatron" else None)
 
 

@@ -22,7 +22,7 @@ part() {  # part NAME LIMIT CMD...
   local name=$1 limit=$2
   shift 2
   echo "- $(python3 tools/device/watchdog.py --limit "$limit" --log "$OUT/$name.log" --name "$name" -- "$@")" >> "$R"
-  grep -E "^BENCH|^FLOOR [a-z]|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
+  grep -E "^BENCH|^MEMORY|^FLOOR [a-z]|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
 }
 MFU="python3 bench/megatron_mfu.py"
 for p in $PARTS; do

@@ -26,8 +26,12 @@ def join_process_group(master_addr: str, master_port: int, rank: int, world_size
             master_port = s.getsockname()[1]
     cuda = device.type == "cuda"
     store = dist.TCPStore(master_addr, master_port, world_size, is_master=rank == 0, timeout=TIMEOUT)
+    # No device_id: bound to a device, torch creates every NCCL communicator eagerly, megatron-core's
+    # ~15 parallel groups included, each with its own device buffers (~9 GiB outside PyTorch's
+    # allocator on an H100 for one rank, docs/benchmarks.md). Unbound, a communicator is created at
+    # its group's first collective on the current device (set by the backend before this call).
     dist.init_process_group("nccl" if cuda else "gloo", store=store, rank=rank, world_size=world_size,
-                            timeout=TIMEOUT, device_id=device if cuda else None)
+                            timeout=TIMEOUT)
 
 
 def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
