@@ -70,7 +70,8 @@ def backend_step(tp: int, port: int, device: str = "cuda"):
     # TP_CHECK_EXTRA: more overrides, e.g. "parallelism.sequence_parallel=true algo.entropy_coef=0.01"
     cfg = load(OVERRIDES + [f"parallelism.tp={tp}", "parallelism.sequence_parallel=false",
                             "train.gpus_per_node=2", "rollout.gpus_per_engine=1"]
-               + os.environ.get("TP_CHECK_EXTRA", "").split())
+               + os.environ.get("TP_CHECK_EXTRA", "").split()
+               + (["parallelism.sequence_parallel=false"] if tp == 1 else []))  # SP needs TP > 1
     be = MegatronBackend(cfg, rank=RANK, world_size=WORLD, gpu_id=RANK, total_steps=10)
     if device == "cpu":
         be.device = torch.device("cpu")

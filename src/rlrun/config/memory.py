@@ -37,11 +37,12 @@ rows 2, their fp32 log_softmax 4 (+4 for its output), and the entropy metric's t
 and softmax * z, 8 (computed without grad even when algo.entropy_coef is 0). That peak (end of forward,
 inside the loss) is added to all stored activations.
 
-Calibrated against H100 measurements (docs/benchmarks.md, "Megatron backend on the lent GPUs" and
-"Memory estimate after calibration"; 2026-11-22): Qwen3-1.7B, 4096 tokens, TP 1, no recompute: measured
-52.0 GiB peak, estimated 50.7 (the compiled-SwiGLU run saved 2.6 GiB = the 4f of silu output and
-offset copy, which confirms the 10f term); Qwen3-4B with full recompute went out of memory on 79.2 GiB,
-estimated 80.3.
+Calibrated against H100 measurements (docs/benchmarks.md; 2026-11-22): Qwen3-1.7B, 4096 tokens, TP 1,
+no recompute: measured 43.0 GiB peak, estimated 42.1 (before the chunked logits: 52.0 and 50.7; the
+compiled-SwiGLU run saved 2.6 GiB = the 4f of silu output and offset copy, which confirms the 10f term);
+Qwen3-4B with full recompute: measured 71.8 GiB, estimated 72.2 (before: out of memory on 79.2, estimated
+80.3). Not counted: memory outside PyTorch's allocator (CUDA context, cuBLAS/cuDNN, NCCL), measured
+2.1 GiB for one megatron rank on the H100 (0.75 for transformers).
 
 Engines: SGLang reserves mem_fraction_static of the GPU for weights + KV cache. Colocated peak = the
 larger of the training and rollout phases, where a side that offloads leaves the GPU during the other
@@ -197,6 +198,14 @@ def estimate(cfg: RunConfig) -> Memory:
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
     act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))
+    if t.backend == "megatron" and not t.fp32_grads:
+        # Without TE's precision-aware optimizer, megatron-core's distributed optimizer copies its
+        # bf16 grad shard to fp32 for the step (4 B/param / DP), after the activations are freed.
+        step_copy = 4 * n / dp
+        if step_copy > act:
+            notes.append(f"train.fp32_grads=false: the optimizer step's fp32 copy of the grad shard "
+                         f"({step_copy / GiB:.1f} GiB) outweighs the activations and sets the trainer peak")
+        act = max(act, step_copy)
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 
     kv_tok = kv_bytes_per_token(cfg)
