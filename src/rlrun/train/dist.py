@@ -34,6 +34,15 @@ def join_process_group(master_addr: str, master_port: int, rank: int, world_size
                             timeout=TIMEOUT)
 
 
+def barrier(device: torch.device) -> None:
+    """A barrier over the default group on this rank's own GPU: the group is not bound to a device
+    (join_process_group), and NCCL would otherwise guess the device from the rank."""
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index if device.index is not None else torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
 def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
     """Sum `t` in place over the ranks of `group` (None: the default group); a no-op for one rank
     or without a process group (single-rank runs and tests)."""

@@ -26,7 +26,7 @@ from rlrun.algo.token_stats import linear_logp_entropy
 from rlrun.train import offload as off
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches
-from rlrun.train.dist import join_process_group
+from rlrun.train.dist import barrier, join_process_group
 from rlrun.train.step_metrics import StepSums, policy_metrics
 from rlrun.train.torch_backend import TorchBackend
 
@@ -365,12 +365,12 @@ class MegatronBackend(TrainerBackend):
             if self.cfg.model.tie_word_embeddings:
                 weights.pop("lm_head.weight")  # HF checkpoints of tied models store embed_tokens only
             save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
-        dist.barrier()
+        barrier(self.device)
         shards = [{"state": o.optimizer.state_dict(),
                    "main": [p.detach().cpu() for g in o.optimizer.param_groups for p in g["params"]]}
                   for o in self._inner_optimizers()]
         torch.save({"shards": shards, "step": self.step, "world": self.world}, out / _OPTIM.format(rank=self.rank))
-        dist.barrier()
+        barrier(self.device)
         if was_offloaded:
             self.offload()
 

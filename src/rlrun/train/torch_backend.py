@@ -29,7 +29,7 @@ from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
 from rlrun.train import offload as off
 from rlrun.train.critic import build_value_model
-from rlrun.train.dist import all_reduce_sum, join_process_group
+from rlrun.train.dist import all_reduce_sum, barrier, join_process_group
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at
 from rlrun.train.step_metrics import StepSums, policy_metrics
@@ -298,7 +298,7 @@ class TorchBackend(TrainerBackend):
                 state["critic_optimizer"] = self.critic_opt.state_dict()
             torch.save(state, out / _STATE_FILE)
         if self.world > 1:
-            dist.barrier()
+            barrier(self.device)
 
     def load(self, path: str) -> None:
         src = Path(path)
