@@ -16,6 +16,9 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 SMALL = dict(num_layers=2, hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, head_dim=32,
              vocab_size=512, max_position_embeddings=16384)
 ARCHS = {"qwen3": "qwen3-0.6b", "llama": "llama3.1-8b", "glm4": "glm4-9b"}
+# MoE families: single-GPU checks only (megatron-core runs MoE with TP > 1 only under sequence parallelism)
+MOE_ARCHS = {"qwen3_moe": "qwen3-30b-a3b"}
+SMALL_MOE = dict(num_experts=8, top_k=2, expert_ffn_hidden_size=128)
 
 
 def small_model(conf_name: str, **over) -> SimpleNamespace:
@@ -25,6 +28,8 @@ def small_model(conf_name: str, **over) -> SimpleNamespace:
     ratio = d["num_attention_heads"] // d["num_query_groups"]
     d.update(SMALL)
     d["num_query_groups"] = max(SMALL["num_attention_heads"] // ratio, 2)
+    if d.get("moe"):
+        d["moe"] = SimpleNamespace(**(d["moe"] | SMALL_MOE))
     d.update(over)
     return SimpleNamespace(**d)
 
@@ -57,7 +62,7 @@ def megatron_from_hf(model, hf, par, dtype, cpu_init=False):
     from rlrun.train.megatron import model as mm
     from rlrun.train.megatron.weights import load_hf
 
-    mm.init_parallel(par, seed=0)
+    mm.init_parallel(par, seed=0, moe=getattr(model, "moe", None) is not None)
     cfg = mm.transformer_config(model, par, dtype=dtype, cpu_init=cpu_init)
     gpt = mm.build_gpt(model, cfg)
     if not cpu_init:

@@ -11,7 +11,7 @@ import torch
 
 import parity as P
 
-ARCHS = sorted(P.ARCHS.items())
+ARCHS = sorted(P.ARCHS.items()) + sorted(P.MOE_ARCHS.items())
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -54,8 +54,25 @@ def test_names_follow_the_family_and_the_pipeline_offset():
     assert hf_names(glm, "decoder.layers.0.mlp.linear_fc1.weight") == ["model.layers.0.mlp.gate_up_proj.weight"]
     assert hf_names(glm, "decoder.layers.0.self_attention.linear_proj.post_norm.weight") == [
         "model.layers.0.post_self_attn_layernorm.weight"]
-    with pytest.raises(KeyError, match="decoder.layers.0.mlp.router.weight"):
-        hf_names(M, "decoder.layers.0.mlp.router.weight")
+    with pytest.raises(KeyError, match="decoder.layers.0.mlp.shared_experts.linear_fc1.weight"):
+        hf_names(M, "decoder.layers.0.mlp.shared_experts.linear_fc1.weight")
+
+
+def test_moe_names_map_router_and_experts_with_the_ep_offset():
+    # Qwen3-MoE: router = mlp.gate; local expert i on an EP rank whose first global expert is 8 -> experts.{8+i}
+    assert hf_names(M, "decoder.layers.2.mlp.router.weight") == ["model.layers.2.mlp.gate.weight"]
+    assert hf_names(M, "decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.weight", expert_offset=8) == [
+        "model.layers.2.mlp.experts.11.gate_proj.weight", "model.layers.2.mlp.experts.11.up_proj.weight"]
+    assert hf_names(M, "decoder.layers.2.mlp.experts.local_experts.0.linear_fc2.weight", layer_offset=1) == [
+        "model.layers.3.mlp.experts.0.down_proj.weight"]
+    gate, up = torch.full((2, 3), 1.0), torch.full((2, 3), 2.0)
+    name = "decoder.layers.0.mlp.experts.local_experts.1.linear_fc1.weight"
+    full = to_megatron(M, name, [gate, up])
+    assert full[:, 0].tolist() == [1, 1, 2, 2]
+    assert [(n, t[:, 0].tolist()) for n, t in to_hf(M, name, full, expert_offset=4)] == [
+        ("model.layers.0.mlp.experts.5.gate_proj.weight", [1, 1]), ("model.layers.0.mlp.experts.5.up_proj.weight", [2, 2])]
+    # experts are whole on every TP rank (expert TP 1)
+    assert tp_shard(name, full, 1, 2) is full
 
 
 def test_to_hf_inverts_to_megatron():

@@ -90,7 +90,7 @@ class MegatronBackend(TrainerBackend):
         if not dist.is_initialized():  # rank 0 hosts the store (torchrun-safe: rlrun/train/dist.py)
             join_process_group(master_addr, master_port, self.rank, self.world, self.device)
         cfg = self.cfg
-        mm.init_parallel(cfg.parallelism, cfg.run.seed)
+        mm.init_parallel(cfg.parallelism, cfg.run.seed, moe=cfg.model.moe is not None)
         self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train)
         self.layer_offset = get_transformer_layer_offset(self.tconfig)
         self.tp_size = ps.get_tensor_model_parallel_world_size()

@@ -60,6 +60,7 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
                   # megatron's softmax over the top-k logits (moe_router_pre_softmax=False).
                   moe_router_pre_softmax=False, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
                   moe_router_dtype="fp32", moe_grouped_gemm=False,
+                  expert_tensor_parallel_size=1,  # experts whole on each rank (slime: --expert-tensor-parallel-size 1)
                   moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size or None)
     if train is not None:
         rc = train.recompute
@@ -70,8 +71,9 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
     return TransformerConfig(**kw)
 
 
-def init_parallel(parallelism, seed: int) -> None:
-    """megatron-core's TP/PP/CP/EP groups over the already-initialised default process group."""
+def init_parallel(parallelism, seed: int, moe: bool = False) -> None:
+    """megatron-core's TP/PP/CP/EP groups over the already-initialised default process group
+    (moe: the model has expert layers, whose weights are not TP-split)."""
     from megatron.core import parallel_state, tensor_parallel
 
     if not torch.distributed.is_initialized():
@@ -80,6 +82,8 @@ def init_parallel(parallelism, seed: int) -> None:
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=parallelism.tp, pipeline_model_parallel_size=parallelism.pp,
             context_parallel_size=parallelism.cp, expert_model_parallel_size=parallelism.ep,
+            # MoE: experts whole on each rank (ETP 1, as slime runs them); dense: megatron's default
+            expert_tensor_parallel_size=1 if moe else None,
             # Nothing here needs CPU collectives; gloo groups only add a socket rendezvous that
             # can hang on hosts whose hostname does not resolve to a reachable interface.
             create_gloo_process_groups=False)

@@ -1,4 +1,4 @@
-"""Hugging Face <-> Megatron parameter mapping for the dense families (Qwen3, Llama 3.x, GLM-4).
+"""Hugging Face <-> Megatron parameter mapping for Qwen3, Llama 3.x, GLM-4 and Qwen3-MoE.
 
 Written here rather than taken from mbridge: mbridge 0.15.1 builds its models with the Transformer
 Engine layer spec only (its names, e.g. `linear_qkv.layer_norm_weight`, are TE's fused-norm names)
@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterator
 import torch
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+# MoE layers (megatron-core's SequentialMLP: experts are not TP-split, EP holds a slice of them)
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 
 # Megatron per-layer suffix -> HF per-layer suffix, for the 1:1 tensors.
 _ONE_TO_ONE = {
@@ -60,8 +62,9 @@ def split_qkv(qkv: torch.Tensor, groups: int, heads: int, head_dim: int):
     return tuple(x.reshape(-1, *tail) for x in (q, k, v))
 
 
-def hf_names(model, name: str, layer_offset: int = 0) -> list[str]:
-    """HF tensor names that make up Megatron parameter `name` (local layer index + offset)."""
+def hf_names(model, name: str, layer_offset: int = 0, expert_offset: int = 0) -> list[str]:
+    """HF tensor names that make up Megatron parameter `name` (local layer index + layer_offset,
+    local expert index + expert_offset: this EP rank's first global expert)."""
     if name in _GLOBAL:
         return [_GLOBAL[name]]
     m = _LAYER.match(name)
@@ -71,6 +74,13 @@ def hf_names(model, name: str, layer_offset: int = 0) -> list[str]:
     pre = f"model.layers.{layer}."
     if suffix in _ONE_TO_ONE:
         return [pre + _ONE_TO_ONE[suffix]]
+    if suffix == "mlp.router.weight":
+        return [pre + "mlp.gate.weight"]
+    expert = _EXPERT.match(suffix)
+    if expert:
+        e = f"{pre}mlp.experts.{int(expert.group(1)) + expert_offset}."
+        return [e + "gate_proj.weight", e + "up_proj.weight"] if expert.group(2) == "linear_fc1" else \
+            [e + "down_proj.weight"]
     if suffix.startswith("self_attention.linear_qkv."):
         kind = suffix.rsplit(".", 1)[1]
         return [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
@@ -88,9 +98,10 @@ def to_megatron(model, name: str, hf: list[torch.Tensor]) -> torch.Tensor:
     return hf[0] if len(hf) == 1 else torch.cat(hf, dim=0)
 
 
-def to_hf(model, name: str, full: torch.Tensor, layer_offset: int = 0) -> list[tuple[str, torch.Tensor]]:
+def to_hf(model, name: str, full: torch.Tensor, layer_offset: int = 0, expert_offset: int = 0
+          ) -> list[tuple[str, torch.Tensor]]:
     """HF (name, tensor) pairs from one full Megatron tensor."""
-    names = hf_names(model, name, layer_offset)
+    names = hf_names(model, name, layer_offset, expert_offset)
     if ".linear_qkv." in name:
         parts = split_qkv(full, model.num_query_groups, model.num_attention_heads, model.head_dim)
     elif len(names) == 2:  # gate_proj, up_proj
@@ -151,14 +162,28 @@ def _tp():
         ps.get_tensor_model_parallel_group()
 
 
+def is_expert(name: str) -> bool:
+    return ".mlp.experts.local_experts." in name
+
+
+def _ep(model):
+    """(EP rank, EP size, EP group, experts per EP rank); (0, 1, None, 0) for dense models."""
+    if model.moe is None:
+        return 0, 1, None, 0
+    from megatron.core import parallel_state as ps
+    size = ps.get_expert_model_parallel_world_size()
+    return ps.get_expert_model_parallel_rank(), size, ps.get_expert_model_parallel_group(), model.moe.num_experts // size
+
+
 @torch.no_grad()
 def load_hf(gpt, model, get: Callable[[str], torch.Tensor], layer_offset: int = 0) -> int:
     """Copy HF weights (fetched one by one through `get(hf_name)`) into this rank's shards of
     `gpt`. Returns the number of parameters loaded; every local parameter must be covered."""
     rank, size, _ = _tp()
+    ep_rank, _, _, per_ep = _ep(model)
     n = 0
     for name, p in _local_params(gpt):
-        names = hf_names(model, name, layer_offset)
+        names = hf_names(model, name, layer_offset, ep_rank * per_ep if is_expert(name) else 0)
         if name == "output_layer.weight" and model.tie_word_embeddings:
             names = [_GLOBAL["embedding.word_embeddings.weight"]]  # last PP stage's copy of the tied weight
         full = to_megatron(model, name, [get(h) for h in names])
@@ -178,6 +203,7 @@ def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None
     (one oversize tensor makes its own bucket). Collective over the TP group: every TP rank must
     iterate it; all of them receive the same full tensors (on the GPU)."""
     rank, size, group = _tp()
+    _, ep_size, ep_group, per_ep = _ep(model)
     bucket, used = [], 0
     for name, p in _local_params(gpt):
         if name == "output_layer.weight" and model.tie_word_embeddings:
@@ -187,7 +213,15 @@ def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None
             shards = [torch.empty_like(t) for _ in range(size)]
             torch.distributed.all_gather(shards, t.contiguous(), group=group)
             t = tp_unshard(name, shards)
-        for hf_name, x in to_hf(model, name, t, layer_offset):
+        if is_expert(name):  # local expert i of every EP rank r is global expert r * per_ep + i
+            parts = [t]
+            if ep_size > 1:
+                parts = [torch.empty_like(t) for _ in range(ep_size)]
+                torch.distributed.all_gather(parts, t.contiguous(), group=ep_group)
+            pairs = [kv for r, x in enumerate(parts) for kv in to_hf(model, name, x, layer_offset, r * per_ep)]
+        else:
+            pairs = to_hf(model, name, t, layer_offset)
+        for hf_name, x in pairs:
             x = x if dtype is None else x.to(dtype)
             nbytes = x.numel() * x.element_size()
             if bucket and used + nbytes > bucket_bytes:
