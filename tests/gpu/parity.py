@@ -67,7 +67,8 @@ def megatron_from_hf(model, hf, par, dtype, cpu_init=False):
     gpt = mm.build_gpt(model, cfg)
     if not cpu_init:
         gpt = gpt.cuda()
-    sd = hf.state_dict()
+    from rlrun.train.hf_model import checkpoint_names
+    sd = checkpoint_names(hf.state_dict())
     n = load_hf(gpt, model, lambda k: sd[k])
     assert n == len(list(gpt.parameters())), "every Megatron parameter must come from the HF model"
     return gpt.eval()

@@ -112,3 +112,27 @@ def test_fast_ops_match_the_per_tensor_definitions():
     assert dst[0].tolist() == [1.5, 2.0] and dst[1].tolist() == [[6.0]]
     _scale(None, None, [[a, b], [a, b]], 2.0)  # in place, as clipping calls it
     assert a.tolist() == [6.0, 8.0] and b.tolist() == [[24.0]]
+
+
+def test_checkpoint_names_unfuse_transformers_moe_experts_in_gate_up_order():
+    import transformers
+
+    from rlrun.train.hf_model import checkpoint_names
+    cfg = transformers.Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=3,
+                                      num_experts_per_tok=1, moe_intermediate_size=8)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    sd = checkpoint_names(model.state_dict())
+    pre = "model.layers.0.mlp.experts."
+    assert {f"{pre}{e}.{p}_proj.weight" for e in range(3) for p in ("gate", "up", "down")} <= set(sd)
+    assert not any(k.endswith(("experts.gate_up_proj", "experts.down_proj")) for k in sd)
+    assert sd[f"{pre}2.gate_proj.weight"].shape == (8, 16) and sd[f"{pre}2.down_proj.weight"].shape == (16, 8)
+    # transformers' own expert 2 on a few tokens == SwiGLU with the unfused weights (gate first, then up)
+    x = torch.randn(4, 16)
+    experts = model.model.layers[0].mlp.experts
+    with torch.no_grad():
+        got = experts(x, torch.full((4, 1), 2), torch.ones(4, 1))
+        g, u, d = (sd[f"{pre}2.{p}_proj.weight"] for p in ("gate", "up", "down"))
+        want = (torch.nn.functional.silu(x @ g.t()) * (x @ u.t())) @ d.t()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

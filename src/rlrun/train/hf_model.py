@@ -47,6 +47,27 @@ def hf_config(model) -> transformers.PretrainedConfig:
     return cls(**kw)
 
 
+def checkpoint_names(state: dict) -> dict:
+    """A transformers state dict in the names of HF checkpoints on disk (what SGLang and the
+    megatron mapping read): transformers >= 5 keeps a MoE layer's experts fused in memory
+    (`mlp.experts.gate_up_proj` [E, 2I, H] with gate rows first, `mlp.experts.down_proj` [E, H, I]);
+    checkpoints store `mlp.experts.{e}.gate_proj/up_proj/down_proj.weight` per expert. Other
+    tensors pass through (views, no copies)."""
+    out = {}
+    for name, t in state.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            pre = name[: -len("gate_up_proj")]
+            for e, w in enumerate(t):
+                out[f"{pre}{e}.gate_proj.weight"], out[f"{pre}{e}.up_proj.weight"] = w.chunk(2, dim=0)
+        elif name.endswith("mlp.experts.down_proj"):
+            pre = name[: -len("down_proj")]
+            for e, w in enumerate(t):
+                out[f"{pre}{e}.down_proj.weight"] = w
+        else:
+            out[name] = t
+    return out
+
+
 def build_causal_lm(model, hf_path: str | None, seed: int, dtype: torch.dtype = torch.float32):
     """checkpoint.hf when given, else random init of the `model` architecture under `seed`."""
     if hf_path:

@@ -38,8 +38,8 @@ FAST_OPS = True  # rlrun.train.megatron.fast_ops; a switch for the step profiler
 def _hf_getter(path: str | None, model_cfg, seed: int):
     """name -> tensor from an HF checkpoint dir (lazily, shard by shard) or a seeded random init."""
     if path is None:
-        from rlrun.train.hf_model import build_causal_lm
-        sd = build_causal_lm(model_cfg, None, seed, dtype=torch.float32).state_dict()
+        from rlrun.train.hf_model import build_causal_lm, checkpoint_names
+        sd = checkpoint_names(build_causal_lm(model_cfg, None, seed, dtype=torch.float32).state_dict())
         return sd.__getitem__
     from safetensors import safe_open
     root = Path(path)
