@@ -80,10 +80,11 @@ def backend_step(tp: int, port: int, device: str = "cuda"):
     trace(f"backend tp={tp} log-probs + train step")
     logp = be.compute_log_probs(batch.shard(RANK, WORLD))
     m = be.train_step(batch.shard(RANK, WORLD))
+    after = be.compute_log_probs(batch.shard(RANK, WORLD))  # the updated weights (optimizer + param copy)
     gathered = [None] * WORLD
-    dist.all_gather_object(gathered, [x.tolist() for x in logp])
+    dist.all_gather_object(gathered, [[x.tolist() for x in logp], [x.tolist() for x in after]])
     be.shutdown()
-    return m, [torch.tensor(x) for part in gathered for x in part]
+    return m, *([torch.tensor(x) for part in gathered for x in part[i]] for i in (0, 1))
 
 
 def main():
@@ -99,15 +100,17 @@ def main():
 def compare_backends(device: str = "cuda", tol: float = 2e-2):
     """TP=2 (one DP group) vs TP=1 x DP=2 on the same global batch: loss, grad norm, log-probs."""
     base = int(os.environ["MASTER_PORT"])
-    m2, lp2 = backend_step(2, base + 11, device)
-    m1, lp1 = backend_step(1, base + 12, device)
+    m2, lp2, after2 = backend_step(2, base + 11, device)
+    m1, lp1, after1 = backend_step(1, base + 12, device)
     log("TP2 backend tp=2  ", {k: round(v, 5) for k, v in m2.items()})
     log("TP2 backend tp=1x2", {k: round(v, 5) for k, v in m1.items()})
     lp_err = P.rel_err(torch.cat(lp2), torch.cat(lp1))
-    log(f"TP2 logp rel_err={lp_err:.3e}")
+    after_err = P.rel_err(torch.cat(after2), torch.cat(after1))
+    moved = P.rel_err(torch.cat(after1), torch.cat(lp1))
+    log(f"TP2 logp rel_err={lp_err:.3e}; after the step rel_err={after_err:.3e} (the step moved them {moved:.3e})")
     assert abs(m2["train/loss"] - m1["train/loss"]) <= tol * abs(m1["train/loss"]) + 1e-4
     assert abs(m2["train/grad_norm"] - m1["train/grad_norm"]) <= tol * m1["train/grad_norm"]
-    assert lp_err < tol
+    assert lp_err < tol and after_err < tol and moved > after_err
     log("TP2 ALL OK")
 
 

@@ -122,6 +122,8 @@ class MegatronBackend(TrainerBackend):
         for inner in self._inner_optimizers():
             for group in inner.optimizer.param_groups:
                 group["fused"], group["foreach"] = True, False
+        if FAST_OPS:
+            fast_ops.install_optimizer(self.opt)
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None

@@ -40,6 +40,64 @@ def _scale(_chunk, _noop, tensor_lists, scale):
         torch._foreach_copy_(dst, torch._foreach_mul(src, scale))
 
 
+def _plain_distributed_optimizer(opt) -> bool:
+    """bf16/fp32 params, no FSDP, no FP8/FP4 param gather, no precision-aware optimizer: the case
+    where megatron-core's per-parameter copy loops are plain views and copies."""
+    ddp = opt.ddp_config
+    return not (ddp.use_megatron_fsdp or ddp.fp8_param_gather or getattr(ddp, "fp4_param_gather", False)
+                or opt.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8
+                or opt.config.reuse_grad_buf_for_mxfp8_param_ag or opt.is_stub_optimizer)
+
+
+def _shard_pairs(opt):
+    """(model-param buffer view, shard main param, model param's grad shard view) per parameter
+    of this DP rank's shard, in megatron-core's own order and ranges (the loops it replaces)."""
+    pairs = []
+    for main_groups, model_groups in ((opt.shard_fp32_from_float16_groups, opt.model_float16_groups),
+                                      (opt.shard_fp32_groups, opt.model_fp32_groups)):
+        for main_group, model_group in zip(main_groups, model_groups):
+            for main, param in zip(main_group, model_group):
+                ranges = opt._get_model_param_range_map(param)
+                world, local = ranges["gbuf_world_in_bucket"], ranges["param"]
+                gbuf, _, bucket = opt.model_param_gbuf_map[param]
+                dst = opt.buffers[gbuf].buckets[bucket].param_data.view(-1)[world.start:world.end]
+                pairs.append((dst, main, param, local))
+    return pairs
+
+
+def _fast_copies(opt) -> None:
+    """Replace this DistributedOptimizer's two per-parameter Python loops (main -> model params
+    after the step, model grads -> main grads before it) by one list built once: the params'
+    buffer views stay valid (offload resizes the buffers' storage in place), so the step does one
+    multi-tensor copy instead of ~3 Python dict lookups, a view and a kernel per parameter."""
+    if not _plain_distributed_optimizer(opt):
+        return
+    pairs = _shard_pairs(opt)
+    dsts, mains = [d for d, _, _, _ in pairs], [m for _, m, _, _ in pairs]
+
+    def copy_main_params_to_model_params():
+        torch._foreach_copy_(dsts, mains)
+
+    def copy_model_grads_to_main_grads():
+        for _, main, param, r in pairs:
+            g = param.main_grad.view(-1)[r.start:r.end]
+            main.grad = g if g.dtype == main.dtype else g.float()
+
+    opt._copy_main_params_to_model_params = copy_main_params_to_model_params
+    opt._copy_model_grads_to_main_grads = copy_model_grads_to_main_grads
+
+
+def install_optimizer(opt) -> int:
+    """_fast_copies on every DistributedOptimizer megatron-core chained; returns how many."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    n = 0
+    for inner in getattr(opt, "chained_optimizers", [opt]):
+        if isinstance(inner, DistributedOptimizer) and _plain_distributed_optimizer(inner):
+            _fast_copies(inner)
+            n += 1
+    return n
+
+
 def install() -> bool:
     """Replace megatron-core's local fallbacks; True if anything was replaced."""
     from megatron.core import utils
