@@ -58,6 +58,10 @@ from rlrun.config.schema import RunConfig
 
 GiB = 1024 ** 3
 ENGINE_OVERHEAD_GIB = 1.0  # CUDA context, graphs and sampling buffers outside SGLang's static pool
+# A GPU trainer rank's memory outside PyTorch's allocator (CUDA context, cuBLAS/cuDNN workspaces, NCCL
+# communicators): 2.06 GiB measured for one megatron rank on the H100 (0.75 for a bare transformers
+# process). It stays while the trainer is offloaded, so both phases of a colocated GPU carry it.
+TRAINER_OVERHEAD_GIB = 2.0
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,11 @@ class Memory:
     kv_bytes_per_token: int     # per GPU of an engine
     kv_tokens: int              # KV-cache capacity of one engine, tokens
     kv_sequences: int           # ... in sequences of max prompt + response
-    peak: float                 # per GPU, both roles, offload taken into account
+    peak: float                 # per GPU, both roles, offload and runtime overheads taken into account
     available: float
     fits: bool
     notes: tuple[str, ...] = ()
+    trainer_overhead: float = 0.0  # outside PyTorch's allocator, in `peak` but not in trainer_total
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -223,16 +228,18 @@ def estimate(cfg: RunConfig) -> Memory:
         notes.append("engine weights exceed mem_fraction_static of the GPU: no room for a KV cache")
 
     trainer_total = sum(trainer)
+    overhead = 0.0 if hw.vendor == "cpu" else TRAINER_OVERHEAD_GIB
     if t.colocate:
-        train_phase = trainer_total + (0 if r.offload else engine_total)
-        rollout_phase = engine_total + (0 if t.offload else trainer_total)
+        train_phase = trainer_total + overhead + (0 if r.offload else engine_total)
+        rollout_phase = engine_total + overhead + (0 if t.offload else trainer_total)
         peak = max(train_phase, rollout_phase)
     else:
-        peak = max(trainer_total, engine_total)
+        peak = max(trainer_total + overhead, engine_total)
     return Memory(
         trainer_params_per_gpu=n, trainer_weights=trainer[0], trainer_grads=trainer[1],
         trainer_optimizer=trainer[2], trainer_activations=trainer[3], trainer_total=trainer_total,
         engine_weights=engine_weights, engine_kv_cache=kv, engine_total=engine_total,
         kv_bytes_per_token=kv_tok, kv_tokens=kv_tokens, kv_sequences=kv_tokens // max(sample_tokens, 1),
         peak=peak, available=hw.memory_gib, fits=peak <= hw.memory_gib, notes=tuple(notes),
+        trainer_overhead=overhead,
     )

@@ -51,7 +51,7 @@ def _memory_rows(plan: Plan) -> list[list[Any]]:
     return [
         ["trainer", "weights / grads / optimizer / activations",
          f"{g(m['trainer_weights'])} / {g(m['trainer_grads'])} / {g(m['trainer_optimizer'])} / "
-         f"{g(m['trainer_activations'])}", g(m["trainer_total"])],
+         f"{g(m['trainer_activations'])} (+ {g(m.get('trainer_overhead', 0.0))} runtime)", g(m["trainer_total"])],
         ["engine", f"weights / KV cache ({m['kv_tokens']:,} tokens, {m['kv_sequences']:,} sequences)",
          f"{g(m['engine_weights'])} / {g(m['engine_kv_cache'])}", g(m["engine_total"])],
         ["per GPU", "peak (offload train {} / rollout {})".format(plan.offload_train, plan.offload_rollout),
