@@ -22,6 +22,15 @@ def _case(seed=0, n=7, v=11, dtype=torch.float32):
     return z, t, torch.randn(n, generator=g), torch.randn(n, generator=g)
 
 
+def _same_values_then_backward(got, want, a, b, use):
+    """Asserts both (logp, entropy) pairs agree, then backpropagates the same weighted loss of the
+    terms `use` names through each, for the caller to compare the gradients."""
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1], want[1], atol=1e-5, rtol=1e-5)
+    for lp, h in (got, want):
+        {"both": (a * lp).sum() + (b * h).sum(), "logp": (a * lp).sum(), "entropy": (b * h).sum()}[use].backward()
+
+
 def test_hand_computed_uniform_logits():
     # equal logits over 4 tokens: log p = -log 4 for any target, entropy = log 4
     lp, h = logp_and_entropy(torch.zeros(2, 4), torch.tensor([0, 3]))
@@ -34,14 +43,7 @@ def test_values_and_gradients_match_autograd(use, dtype, monkeypatch):
     monkeypatch.setattr(token_stats, "_CHUNK", 3)  # several chunks, the last one short
     z, t, a, b = _case(dtype=dtype)
     z1, z2 = z.clone().requires_grad_(), z.clone().requires_grad_()
-    lp1, h1 = logp_and_entropy(z1, t)
-    lp2, h2 = _reference(z2, t)
-    torch.testing.assert_close(lp1, lp2, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(h1, h2, atol=1e-5, rtol=1e-5)
-    loss = lambda lp, h: {"both": (a * lp).sum() + (b * h).sum(), "logp": (a * lp).sum(),  # noqa: E731
-                          "entropy": (b * h).sum()}[use]
-    loss(lp1, h1).backward()
-    loss(lp2, h2).backward()
+    _same_values_then_backward(logp_and_entropy(z1, t), _reference(z2, t), a, b, use)
     assert z1.grad.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(z1.grad.float(), z2.grad.float(), atol=tol, rtol=tol)
@@ -96,14 +98,8 @@ def _linear_case(seed=0, n=7, d=6, v=11):
 def test_linear_logp_entropy_matches_autograd_through_the_logits(use):
     x, w, t, a, b = _linear_case()
     x1, w1, x2, w2 = (u.clone().requires_grad_() for u in (x, w, x, w))
-    lp1, h1 = token_stats.linear_logp_entropy(x1, w1, t, rows=3)  # 3 chunks, the last one short
-    lp2, h2 = _reference(x2 @ w2.t(), t)
-    torch.testing.assert_close(lp1, lp2, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(h1, h2, atol=1e-5, rtol=1e-5)
-    loss = lambda lp, h: {"both": (a * lp).sum() + (b * h).sum(), "logp": (a * lp).sum(),  # noqa: E731
-                          "entropy": (b * h).sum()}[use]
-    loss(lp1, h1).backward()
-    loss(lp2, h2).backward()
+    got = token_stats.linear_logp_entropy(x1, w1, t, rows=3)  # 3 chunks, the last one short
+    _same_values_then_backward(got, _reference(x2 @ w2.t(), t), a, b, use)
     torch.testing.assert_close(x1.grad, x2.grad, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w1.grad, w2.grad, atol=1e-5, rtol=1e-5)
 

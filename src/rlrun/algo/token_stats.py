@@ -31,6 +31,29 @@ def _all_reduce(t: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
     return t
 
 
+def _exp_sums(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum exp z, sum exp(z) * z) per row of max-shifted logits z: the softmax normaliser and the
+    entropy's numerator from one exp (H = log s - ez / s)."""
+    e = z.exp()
+    return e.sum(-1), e.mul_(z).sum(-1)
+
+
+def _grad_from_logp_(lp: torch.Tensor, h, g_logp, g_h, local, mine) -> torch.Tensor:
+    """The logits' gradient for rows whose log-softmax is `lp` (overwritten with it):
+    -p * (g_logp + g_h * (log p + H)), plus g_logp at the target where this rank holds it."""
+    if g_h is None:  # -p * g_logp
+        g = lp.exp_().mul_(-g_logp[:, None] if g_logp is not None else 0.0)
+    else:
+        p = lp.exp()
+        g = lp.add_(h[:, None]).mul_(g_h[:, None])
+        if g_logp is not None:
+            g.add_(g_logp[:, None])
+        g.mul_(p).neg_()
+    if g_logp is not None:
+        g.scatter_add_(-1, local[:, None], (g_logp * mine)[:, None].to(g.dtype))
+    return g
+
+
 class _LogpEntropy(torch.autograd.Function):
     # Passes over the [N, V] fp32 buffer are what this costs (it is memory-bound), so each chunk
     # takes one exp for both the normaliser and the entropy, and the backward works in place.
@@ -41,10 +64,7 @@ class _LogpEntropy(torch.autograd.Function):
         s = torch.empty(z.shape[0], dtype=z.dtype, device=z.device)
         ez = torch.empty_like(s)  # sum of exp(z) * z: the entropy's numerator
         for i in range(0, z.shape[0], _CHUNK):
-            c = z[i:i + _CHUNK]
-            e = c.exp()
-            s[i:i + _CHUNK] = e.sum(-1)
-            ez[i:i + _CHUNK] = e.mul_(c).sum(-1)
+            s[i:i + _CHUNK], ez[i:i + _CHUNK] = _exp_sums(z[i:i + _CHUNK])
         s, ez = _all_reduce(s, group), _all_reduce(ez, group)
         log_s = s.log()
         h = log_s - ez / s  # H = log sum exp(z) - sum softmax(z) * z, with z shifted by the max
@@ -63,17 +83,9 @@ class _LogpEntropy(torch.autograd.Function):
         lsm, local, mine, h = ctx.saved_tensors
         grad = lsm  # overwritten chunk by chunk: the log-softmax is not needed after this
         for i in range(0, grad.shape[0], _CHUNK):
-            c = grad[i:i + _CHUNK]
-            if g_h is None:  # -p * g_logp
-                c.exp_().mul_(-g_logp[i:i + _CHUNK, None] if g_logp is not None else 0.0)
-                continue
-            p = c.exp()  # -p * (g_logp + g_h * (log p + H))
-            c.add_(h[i:i + _CHUNK, None]).mul_(g_h[i:i + _CHUNK, None])
-            if g_logp is not None:
-                c.add_(g_logp[i:i + _CHUNK, None])
-            c.mul_(p).neg_()
-        if g_logp is not None:
-            grad.scatter_add_(-1, local[:, None], (g_logp * mine)[:, None].to(grad.dtype))
+            sl = slice(i, i + _CHUNK)
+            _grad_from_logp_(grad[sl], h[sl], None if g_logp is None else g_logp[sl],
+                             None if g_h is None else g_h[sl], local[sl], mine[sl])
         return grad.to(ctx.in_dtype), None, None, None
 
 
@@ -87,10 +99,7 @@ def entropy(logits: torch.Tensor, *, group=None) -> torch.Tensor:
         m[i:i + _CHUNK] = logits[i:i + _CHUNK].amax(-1).float()
     m = _all_reduce(m, group, dist.ReduceOp.MAX)
     for i in range(0, logits.shape[0], _CHUNK):
-        z = logits[i:i + _CHUNK].float().sub_(m[i:i + _CHUNK, None])
-        e = z.exp()
-        s[i:i + _CHUNK] = e.sum(-1)
-        ez[i:i + _CHUNK] = e.mul_(z).sum(-1)
+        s[i:i + _CHUNK], ez[i:i + _CHUNK] = _exp_sums(logits[i:i + _CHUNK].float().sub_(m[i:i + _CHUNK, None]))
     s, ez = _all_reduce(s, group), _all_reduce(ez, group)
     return s.log() - ez / s
 
@@ -135,9 +144,8 @@ class _LinearLogpEntropy(torch.autograd.Function):
             m = _all_reduce(z.amax(dim=-1), group, dist.ReduceOp.MAX)
             z.sub_(m[:, None])
             target = z.gather(-1, local[i:i + rows, None])[:, 0] * mine[i:i + rows]
-            e = z.exp()
             # one collective for the normaliser, the entropy numerator and the (one rank's) target logit
-            s, ez, target = _all_reduce(torch.stack([e.sum(-1), e.mul_(z).sum(-1), target]), group)
+            s, ez, target = _all_reduce(torch.stack([*_exp_sums(z), target]), group)
             log_s = s.log()
             lse[i:i + rows], h[i:i + rows], logp[i:i + rows] = m + log_s, log_s - ez / s, target - log_s
         ctx.save_for_backward(hidden, weight, local, mine, lse, h)
@@ -154,17 +162,8 @@ class _LinearLogpEntropy(torch.autograd.Function):
         for i in range(0, hidden.shape[0], rows):
             hc, sl = hidden[i:i + rows], slice(i, i + rows)
             lp = _chunk_logits(hc, weight).sub_(lse[sl, None])  # log p, rebuilt
-            p = lp.exp()
-            if g_h is None:  # -p * g_logp
-                g = p.mul_(-g_logp[sl, None])
-            else:  # -p * (g_logp + g_h * (log p + H))
-                g = lp.add_(h[sl, None]).mul_(g_h[sl, None])
-                if g_logp is not None:
-                    g.add_(g_logp[sl, None])
-                g.mul_(p).neg_()
-            if g_logp is not None:
-                g.scatter_add_(-1, local[sl, None], (g_logp[sl] * mine[sl])[:, None])
-            g = g.to(hidden.dtype)
+            g = _grad_from_logp_(lp, h[sl], None if g_logp is None else g_logp[sl],
+                                 None if g_h is None else g_h[sl], local[sl], mine[sl]).to(hidden.dtype)
             grad_hidden[sl] = g @ weight
             _accumulate_wgrad(grad_weight, g, hc)
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None

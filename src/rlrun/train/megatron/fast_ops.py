@@ -50,8 +50,9 @@ def _plain_distributed_optimizer(opt) -> bool:
 
 
 def _shard_pairs(opt):
-    """(model-param buffer view, shard main param, model param's grad shard view) per parameter
-    of this DP rank's shard, in megatron-core's own order and ranges (the loops it replaces)."""
+    """(model-param buffer view, shard main param, model param, the shard's range in the param)
+    per parameter of this DP rank's shard, in megatron-core's own order and ranges (the loops it
+    replaces)."""
     pairs = []
     for main_groups, model_groups in ((opt.shard_fp32_from_float16_groups, opt.model_float16_groups),
                                       (opt.shard_fp32_groups, opt.model_fp32_groups)):
@@ -69,9 +70,8 @@ def _fast_copies(opt) -> None:
     """Replace this DistributedOptimizer's two per-parameter Python loops (main -> model params
     after the step, model grads -> main grads before it) by one list built once: the params'
     buffer views stay valid (offload resizes the buffers' storage in place), so the step does one
-    multi-tensor copy instead of ~3 Python dict lookups, a view and a kernel per parameter."""
-    if not _plain_distributed_optimizer(opt):
-        return
+    multi-tensor copy instead of ~3 Python dict lookups, a view and a kernel per parameter.
+    Only for _plain_distributed_optimizer (install_optimizer checks)."""
     pairs = _shard_pairs(opt)
     dsts, mains = [d for d, _, _, _ in pairs], [m for _, m, _, _ in pairs]
 

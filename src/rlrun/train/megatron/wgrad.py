@@ -44,14 +44,6 @@ def torch_wgrad_works(device) -> bool:
         return False
 
 
-def apex_available() -> bool:
-    try:
-        import fused_weight_gradient_mlp_cuda  # noqa: F401
-        return True
-    except ImportError:
-        return False
-
-
 def install(device) -> str:
     """Make megatron-core's gradient-accumulation fusion usable; returns which kernel it will use
     ("apex" or "torch"). Raises with the config fix when neither works here. Must run before the
