@@ -45,7 +45,7 @@ def flops_per_token(m, seq: int) -> float:
     return 6 * (L * per_layer + h * m.vocab_size) + 6 * L * q * seq
 
 
-def timed(step, n: int, warmup: int) -> tuple[float, float, float]:
+def timed(step, n: int, warmup: int) -> tuple[float, float, float, list[float]]:
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -58,7 +58,7 @@ def timed(step, n: int, warmup: int) -> tuple[float, float, float]:
         times.append(time.perf_counter() - t0)
     free, total = torch.cuda.mem_get_info()
     outside = ((total - free) - torch.cuda.memory_reserved()) / 2**30  # CUDA context, NCCL, cuBLAS/cuDNN
-    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, outside
+    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, outside, times
 
 
 def make_megatron(cfg, seq: int, seqs: int, max_tokens: int):
@@ -121,11 +121,12 @@ def run_one(name: str, backend: str, args) -> dict:
     recompute = name in args.recompute.split(",")
     max_tokens = args.max_tokens or args.seq
     cfg = load(overrides(name, args.seq, max_tokens, recompute, tuple(args.set)))
-    row = dict(model=name, backend=backend + ("+recompute" if recompute and backend == "megatron" else ""))
+    tag = ("+recompute" if recompute else "") + ("+torch-kernels" if args.torch_kernels else "")
+    row = dict(model=name, backend=backend + (tag if backend == "megatron" else ""))
     try:
         step, close = MAKERS[backend](cfg, args.seq, args.seqs, max_tokens)
         try:
-            sec, peak, outside = timed(step, args.steps, args.warmup)
+            sec, peak, outside, times = timed(step, args.steps, args.warmup)
         finally:
             close()
     except torch.OutOfMemoryError as e:
@@ -134,7 +135,7 @@ def run_one(name: str, backend: str, args) -> dict:
     tps = args.seq * args.seqs / sec
     return dict(row, seq=args.seq, seqs=args.seqs, max_tokens=max_tokens, step_s=round(sec, 4), tokens_per_s=round(tps),
                 tflops=round(flops_per_token(cfg.model, args.seq) * tps / 1e12, 1), peak_gib=round(peak, 1),
-                outside_allocator_gib=round(outside, 2),
+                outside_allocator_gib=round(outside, 2), step_times=[round(t, 4) for t in times],
                 plan_gib=plan_estimate_gib(cfg) if backend == "megatron" else None)
 
 
@@ -150,10 +151,15 @@ def main():
     ap.add_argument("--recompute", default="", help="models whose megatron run uses full recompute")
     ap.add_argument("--set", action="append", default=[], help="extra config override (repeatable), e.g. "
                     "train.fp32_grads=false or train.gradient_accumulation_fusion=false")
+    ap.add_argument("--torch-kernels", action="store_true", help="megatron without rlrun.train.megatron.kernels "
+                    "and .rope: torch's RMSNorm/SwiGLU ops and megatron-core's THD rope (for an A/B in one run)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # model:backend, in a child process
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
     if args.one:
+        if args.torch_kernels:
+            from rlrun.train.megatron import kernels, rope
+            kernels.ENABLED = rope.ENABLED = False
         print("ROW", json.dumps(run_one(*args.one.split(":"), args)), flush=True)
         return
     rows = []
@@ -163,7 +169,8 @@ def main():
             # hold GPU memory into the next run.
             cmd = [sys.executable, __file__, "--one", f"{name}:{b}"] + [
                 f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("seq", "seqs", "steps", "warmup", "recompute")] + (
-                [f"--max-tokens={args.max_tokens}"] if args.max_tokens else []) + [f"--set={o}" for o in args.set]
+                [f"--max-tokens={args.max_tokens}"] if args.max_tokens else []) + [f"--set={o}" for o in args.set] + (
+                ["--torch-kernels"] if args.torch_kernels else [])
             out = subprocess.run(cmd, capture_output=True, text=True)
             line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
             rows.append(json.loads(line[-1][4:]) if line else

@@ -75,3 +75,23 @@ def test_hf_megatron_hf_round_trip_is_bit_exact(family, conf, fresh_parallel_sta
     want = set(sd) - ({"lm_head.weight"} if model.tie_word_embeddings else set())
     assert set(got) == want
     assert all(torch.equal(got[k], sd[k]) for k in want)
+
+
+def test_packed_forward_and_backward_never_sync_with_the_host(fresh_parallel_state):
+    """rlrun's rope (rlrun.train.megatron.rope) replaced megatron-core's THD rope, which read
+    cu_seqlens back to the host 4 times per layer; CUDA's sync debug mode raises on any sync."""
+    torch.manual_seed(3)
+    model, hf, gpt = _pair("qwen3-0.6b", torch.bfloat16)
+    lens = [300, 17, 129]
+    ids = torch.randint(0, model.vocab_size, (1, sum(lens)), device="cuda")
+    pos = torch.cat([torch.arange(n, device="cuda") for n in lens])[None]
+    psp = P.packed_params(lens, "cuda")
+    gpt.train()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = gpt(ids, pos, attention_mask=None, packed_seq_params=psp)
+        out.float().square().mean().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(p.grad is not None for p in gpt.parameters())

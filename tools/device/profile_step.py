@@ -1,10 +1,13 @@
 """Where a megatron-backend train step spends its GPU time (torch.profiler, top kernels) and
 how it splits between forward+backward and the optimizer step.
 
-    python tools/device/profile_step.py qwen3-1.7b 4096 [plain|fastops|fused|all] [table]
+    python tools/device/profile_step.py qwen3-1.7b 4096 [plain|fastops|fused|nokernels|all] [table]
 
 Variants: plain = megatron-core's own fallbacks, fastops = rlrun.train.megatron.fast_ops,
-fused = compiled SwiGLU/bias-dropout-add, all = both (the backend's default).
+fused = compiled SwiGLU/bias-dropout-add, nokernels = fastops without rlrun.train.megatron.kernels
+and .rope (torch's RMSNorm and SwiGLU ops, megatron-core's THD rope), all = fastops + those kernels
+(the backend's default). "fwd_bwd_host" is when the forward+backward call returned, before the GPU
+finished: close to fwd_bwd means the host (Python, or a host sync) sets the pace.
 """
 import statistics
 import sys
@@ -19,9 +22,10 @@ from megatron_mfu import overrides  # noqa: E402
 
 def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
     from rlrun.train import megatron_backend
-    from rlrun.train.megatron import model as mm
-    megatron_backend.FAST_OPS = variant in ("fastops", "all")
-    mm.TORCH_COMPILE_FUSIONS = variant in ("fused", "all")
+    from rlrun.train.megatron import kernels, model as mm, rope
+    megatron_backend.FAST_OPS = variant in ("fastops", "nokernels", "all")
+    mm.TORCH_COMPILE_FUSIONS = variant == "fused"
+    kernels.ENABLED = rope.ENABLED = variant == "all"
     from rlrun.config import load
     from rlrun.train.base import TrainBatch
     from rlrun.train.megatron_backend import MegatronBackend
@@ -31,7 +35,7 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
     ids = torch.randint(0, cfg.model.vocab_size, (int(seq),))
     batch = TrainBatch(tokens=[ids], response_start=[1], loss_mask=[torch.ones(int(seq) - 1)],
                        advantages=[torch.ones(int(seq) - 1)])
-    phases = {"fwd_bwd": [], "opt_step": []}
+    phases = {"fwd_bwd": [], "fwd_bwd_host": [], "opt_step": []}
     run, step = be._run, be.opt.step
 
     def timed(key, fn):
@@ -39,6 +43,8 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             r = fn(*a, **k)
+            if key == "fwd_bwd":
+                phases["fwd_bwd_host"].append(time.perf_counter() - t0)
             torch.cuda.synchronize()
             phases[key].append(time.perf_counter() - t0)
             return r

@@ -11,6 +11,12 @@
 #   parity       tests/gpu/test_megatron_parity.py (logits vs transformers, packed THD vs per sequence)
 #   mfu_4x4096   4 sequences per step, one per micro-batch;  mfu_4x4096_mb8192: two per micro-batch
 #   profile      tools/device/profile_step.py kernel table
+#   kernels      tests/gpu/test_megatron_kernels.py (Liger RMSNorm, Triton SwiGLU vs torch)
+#   profile_nokernels  profile_step's phases without rlrun.train.megatron.kernels/.rope (the A/B)
+#   mfu_torch_kernels  mfu_1x4096, megatron only, without those kernels
+#   probe        tools/device/graph_probe.py: host syncs in a micro-batch, and one capture
+#   graphs_test  tests/gpu/test_megatron_backend.py -k cuda_graphs (graphs vs eager, 3 steps)
+#   mfu_graphs   mfu_1x4096 with train.cuda_graphs=true (3 warm-up steps: eager, capture, replay)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -22,7 +28,7 @@ part() {  # part NAME LIMIT CMD...
   local name=$1 limit=$2
   shift 2
   echo "- $(python3 tools/device/watchdog.py --limit "$limit" --log "$OUT/$name.log" --name "$name" -- "$@")" >> "$R"
-  grep -E "^BENCH|^MEMORY|^FLOOR [a-z]|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
+  grep -E "^PROBE|^GRAPHS|^KERNEL|^PARITY|^BENCH|^MEMORY|^FLOOR [a-z]|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
 }
 MFU="python3 bench/megatron_mfu.py"
 for p in $PARTS; do
@@ -39,6 +45,14 @@ for p in $PARTS; do
     mfu_4x4096) part mfu_4x4096 200 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 2 ;;
     mfu_4x4096_mb8192) part mfu_4x4096_mb8192 200 $MFU --models qwen3-1.7b --seqs 4 --max-tokens 8192 --steps 4 --warmup 2 ;;
     profile) part profile 90 python3 tools/device/profile_step.py qwen3-1.7b 4096 all table ;;
+    probe) part probe 90 python3 tools/device/graph_probe.py tiny 96 ;;
+    graphs_test) part graphs_test 120 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_backend.py \
+        -k cuda_graphs ;;
+    mfu_graphs) part mfu_graphs 130 $MFU --models qwen3-1.7b --steps 6 --warmup 3 --set train.cuda_graphs=true ;;
+    kernels) part kernels 90 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_kernels.py ;;
+    profile_nokernels) part profile_nokernels 80 python3 tools/device/profile_step.py qwen3-1.7b 4096 nokernels ;;
+    mfu_torch_kernels) part mfu_torch_kernels 80 $MFU --models qwen3-1.7b --steps 6 --warmup 2 --backends megatron \
+        --torch-kernels ;;
     *) echo "- $p: unknown part" >> "$R" ;;
   esac
 done

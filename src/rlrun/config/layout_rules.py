@@ -153,6 +153,20 @@ def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.fp32_grads", "the torch backend trains fp32 weights, so its grads are fp32; bf16 "
                       "grads are a megatron-backend setting", "set train.fp32_grads=true or train.backend=megatron",
                       False)
+    if t.cuda_graphs:
+        if t.backend != "megatron" or hw.vendor != "cuda":
+            yield Problem("train.cuda_graphs", f"CUDA graphs are a megatron-backend feature on NVIDIA GPUs; this run "
+                          f"has train.backend={t.backend} on {hw.vendor} hardware",
+                          "set train.cuda_graphs=false", True)
+        elif (p.tp, p.pp, p.cp, p.ep) != (1, 1, 1, 1):
+            yield Problem("train.cuda_graphs", f"CUDA graphs capture one GPU's micro-batch without model-parallel "
+                          f"communication; this layout has TP {p.tp} PP {p.pp} CP {p.cp} EP {p.ep}",
+                          "set train.cuda_graphs=false or parallelism=tp1 (data parallelism is fine)",
+                          {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep})
+        elif t.recompute.granularity is not None:
+            yield Problem("train.cuda_graphs", "activation recompute saves and restores RNG states, which a CUDA "
+                          "graph capture does not allow; CUDA graphs need the activations kept",
+                          "set train.cuda_graphs=false or train.recompute.granularity=null", t.recompute.granularity)
     if hw.vendor == "rocm" and t.gradient_accumulation_fusion:
         yield Problem("train.gradient_accumulation_fusion", "gradient-accumulation fusion needs apex's CUDA "
                       "kernels (absent on ROCm images) or torch's mixed-dtype addmm, which is verified on CUDA only", "set train.gradient_accumulation_fusion=null "

@@ -136,6 +136,7 @@ class TrainSection(Section):
     recompute: RecomputeSection
     gradient_accumulation_fusion: bool              # derived from the hardware default
     fp32_grads: bool                                # megatron: grads accumulated and reduced in fp32
+    cuda_graphs: bool                               # megatron: micro-batch fwd+loss+bwd as CUDA graphs
     calculate_per_token_loss: bool
     async_train: bool
 

@@ -265,6 +265,8 @@ NO_FLAG: dict[str, str] = {
     "model.name": "slime identifies the model by its flags and --hf-checkpoint",
     "optim.critic_lr": "slime sets the critic's lr in a role=critic entry of --megatron-config-path",
     "train.backend": "slime trains with Megatron (rlrun's torch backend has no slime equivalent)",
+    "train.cuda_graphs": "rlrun's own micro-batch graphs without Transformer Engine (slime's Megatron "
+                         "--cuda-graph-impl captures per layer through TE)",
     "rollout.engine": "slime always serves rollouts with SGLang",
     "rollout.max_retries": "slime's rollout client does not retry failed requests",
     "rollout.weight_sync": "slime picks the transport from --colocate (tensor) or not (distributed), as rlrun's auto "

@@ -26,19 +26,13 @@ class StepSums:
         self.sums[name] = self.sums[name] + v if name in self.sums else v
 
     def add_policy(self, loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp, response_tokens: int) -> None:
-        """One micro-batch of the policy loss: compute_loss's metrics (already aggregated like the
-        loss, so they add up over micro-batches) and token sums for the means over loss tokens."""
-        for k, v in loss_metrics.items():
-            self.add("train/" + k, v)
-        d = logp.detach()
-        self.add("tok/n", mask.sum())
+        """One micro-batch of the policy loss (policy_sums) and its response-token count."""
+        self.add_all(policy_sums(loss_metrics, logp, entropy, mask, rollout_logp, ref_logp))
         self.add("tok/response_tokens", response_tokens)
-        if entropy is not None:
-            self.add("tok/entropy", (entropy.detach() * mask).sum())
-        if rollout_logp is not None:
-            self.add("tok/mismatch", ((d - rollout_logp).abs() * mask).sum())
-        if ref_logp is not None:
-            self.add("tok/kl", (kl_estimate(d, ref_logp, "low_var_kl") * mask).sum())
+
+    def add_all(self, values: dict[str, torch.Tensor]) -> None:
+        for k, v in values.items():
+            self.add(k, v)
 
     def reduce(self, group=None) -> dict[str, float]:
         """Sums over the ranks of `group` (one all-reduce, one host copy). Every rank of the group
@@ -47,6 +41,22 @@ class StepSums:
             return {}
         keys = sorted(self.sums)
         return dict(zip(keys, all_reduce_sum(torch.stack([self.sums[k] for k in keys]), group).tolist()))
+
+
+def policy_sums(loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp) -> dict[str, torch.Tensor]:
+    """One micro-batch of the policy loss as device tensors: compute_loss's metrics (already
+    aggregated like the loss, so they add up over micro-batches) and token sums for the means over
+    loss tokens. Pure tensor ops on the device (no host values): a CUDA graph can capture it."""
+    out = {"train/" + k: v.detach() for k, v in loss_metrics.items()}
+    d = logp.detach()
+    out["tok/n"] = mask.sum()
+    if entropy is not None:
+        out["tok/entropy"] = (entropy.detach() * mask).sum()
+    if rollout_logp is not None:
+        out["tok/mismatch"] = ((d - rollout_logp).abs() * mask).sum()
+    if ref_logp is not None:
+        out["tok/kl"] = (kl_estimate(d, ref_logp, "low_var_kl") * mask).sum()
+    return out
 
 
 def policy_metrics(sums: dict[str, float], grad_norm: float, lr: float) -> dict[str, float]:

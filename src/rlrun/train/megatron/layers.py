@@ -23,14 +23,26 @@ import torch.nn.functional as F
 from megatron.core.tensor_parallel import RowParallelLinear
 from megatron.core.transformer.module import MegatronModule
 
+from rlrun.train.megatron import kernels
+
 
 class RMSNorm(torch.nn.RMSNorm):
-    """Builder signature of megatron-core norms: (config=, hidden_size=, eps=)."""
+    """Builder signature of megatron-core norms: (config=, hidden_size=, eps=). On the GPU the
+    kernels of rlrun.train.megatron.kernels (Liger's RMSNorm), elsewhere torch's."""
+
+    # The backward may write the input gradient over the output gradient: true wherever the
+    # output feeds a linear layer or rope, false for a post-norm whose output meets the residual.
+    grad_in_place = True
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_unused):
         super().__init__(hidden_size, eps=eps, device=_init_device(config), dtype=config.params_dtype)
         # finalize_model_grads all-reduces grads of params carrying this flag across TP.
         setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))
+
+    def forward(self, x):
+        if kernels.rms_norm_available(x):
+            return kernels.rms_norm(x, self.weight, self.eps, self.grad_in_place)
+        return super().forward(x)
 
 
 class PostNormRowParallelLinear(RowParallelLinear):
@@ -42,6 +54,7 @@ class PostNormRowParallelLinear(RowParallelLinear):
             raise ValueError("PostNormRowParallelLinear: the norm must see the biased output; "
                              "GLM-4 has no output-projection bias (model.add_qkv_bias covers qkv only)")
         self.post_norm = RMSNorm(config, output_size, eps=config.layernorm_epsilon)
+        self.post_norm.grad_in_place = False  # its output goes straight into the residual add
 
     def forward(self, input_):
         out, bias = super().forward(input_)

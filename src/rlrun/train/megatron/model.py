@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlrun.train.megatron import kernels, rope
+
 # Fused SwiGLU and bias-dropout-add through megatron-core's jit_fuser (torch.compile). Off: on
 # one H100 (Qwen3-1.7B shape, seq 4096) they saved 2.6 GiB but made fwd+bwd 30 ms slower
 # (0.221 -> 0.251 s; docs/benchmarks.md). A module switch, not a config key, so the step
@@ -68,7 +70,13 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
         # The wgrad GEMM accumulates into the fp32 main grads (Apex's kernel or torch's addmm with
         # out_dtype, rlrun.train.megatron.wgrad.install, which the backend runs before the build).
         kw["gradient_accumulation_fusion"] = bool(train.gradient_accumulation_fusion)
-    return TransformerConfig(**kw)
+    config = TransformerConfig(**kw)
+    # Set after validation, which would ask for Transformer Engine's kernels: rope without host
+    # syncs (rope.py) and the SwiGLU kernel (kernels.py) fill the "fused" slots instead.
+    rope.install(config)
+    if not TORCH_COMPILE_FUSIONS and kernels.install_swiglu():
+        config.bias_activation_fusion = True
+    return config
 
 
 def init_parallel(parallelism, seed: int, moe: bool = False) -> None:

@@ -25,11 +25,17 @@ class MicroBatch:
     targets: torch.Tensor        # the response tokens those rows predict
     response_cu: torch.Tensor    # cu_seqlens over the response tokens of the samples
     response_tokens: int         # response_cu[-1], kept on the host (reading the tensor would sync)
+    loss_inputs: dict | None = None  # the train step's per-micro-batch loss tensors (megatron_backend)
 
     def packed_seq_params(self):
-        from megatron.core.packed_seq_params import PackedSeqParams
-        return PackedSeqParams(qkv_format="thd", cu_seqlens_q=self.cu_seqlens, cu_seqlens_kv=self.cu_seqlens,
-                               max_seqlen_q=self.max_seqlen, max_seqlen_kv=self.max_seqlen)
+        return packed_seq_params(self.cu_seqlens, self.max_seqlen)
+
+
+def packed_seq_params(cu_seqlens: torch.Tensor, max_seqlen: int):
+    """megatron-core's THD description of one packed row (self-attention: q and kv alike)."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+    return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu_seqlens, cu_seqlens_kv=cu_seqlens,
+                           max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen)
 
 
 def pack(tokens: list[torch.Tensor], response_start: list[int], index: list[int], pad_to: int,

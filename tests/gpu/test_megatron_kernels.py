@@ -1,0 +1,50 @@
+"""rlrun.train.megatron.kernels on the GPU: Liger's RMSNorm and the Triton SwiGLU against the
+PyTorch ops transformers runs (bf16 forward and gradients; fp32 for the exact math)."""
+import pytest
+import torch
+
+from rlrun.train.megatron import kernels
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def _hf_rms_norm(x, w, eps):
+    """transformers' Qwen3RMSNorm.forward."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape", [(4096, 2048), (4096, 16, 128)], ids=["hidden", "qk-norm"])
+def test_rms_norm_matches_transformers(shape, dtype, tol):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+    w = (1 + 0.1 * torch.randn(shape[-1], device="cuda", dtype=dtype)).requires_grad_()
+    dy = torch.randn(*shape, device="cuda", dtype=dtype)
+    assert kernels.rms_norm_available(x)
+    out = kernels.rms_norm(x, w, 1e-6, grad_in_place=False)
+    gx, gw = torch.autograd.grad(out, (x, w), dy.clone())
+    ref = _hf_rms_norm(x, w, 1e-6)
+    rx, rw = torch.autograd.grad(ref, (x, w), dy)
+    errs = _rel(out, ref), _rel(gx, rx), _rel(gw, rw)
+    print(f"KERNEL rms_norm {shape} {dtype}: out {errs[0]:.2e} dx {errs[1]:.2e} dw {errs[2]:.2e}")
+    assert max(errs) < tol
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+def test_swiglu_matches_torch(dtype, tol):
+    torch.manual_seed(1)
+    x = torch.randn(4096, 2 * 6144, device="cuda", dtype=dtype, requires_grad=True)
+    dy = torch.randn(4096, 6144, device="cuda", dtype=dtype)
+    out = kernels.swiglu(x)
+    (gx,) = torch.autograd.grad(out, x, dy)
+    ref = kernels.swiglu_reference(x)
+    (rx,) = torch.autograd.grad(ref, x, dy)
+    errs = _rel(out, ref), _rel(gx, rx)
+    print(f"KERNEL swiglu {dtype}: out {errs[0]:.2e} dx {errs[1]:.2e}")
+    assert max(errs) < tol
+    if dtype == torch.bfloat16:  # rounded like transformers' silu(gate) * up: at most 1 ulp apart
+        assert (out.float() - ref.float()).abs().le(ref.float().abs() * 2 ** -7 + 1e-6).all()
