@@ -48,3 +48,24 @@ def test_swiglu_matches_torch(dtype, tol):
     assert max(errs) < tol
     if dtype == torch.bfloat16:  # rounded like transformers' silu(gate) * up: at most 1 ulp apart
         assert (out.float() - ref.float()).abs().le(ref.float().abs() * 2 ** -7 + 1e-6).all()
+
+
+def test_linear_logp_entropy_triton_path_matches_torch_path(monkeypatch):
+    """rlrun.algo.token_kernels (bf16 logits read by Triton) vs token_stats' fp32 torch passes, at
+    the Qwen3-1.7B vocabulary: the same bf16-rounded logits, so differences are summation order."""
+    from rlrun.algo import token_kernels, token_stats
+    torch.manual_seed(2)
+    hidden = (torch.randn(1500, 2048, device="cuda") * 0.5).bfloat16().requires_grad_()
+    weight = (torch.randn(151936, 2048, device="cuda") * 0.02).bfloat16().requires_grad_()
+    targets = torch.randint(0, 151936, (1500,), device="cuda")
+    g_logp, g_h = torch.randn(1500, device="cuda"), torch.randn(1500, device="cuda")
+    out = {}
+    for fused in (False, True):
+        monkeypatch.setattr(token_kernels, "available", lambda t, fused=fused: fused)
+        lp, h = token_stats.linear_logp_entropy(hidden, weight, targets)
+        gh, gw = torch.autograd.grad((lp * g_logp).sum() + (h * g_h).sum(), (hidden, weight))
+        out[fused] = (lp, h, gh, gw)
+    errs = [_rel(a, b) for a, b in zip(out[True], out[False])]
+    print("KERNEL linear_logp_entropy triton vs torch: logp {:.2e} entropy {:.2e} d_hidden {:.2e} d_weight {:.2e}"
+          .format(*errs))
+    assert max(errs[:2]) < 1e-5 and max(errs[2:]) < 1e-2

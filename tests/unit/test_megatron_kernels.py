@@ -109,3 +109,54 @@ def test_swiglu_kernel_matches_float64_in_triton_interpreter():
     assert out.returncode == 0, out.stderr[-2000:]
     fwd_err, bwd_err = map(float, out.stdout.split())
     assert fwd_err < 1e-6 and bwd_err < 1e-6
+
+
+def test_shard_sums_rebased_to_the_global_max_add_up_to_the_full_vocabulary():
+    from rlrun.algo.token_stats import rebase
+    torch.manual_seed(3)
+    z = torch.randn(5, 40, dtype=torch.float64) * 4
+    target = torch.tensor([0, 7, 20, 33, 39])
+
+    def local_stats(zs, t, mine):  # what token_kernels.row_stats computes for one shard
+        m = zs.amax(-1)
+        e = (zs - m[:, None]).exp()
+        return m, e.sum(-1), (e * (zs - m[:, None])).sum(-1), zs.gather(-1, t.clamp(0, zs.shape[1] - 1)[:, None])[:, 0] * mine
+
+    m = z.amax(-1)
+    parts = []
+    for start in (0, 20):
+        local = target - start
+        mine = (local >= 0) & (local < 20)
+        parts.append(rebase(*local_stats(z[:, start:start + 20], local, mine), m, mine))
+    s, ez, t = (sum(p[i] for p in parts) for i in range(3))
+    zm = z - m[:, None]
+    torch.testing.assert_close(s, zm.exp().sum(-1))
+    torch.testing.assert_close(ez, (zm.exp() * zm).sum(-1))
+    torch.testing.assert_close(t, zm.gather(-1, target[:, None])[:, 0])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (its interpreter runs on the CPU)")
+def test_linear_logp_entropy_through_the_triton_kernels_matches_the_torch_path():
+    code = textwrap.dedent("""
+        import torch
+        from rlrun.algo import token_kernels, token_stats
+        torch.manual_seed(0)
+        hidden = torch.randn(37, 16, dtype=torch.float64).float().requires_grad_()
+        weight = (torch.randn(5000, 16) * 0.3).requires_grad_()   # 5000: two kernel blocks, the second masked
+        targets = torch.randint(0, 5000, (37,))
+        g_logp, g_h = torch.randn(37), torch.randn(37)
+        out = {}
+        for fused in (False, True):
+            token_kernels.available = lambda t, fused=fused: fused
+            lp, h = token_stats.linear_logp_entropy(hidden, weight, targets, rows=16)
+            gh, gw = torch.autograd.grad((lp * g_logp).sum() + (h * g_h).sum(), (hidden, weight))
+            out[fused] = (lp, h, gh, gw)
+        rel = lambda a, b: float((a - b).norm() / b.norm())
+        print(*(rel(a, b) for a, b in zip(out[True], out[False])))
+    """)
+    src = str(Path(rope.__file__).parents[3])
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([src] + sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    errs = [float(x) for x in out.stdout.split()]
+    assert len(errs) == 4 and max(errs) < 1e-5, errs

@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from rlrun.algo import token_kernels
+
 _CHUNK = 2048  # rows per chunk of the transient [rows, vocab] products
 _LINEAR_CHUNK_BYTES = 512 << 20  # fp32 logits per chunk of linear_logp_entropy
 
@@ -130,6 +132,14 @@ def _accumulate_wgrad(acc: torch.Tensor, grad_z: torch.Tensor, hidden: torch.Ten
     acc.add_((grad_z.t() @ hidden).float())
 
 
+def rebase(m_local, s_local, ez_local, t_local, m, mine) -> list[torch.Tensor]:
+    """One vocabulary shard's (sum e^(z-m_local), sum e^(z-m_local) (z-m_local), raw target logit)
+    -> the same sums shifted by the global max m (the torch path's z = logits - m), and the
+    target's shifted logit where this shard holds it: sums over shards then add up."""
+    scale = (m_local - m).exp()
+    return [s_local * scale, scale * (ez_local + (m_local - m) * s_local), (t_local - m) * mine]
+
+
 class _LinearLogpEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, vocab_start: int, group, rows: int):
@@ -139,13 +149,20 @@ class _LinearLogpEntropy(torch.autograd.Function):
         local = local.clamp(0, v - 1)
         lse = torch.empty(n, dtype=torch.float32, device=hidden.device)  # log sum exp of the full-vocab logits
         h, logp = torch.empty_like(lse), torch.empty_like(lse)
+        fused = token_kernels.available(hidden)
         for i in range(0, n, rows):
-            z = _chunk_logits(hidden[i:i + rows], weight)
-            m = _all_reduce(z.amax(dim=-1), group, dist.ReduceOp.MAX)
-            z.sub_(m[:, None])
-            target = z.gather(-1, local[i:i + rows, None])[:, 0] * mine[i:i + rows]
+            sl = slice(i, i + rows)
+            if fused:  # one Triton kernel over the bf16 chunk (rlrun.algo.token_kernels)
+                m_local, s_local, ez_local, t_local = token_kernels.row_stats(hidden[sl] @ weight.t(), local[sl], mine[sl])
+                m = _all_reduce(m_local.clone(), group, dist.ReduceOp.MAX)
+                sums = rebase(m_local, s_local, ez_local, t_local, m, mine[sl])
+            else:
+                z = _chunk_logits(hidden[sl], weight)
+                m = _all_reduce(z.amax(dim=-1), group, dist.ReduceOp.MAX)
+                z.sub_(m[:, None])
+                sums = [*_exp_sums(z), z.gather(-1, local[sl, None])[:, 0] * mine[sl]]
             # one collective for the normaliser, the entropy numerator and the (one rank's) target logit
-            s, ez, target = _all_reduce(torch.stack([*_exp_sums(z), target]), group)
+            s, ez, target = _all_reduce(torch.stack(sums), group)
             log_s = s.log()
             lse[i:i + rows], h[i:i + rows], logp[i:i + rows] = m + log_s, log_s - ez / s, target - log_s
         ctx.save_for_backward(hidden, weight, local, mine, lse, h)
@@ -159,11 +176,15 @@ class _LinearLogpEntropy(torch.autograd.Function):
         rows = ctx.rows
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        fused = token_kernels.available(hidden)
         for i in range(0, hidden.shape[0], rows):
             hc, sl = hidden[i:i + rows], slice(i, i + rows)
-            lp = _chunk_logits(hc, weight).sub_(lse[sl, None])  # log p, rebuilt
-            g = _grad_from_logp_(lp, h[sl], None if g_logp is None else g_logp[sl],
-                                 None if g_h is None else g_h[sl], local[sl], mine[sl]).to(hidden.dtype)
+            gl, gh = None if g_logp is None else g_logp[sl], None if g_h is None else g_h[sl]
+            if fused:  # the rebuilt bf16 logits become their gradient in place
+                g = token_kernels.logits_grad_(hc @ weight.t(), lse[sl], h[sl], gl, gh, local[sl], mine[sl])
+            else:
+                lp = _chunk_logits(hc, weight).sub_(lse[sl, None])  # log p, rebuilt
+                g = _grad_from_logp_(lp, h[sl], gl, gh, local[sl], mine[sl]).to(hidden.dtype)
             grad_hidden[sl] = g @ weight
             _accumulate_wgrad(grad_weight, g, hc)
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
