@@ -14,8 +14,9 @@ train.max_tokens_per_gpu does):
   ../shared/DEVICE.md.
 FLOPs per token (fwd+bwd) = 6 * matmul params (layers + lm head) + 6 * layers * heads*head_dim * seq
 (causal attention: half of the 12 * ... of full attention). TFLOP/s = that * tokens/s.
-Peak memory is torch.cuda.max_memory_allocated over the timed steps, next to `rlrun plan`'s
-trainer estimate for the same config where the config layer provides one.
+Peak memory is torch.cuda.max_memory_allocated (and _reserved) over the whole run, warm-up
+included, next to `rlrun plan`'s trainer estimate for the same config where the config layer
+provides one.
 """
 from __future__ import annotations
 
@@ -45,11 +46,12 @@ def flops_per_token(m, seq: int) -> float:
     return 6 * (L * per_layer + h * m.vocab_size) + 6 * L * q * seq
 
 
-def timed(step, n: int, warmup: int) -> tuple[float, float, float, list[float]]:
+def timed(step, n: int, warmup: int) -> tuple[float, float, float, list[float], float]:
+    # Peaks over the whole run, warm-up included: with train.cuda_graphs the capture (warm-up
+    # step 2) is where the activations are allocated, and replays allocate nothing.
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -58,7 +60,8 @@ def timed(step, n: int, warmup: int) -> tuple[float, float, float, list[float]]:
         times.append(time.perf_counter() - t0)
     free, total = torch.cuda.mem_get_info()
     outside = ((total - free) - torch.cuda.memory_reserved()) / 2**30  # CUDA context, NCCL, cuBLAS/cuDNN
-    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, outside, times
+    return (statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, outside, times,
+            torch.cuda.max_memory_reserved() / 2**30)
 
 
 def make_megatron(cfg, seq: int, seqs: int, max_tokens: int):
@@ -126,7 +129,7 @@ def run_one(name: str, backend: str, args) -> dict:
     try:
         step, close = MAKERS[backend](cfg, args.seq, args.seqs, max_tokens)
         try:
-            sec, peak, outside, times = timed(step, args.steps, args.warmup)
+            sec, peak, outside, times, reserved = timed(step, args.steps, args.warmup)
         finally:
             close()
     except torch.OutOfMemoryError as e:
@@ -135,6 +138,7 @@ def run_one(name: str, backend: str, args) -> dict:
     tps = args.seq * args.seqs / sec
     return dict(row, seq=args.seq, seqs=args.seqs, max_tokens=max_tokens, step_s=round(sec, 4), tokens_per_s=round(tps),
                 tflops=round(flops_per_token(cfg.model, args.seq) * tps / 1e12, 1), peak_gib=round(peak, 1),
+                peak_reserved_gib=round(reserved, 1),
                 outside_allocator_gib=round(outside, 2), step_times=[round(t, 4) for t in times],
                 plan_gib=plan_estimate_gib(cfg) if backend == "megatron" else None)
 
