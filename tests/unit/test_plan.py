@@ -138,3 +138,12 @@ def test_pipeline_first_stage_holds_pp_micro_batches():
     first = 4 * 8 * layer * 4096  # 1F1B: 4 micro-batches of the first 8 layers in flight
     last = 4096 * (8 * layer + 4 * 4096 + 128256 * 20)  # one micro-batch + final norm + logits
     assert first > last and estimate(cfg).trainer_activations == pytest.approx(first / GiB)
+
+
+def test_cuda_graphs_note_says_when_graphs_replay():
+    with_offload = make_plan(load(["hardware=h100", "model=qwen3-0.6b", "train.backend=megatron", "train.cuda_graphs=true"]))
+    assert any("train.cuda_graphs" in n and "dropped at every offload" in n for n in with_offload.notes)
+    without = make_plan(load(["hardware=h100", "model=qwen3-0.6b", "train.backend=megatron", "train.cuda_graphs=true",
+                              "train.offload=false", "rollout.offload=false"]))
+    assert any("train.cuda_graphs" in n and "offload" not in n for n in without.notes)
+    assert not any("cuda_graphs" in n for n in make_plan(load(["hardware=h100", "model=qwen3-0.6b"])).notes)

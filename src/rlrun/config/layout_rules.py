@@ -163,6 +163,10 @@ def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
                           f"communication; this layout has TP {p.tp} PP {p.pp} CP {p.cp} EP {p.ep}",
                           "set train.cuda_graphs=false or parallelism=tp1 (data parallelism is fine)",
                           {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep})
+        elif cfg.model.moe is not None:
+            yield Problem("train.cuda_graphs", "MoE layers size their token dispatch on the host for every "
+                          "micro-batch (tokens per expert), which a CUDA graph cannot capture",
+                          "set train.cuda_graphs=false", True)
         elif t.recompute.granularity is not None:
             yield Problem("train.cuda_graphs", "activation recompute saves and restores RNG states, which a CUDA "
                           "graph capture does not allow; CUDA graphs need the activations kept",
