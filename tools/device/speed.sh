@@ -17,6 +17,7 @@
 #   probe        tools/device/graph_probe.py: host syncs in a micro-batch, and one capture
 #   graphs_test  tests/gpu/test_megatron_backend.py -k cuda_graphs (graphs vs eager, 3 steps)
 #   mfu_graphs   mfu_1x4096 with train.cuda_graphs=true (3 warm-up steps: eager, capture, replay)
+#   mfu_graphs_4x4096  the same at 4 sequences per step (the fourth pass's 1.37-1.39x row)
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -48,7 +49,9 @@ for p in $PARTS; do
     probe) part probe 90 python3 tools/device/graph_probe.py tiny 96 ;;
     graphs_test) part graphs_test 120 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_backend.py \
         -k cuda_graphs ;;
-    mfu_graphs) part mfu_graphs 130 $MFU --models qwen3-1.7b --steps 6 --warmup 3 --set train.cuda_graphs=true ;;
+    mfu_graphs) part mfu_graphs 130 $MFU --models qwen3-1.7b --steps 8 --warmup 3 --set train.cuda_graphs=true ;;
+    mfu_graphs_4x4096) part mfu_graphs_4x4096 180 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 3 \
+        --set train.cuda_graphs=true ;;
     kernels) part kernels 90 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_kernels.py ;;
     profile_nokernels) part profile_nokernels 80 python3 tools/device/profile_step.py qwen3-1.7b 4096 nokernels ;;
     mfu_torch_kernels) part mfu_torch_kernels 80 $MFU --models qwen3-1.7b --steps 6 --warmup 2 --backends megatron \
