@@ -392,7 +392,10 @@ class MegatronBackend(TrainerBackend):
             raise RuntimeError(f"optimizer step {self.step} skipped (non-finite gradients)")
         self.step += 1
         # Every rank of a DP group sits on the same stage: the reduce is over all-empty or all-full sums.
-        return policy_metrics(self._to_all_stages(sums.reduce(dp_group)), grad_norm, lr)
+        metrics = policy_metrics(self._to_all_stages(sums.reduce(dp_group)), grad_norm, lr)
+        if self.graphs is not None:
+            metrics.update(self.graphs.stats())
+        return metrics
 
     # -- weights and checkpoints ------------------------------------------------------------
     def export_buckets(self, bucket_bytes: int, dtype=torch.bfloat16):

@@ -130,5 +130,6 @@ class MicroBatchGraphs:
         self.pool = None
 
     def stats(self) -> dict[str, float]:
+        """Running counts for the step metrics; fallback 1 once a capture failed (the reason is logged)."""
         return {"train/cuda_graph_replays": float(self.replays), "train/cuda_graph_captures": float(self.captures),
-                "train/cuda_graph_eager": float(self.eager)}
+                "train/cuda_graph_eager": float(self.eager), "train/cuda_graph_fallback": float(self.disabled is not None)}
