@@ -74,12 +74,10 @@ class MicroBatchGraphs:
         key = shape_key(inputs, *host_args)
         entry = self.graphs.get(key)
         if entry is None:
-            if self.disabled is not None or key not in self.seen:
-                self.seen.add(key)
-                self.eager += 1
-                return self.fn(inputs, *host_args)
-            entry = self._capture(key, inputs, host_args)
-            if entry is None:
+            if self.disabled is None and key in self.seen:  # the shape's second micro-batch
+                entry = self._capture(key, inputs, host_args)
+            self.seen.add(key)
+            if entry is None:  # its first (the warm-up), or graphs are off after a failed capture
                 self.eager += 1
                 return self.fn(inputs, *host_args)
         self.graphs.move_to_end(key)

@@ -54,7 +54,9 @@ def _positions(cu_seqlens: torch.Tensor, tokens: int) -> torch.Tensor:
 
 
 def _rotate_half(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    """[-x2, x1] over the two halves, or over (odd, even) pairs when interleaved (GLM-4)."""
+    """[-x2, x1] over the two halves, or over (odd, even) pairs when interleaved (GLM-4).
+    Not megatron-core's rope_utils._rotate_half: its interleaved branch indexes 4-D [s, b, h, d]
+    tensors, and THD tensors are 3-D; this module also imports without megatron-core (CPU tests)."""
     if not interleaved:
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((-x2, x1), dim=-1)
