@@ -124,7 +124,8 @@ def run_one(name: str, backend: str, args) -> dict:
     recompute = name in args.recompute.split(",")
     max_tokens = args.max_tokens or args.seq
     cfg = load(overrides(name, args.seq, max_tokens, recompute, tuple(args.set)))
-    tag = ("+recompute" if recompute else "") + ("+torch-kernels" if args.torch_kernels else "")
+    tag = ("+recompute" if recompute else "") + ("+torch-kernels" if args.torch_kernels else "") + (
+        "+torch-adam" if args.torch_adam else "")
     row = dict(model=name, backend=backend + (tag if backend == "megatron" else ""))
     try:
         step, close = MAKERS[backend](cfg, args.seq, args.seqs, max_tokens)
@@ -157,6 +158,8 @@ def main():
                     "train.fp32_grads=false or train.gradient_accumulation_fusion=false")
     ap.add_argument("--torch-kernels", action="store_true", help="megatron without rlrun.train.megatron.kernels "
                     "and .rope: torch's RMSNorm/SwiGLU ops and megatron-core's THD rope (for an A/B in one run)")
+    ap.add_argument("--torch-adam", action="store_true", help="megatron with torch's fused AdamW and a separate "
+                    "master -> model copy instead of rlrun.train.megatron.adam's kernel (optim.state_dtype=fp32 only)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # model:backend, in a child process
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
@@ -164,6 +167,9 @@ def main():
         if args.torch_kernels:
             from rlrun.train.megatron import kernels, rope
             kernels.ENABLED = rope.ENABLED = False
+        if args.torch_adam:
+            from rlrun.train import megatron_backend
+            megatron_backend.FUSED_ADAM = False
         print("ROW", json.dumps(run_one(*args.one.split(":"), args)), flush=True)
         return
     rows = []
@@ -174,7 +180,7 @@ def main():
             cmd = [sys.executable, __file__, "--one", f"{name}:{b}"] + [
                 f"--{k.replace('_', '-')}={getattr(args, k)}" for k in ("seq", "seqs", "steps", "warmup", "recompute")] + (
                 [f"--max-tokens={args.max_tokens}"] if args.max_tokens else []) + [f"--set={o}" for o in args.set] + (
-                ["--torch-kernels"] if args.torch_kernels else [])
+                ["--torch-kernels"] if args.torch_kernels else []) + (["--torch-adam"] if args.torch_adam else [])
             out = subprocess.run(cmd, capture_output=True, text=True)
             line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
             rows.append(json.loads(line[-1][4:]) if line else

@@ -155,3 +155,33 @@ def test_cuda_graphs_train_the_same_steps_as_eager(cfg):
     print(f"GRAPHS {stats} fallback={reason}")
     assert reason is None and stats["train/cuda_graph_captures"] > 0 and stats["train/cuda_graph_replays"] > 0
     _assert_same_training("GRAPHS", m0, m1, w0, w1, loss_tol=1e-5, norm_tol=1e-3, weight_tol=1e-3)
+
+
+def test_fused_adam_matches_torch_adamw_and_bf16_moments_stay_close(cfg, monkeypatch, tmp_path):
+    """rlrun.train.megatron.adam's kernel (the default) against torch's fused AdamW that megatron-core
+    steps without it, with clipping active (optim.clip_grad=0.05: the coefficient goes into the
+    kernel); then optim.state_dtype=bf16 with bf16 grads, which must train close to both and
+    keep its moments in bf16 across save/load."""
+    from rlrun.config import load
+    from rlrun.train import megatron_backend as mb
+    runs = {}
+    for tag, fused, extra in (("torch", False, []), ("fused", True, []),
+                              ("bf16", True, ["optim.state_dtype=bf16", "train.fp32_grads=false"])):
+        monkeypatch.setattr(mb, "FUSED_ADAM", fused)
+        be = mb.MegatronBackend(load(OVERRIDES + ["optim.clip_grad=0.05"] + extra), rank=0, world_size=1, gpu_id=0,
+                                total_steps=10)
+        be.init()
+        metrics = [be.train_step(_batch(cfg.model.vocab_size, seed=s)) for s in (8, 9, 10)]
+        moments = {v["exp_avg"].dtype for o in be._inner_optimizers() for v in o.optimizer.state.values()}
+        if tag == "bf16":
+            be.save(str(tmp_path / "ck"))
+            be.load(str(tmp_path / "ck"))
+            be.train_step(_batch(cfg.model.vocab_size, seed=11))  # the loaded moments are cast back to bf16
+            moments |= {v["exp_avg"].dtype for o in be._inner_optimizers() for v in o.optimizer.state.values()}
+        runs[tag] = (metrics, be.state_dict_for_sync(), moments)
+        del be
+    (m0, w0, s0), (m1, w1, s1), (m2, w2, s2) = runs["torch"], runs["fused"], runs["bf16"]
+    assert all(m["train/grad_norm"] > 0.05 for m in m0)  # every step was clipped
+    assert s0 == s1 == {torch.float32} and s2 == {torch.bfloat16}
+    _assert_same_training("FUSED_ADAM fp32", m0, m1, w0, w1, loss_tol=1e-5, norm_tol=1e-4, weight_tol=1e-3)
+    _assert_same_training("FUSED_ADAM bf16", m0, m2, w0, w2, loss_tol=2e-2, norm_tol=5e-2, weight_tol=2e-2)

@@ -69,3 +69,29 @@ def test_linear_logp_entropy_triton_path_matches_torch_path(monkeypatch):
     print("KERNEL linear_logp_entropy triton vs torch: logp {:.2e} entropy {:.2e} d_hidden {:.2e} d_weight {:.2e}"
           .format(*errs))
     assert max(errs[:2]) < 1e-5 and max(errs[2:]) < 1e-2
+
+
+@pytest.mark.parametrize("state", [torch.float32, torch.bfloat16], ids=["fp32-moments", "bf16-moments"])
+def test_fused_adamw_matches_torch_adamw_on_the_gpu(state):
+    """rlrun.train.megatron.adam.adamw_ against torch.optim.AdamW(fused=True) over 3 steps, one of
+    them clipped (grad_scale); the bf16 model-param output is the master weight rounded to nearest."""
+    from rlrun.train.megatron import adam
+    torch.manual_seed(2)
+    n = 5_000_003  # many blocks, the last one masked
+    p0 = torch.randn(n, device="cuda") * 0.02
+    ref = torch.nn.Parameter(p0.clone())
+    opt = torch.optim.AdamW([ref], lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.1, fused=True)
+    p = p0.clone()
+    m, v = torch.zeros(n, device="cuda", dtype=state), torch.zeros(n, device="cuda", dtype=state)
+    out = torch.empty(n, device="cuda", dtype=torch.bfloat16)
+    for step, scale in ((1, 1.0), (2, 0.3), (3, 1.0)):
+        g = torch.randn(n, device="cuda") * 1e-3
+        ref.grad = g * scale
+        opt.step()
+        adam.adamw_(p, g, m, v, out, lr=1e-4, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.1, step=step,
+                    grad_scale=scale)
+    update, ref_update = p - p0, ref.detach() - p0
+    err = _rel(update, ref_update)
+    print(f"KERNEL adamw {state}: update rel err {err:.2e}")
+    assert err < (1e-5 if state == torch.float32 else 2e-2)
+    assert torch.equal(out, p.to(torch.bfloat16))

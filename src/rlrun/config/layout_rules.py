@@ -153,6 +153,10 @@ def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.fp32_grads", "the torch backend trains fp32 weights, so its grads are fp32; bf16 "
                       "grads are a megatron-backend setting", "set train.fp32_grads=true or train.backend=megatron",
                       False)
+    if t.backend == "torch" and cfg.optim.state_dtype != "fp32":
+        yield Problem("optim.state_dtype", "the torch backend steps torch.optim.AdamW, whose moments take the "
+                      "fp32 weights' dtype; bf16 Adam moments are a megatron-backend setting",
+                      "set optim.state_dtype=fp32 or train.backend=megatron", cfg.optim.state_dtype)
     if t.cuda_graphs:
         if t.backend != "megatron" or hw.vendor != "cuda":
             yield Problem("train.cuda_graphs", f"CUDA graphs are a megatron-backend feature on NVIDIA GPUs; this run "

@@ -1,6 +1,6 @@
 """Per-GPU memory estimate (REFERENCE.md §8; Megatron-LM's theoretical_memory_usage is the reference).
 
-Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam (fp32 master + m + v) 12 B/param
+Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam (fp32 master + m + v) 12 B/param (8 with optim.state_dtype=bf16)
 sharded over DP (distributed optimizer). The torch backend keeps fp32 weights, fp32 grads and unsharded
 Adam m + v (16 B/param); its autocast also keeps bf16 copies of the weights for backward (~2 B/param, not
 counted), and its layer activations (transformers modules, fp32 RMSNorm internals) are not calibrated.
@@ -199,18 +199,13 @@ def estimate(cfg: RunConfig) -> Memory:
     if critic == 2:
         notes.append("ppo: trainer memory includes a critic of the actor's size")
     if t.backend == "megatron":
-        weights, grads, optim = 2 * n, (4 if t.fp32_grads else 2) * n, 12 * n / dp
+        # fp32 master weights + the two Adam moments (fp32 or bf16), sharded over DP. The fused
+        # AdamW kernel (rlrun.train.megatron.adam) reads bf16 grads as they are: no fp32 copy.
+        moments = 2 * (2 if cfg.optim.state_dtype == "bf16" else 4)
+        weights, grads, optim = 2 * n, (4 if t.fp32_grads else 2) * n, (4 + moments) * n / dp
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
     act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))
-    if t.backend == "megatron" and not t.fp32_grads:
-        # Without TE's precision-aware optimizer, megatron-core's distributed optimizer copies its
-        # bf16 grad shard to fp32 for the step (4 B/param / DP), after the activations are freed.
-        step_copy = 4 * n / dp
-        if step_copy > act:
-            notes.append(f"train.fp32_grads=false: the optimizer step's fp32 copy of the grad shard "
-                         f"({step_copy / GiB:.1f} GiB) outweighs the activations and sets the trainer peak")
-        act = max(act, step_copy)
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 
     kv_tok = kv_bytes_per_token(cfg)

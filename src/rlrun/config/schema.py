@@ -246,6 +246,7 @@ class OptimSection(Section):
     adam_beta2: Annotated[float, Field(ge=0, lt=1)]
     adam_eps: PosFloat
     clip_grad: NonNegFloat                  # 0 = no clipping
+    state_dtype: Literal["fp32", "bf16"]     # Adam moments (megatron; master weights stay fp32)
     critic_lr: PosFloat                     # derived: null = lr (PPO's critic)
 
 

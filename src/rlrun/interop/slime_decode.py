@@ -76,6 +76,7 @@ def known_flags() -> list[str]:
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
               "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
+              "--exp-avg-sq-dtype", "--use-precision-aware-optimizer",
               *_ROPE_FLAGS, *POST_NORM_FLAGS}
     return sorted(flags)
 
@@ -179,6 +180,13 @@ class _Decoder:
             self.set("model.rope_scaling_factor", float(vals[0]), occ)
         elif flag in POST_NORM_FLAGS:
             self.set("model.post_norms", True, occ)
+        elif flag == "--exp-avg-sq-dtype":  # rlrun keeps both moments in one dtype (--exp-avg-dtype's row)
+            self.expect(occ, 1)
+            if vals[0] not in ("fp32", "bf16"):
+                raise ValueError(f"{vals[0]!r}: rlrun's Adam moments are fp32 or bf16")
+            self.set("optim.state_dtype", vals[0], occ)
+        elif flag == "--use-precision-aware-optimizer":
+            self.expect(occ, 0)  # implied by optim.state_dtype=bf16 (the only precision setting rlrun has)
         elif flag == "--moe-layer-freq":
             self.moe_layer_freq(occ)
         elif flag == "--eval-prompt-data":

@@ -207,6 +207,8 @@ ROWS: tuple[Row, ...] = (
     Row("optim.adam_beta2", "--adam-beta2", "OPTIMIZER_ARGS", type=float, default=0.999, always=True),
     Row("optim.adam_eps", "--adam-eps", "OPTIMIZER_ARGS", type=float, default=1e-8),
     Row("optim.clip_grad", "--clip-grad", "OPTIMIZER_ARGS", type=float, default=1.0),
+    # bf16 also exports --exp-avg-sq-dtype bf16 --use-precision-aware-optimizer (slime_encode._encode_misc)
+    Row("optim.state_dtype", "--exp-avg-dtype", "OPTIMIZER_ARGS", default="fp32"),
     # ---- SGLANG_ARGS ----------------------------------------------------------------------------------
     Row("rollout.gpus_per_engine", "--rollout-num-gpus-per-engine", "SGLANG_ARGS", type=int, default=1,
         always=True),

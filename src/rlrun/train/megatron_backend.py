@@ -35,6 +35,7 @@ from rlrun.train.torch_backend import TorchBackend
 _HF_DIR = "model"
 _OPTIM = "optim_rank{rank}.pt"
 FAST_OPS = True  # rlrun.train.megatron.fast_ops; a switch for the step profiler
+FUSED_ADAM = True  # rlrun.train.megatron.adam's kernel (needs FAST_OPS); off: torch's fused AdamW, for comparisons
 
 
 def _hf_getter(path: str | None, model_cfg, seed: int):
@@ -135,8 +136,7 @@ class MegatronBackend(TrainerBackend):
         for inner in self._inner_optimizers():
             for group in inner.optimizer.param_groups:
                 group["fused"], group["foreach"] = True, False
-        if FAST_OPS:
-            fast_ops.install_optimizer(self.opt)
+        self._install_fused_adam()
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
@@ -149,6 +149,25 @@ class MegatronBackend(TrainerBackend):
         # Qwen3-1.7B on the H100). Frozen, they are left out of every later collection.
         gc.collect()
         gc.freeze()
+
+    def _install_fused_adam(self) -> None:
+        """rlrun.train.megatron.adam's kernel in place of megatron-core's AdamW step + master copy
+        (needs Triton on the GPU, which CUDA and ROCm builds of torch ship); without it the fused
+        torch AdamW above steps fp32 state, and optim.state_dtype=bf16 cannot be honoured."""
+        from rlrun.train.megatron import adam, fast_ops
+        want = self.cfg.optim.state_dtype
+        fused = adam.STATE_DTYPES[want] if FAST_OPS and FUSED_ADAM and adam.available(self.device) else None
+        if fused is None and want != "fp32":
+            raise RuntimeError(f"optim.state_dtype={want} needs rlrun's fused AdamW kernel, which needs Triton on a "
+                               "GPU (import triton failed, or FUSED_ADAM is off): install the triton that "
+                               "matches torch, or set optim.state_dtype=fp32")
+        if not FAST_OPS:
+            return
+        n = fast_ops.install_optimizer(self.opt, fused)
+        if want != "fp32" and n != len(self._inner_optimizers()):
+            raise RuntimeError(f"the fused AdamW kernel went into {n} of {len(self._inner_optimizers())} of "
+                               "megatron-core's optimizers (the others are not plain distributed optimizers), "
+                               f"so not all moments can be {want}: set optim.state_dtype=fp32")
 
     def _inner_optimizers(self):
         """The DistributedOptimizer(s) (megatron chains one per param-group kind, e.g. experts)."""

@@ -23,8 +23,8 @@ def _l2_norm(_chunk, _noop, tensor_lists, _per_tensor, *_args):
     tensors = [t for t in tensor_lists[0] if t.numel()]
     if not tensors:
         return torch.zeros(1, dtype=torch.float, device="cuda"), None
-    norms = torch._foreach_norm(tensors)
-    return torch.linalg.vector_norm(torch.stack(norms).float()).reshape(1), None
+    norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)  # fp32 norms of bf16 grads too
+    return torch.linalg.vector_norm(torch.stack(norms)).reshape(1), None
 
 
 def _scale(_chunk, _noop, tensor_lists, scale):
@@ -66,34 +66,46 @@ def _shard_pairs(opt):
     return pairs
 
 
-def _fast_copies(opt) -> None:
+def _fast_copies(opt, fused_state_dtype: torch.dtype | None = None) -> None:
     """Replace this DistributedOptimizer's two per-parameter Python loops (main -> model params
     after the step, model grads -> main grads before it) by one list built once: the params'
     buffer views stay valid (offload resizes the buffers' storage in place), so the step does one
     multi-tensor copy instead of ~3 Python dict lookups, a view and a kernel per parameter.
+    With `fused_state_dtype` the inner AdamW's step becomes rlrun.train.megatron.adam's kernel,
+    which also writes the bf16 model params (the copy after it is skipped) and reads bf16 grads
+    as they are (no fp32 copy of the grad shard).
     Only for _plain_distributed_optimizer (install_optimizer checks)."""
     pairs = _shard_pairs(opt)
     dsts, mains = [d for d, _, _, _ in pairs], [m for _, m, _, _ in pairs]
+    fused = None
+    if fused_state_dtype is not None:
+        from rlrun.train.megatron import adam
+        fused = adam.install(opt, pairs, fused_state_dtype)
 
     def copy_main_params_to_model_params():
+        if fused is not None and fused.take_written():
+            return
         torch._foreach_copy_(dsts, mains)
 
     def copy_model_grads_to_main_grads():
         for _, main, param, r in pairs:
             g = param.main_grad.view(-1)[r.start:r.end]
-            main.grad = g if g.dtype == main.dtype else g.float()
+            if fused is not None:
+                fused.grads[id(main)] = g
+            else:
+                main.grad = g if g.dtype == main.dtype else g.float()
 
     opt._copy_main_params_to_model_params = copy_main_params_to_model_params
     opt._copy_model_grads_to_main_grads = copy_model_grads_to_main_grads
 
 
-def install_optimizer(opt) -> int:
+def install_optimizer(opt, fused_state_dtype: torch.dtype | None = None) -> int:
     """_fast_copies on every DistributedOptimizer megatron-core chained; returns how many."""
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
     n = 0
     for inner in getattr(opt, "chained_optimizers", [opt]):
         if isinstance(inner, DistributedOptimizer) and _plain_distributed_optimizer(inner):
-            _fast_copies(inner)
+            _fast_copies(inner, fused_state_dtype)
             n += 1
     return n
 
