@@ -20,8 +20,9 @@
 #   mfu_graphs_4x4096  the same at 4 sequences per step (the fourth pass's 1.37-1.39x row)
 #   adam_test    the fused AdamW kernel: tests/gpu kernels -k adamw, backend -k "fused_adam or offload or save_load"
 #   mfu_adam_off mfu_graphs, megatron only, with torch's fused AdamW instead of rlrun's kernel (the A/B)
-#   mfu_4b_graphs  Qwen3-4B without recompute: bf16 Adam moments + bf16 grads, CUDA graphs, both backends
+#   mfu_4b_graphs  Qwen3-4B without recompute: bf16 Adam moments + bf16 grads ($LEAN), CUDA graphs, both backends
 #   mfu_4b_graphs_4x4096  the same at 4 sequences per step
+#   mfu_lean / mfu_lean_4x4096  Qwen3-1.7B, CUDA graphs and $LEAN, 1 / 4 sequences per step, both backends
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -36,6 +37,7 @@ part() {  # part NAME LIMIT CMD...
   grep -E "^PROBE|^GRAPHS|^KERNEL|^PARITY|^BENCH|^MEMORY|^FLOOR [a-z]|^WGRAD|tokens per step|^PHASES|passed|failed|Error|^[a-z/ ]+ +[0-9.]+ +[0-9.]+$" "$OUT/$name.log" | sed 's/^/    /' >> "$R"
 }
 MFU="python3 bench/megatron_mfu.py"
+LEAN="--set optim.state_dtype=bf16 --set train.fp32_grads=false"  # still fp32 master weights
 for p in $PARTS; do
   case $p in
     gpu_tests) part gpu_tests 150 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_backend.py ;;
@@ -60,10 +62,12 @@ for p in $PARTS; do
         tests/gpu/test_megatron_backend.py -k "adamw or fused_adam or offload or save_load" ;;
     mfu_adam_off) part mfu_adam_off 100 $MFU --models qwen3-1.7b --steps 8 --warmup 3 --backends megatron \
         --set train.cuda_graphs=true --torch-adam ;;
-    mfu_4b_graphs) part mfu_4b_graphs 220 $MFU --models qwen3-4b --steps 4 --warmup 3 --set train.cuda_graphs=true \
-        --set optim.state_dtype=bf16 --set train.fp32_grads=false ;;
+    mfu_4b_graphs) part mfu_4b_graphs 220 $MFU --models qwen3-4b --steps 4 --warmup 3 --set train.cuda_graphs=true $LEAN ;;
     mfu_4b_graphs_4x4096) part mfu_4b_graphs_4x4096 300 $MFU --models qwen3-4b --seqs 4 --steps 3 --warmup 3 \
-        --set train.cuda_graphs=true --set optim.state_dtype=bf16 --set train.fp32_grads=false ;;
+        --set train.cuda_graphs=true $LEAN ;;
+    mfu_lean) part mfu_lean 130 $MFU --models qwen3-1.7b --steps 8 --warmup 3 --set train.cuda_graphs=true $LEAN ;;
+    mfu_lean_4x4096) part mfu_lean_4x4096 180 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 3 \
+        --set train.cuda_graphs=true $LEAN ;;
     kernels) part kernels 90 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_kernels.py ;;
     profile_nokernels) part profile_nokernels 80 python3 tools/device/profile_step.py qwen3-1.7b 4096 nokernels ;;
     mfu_torch_kernels) part mfu_torch_kernels 80 $MFU --models qwen3-1.7b --steps 6 --warmup 2 --backends megatron \
