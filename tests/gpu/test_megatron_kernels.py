@@ -92,6 +92,9 @@ def test_fused_adamw_matches_torch_adamw_on_the_gpu(state):
                     grad_scale=scale)
     update, ref_update = p - p0, ref.detach() - p0
     err = _rel(update, ref_update)
-    print(f"KERNEL adamw {state}: update rel err {err:.2e}")
-    assert err < (1e-6 if state == torch.float32 else 2e-2)
+    print(f"KERNEL adamw {state}: update rel err {err:.2e}, weights {_rel(p, ref.detach()):.2e}")
+    # fp32: the updates (~1e-4) sit on weights of ~0.02, whose fp32 ulp is 2e-9: one ulp of a
+    # weight is ~2e-5 of its update (8.5e-6 measured on the H100, 2026-11-22)
+    assert err < (3e-5 if state == torch.float32 else 2e-2)
+    assert _rel(p, ref.detach()) < (1e-7 if state == torch.float32 else 1e-4)
     assert torch.equal(out, p.to(torch.bfloat16))
