@@ -187,7 +187,7 @@ def test_fused_adam_matches_torch_adamw_and_bf16_moments_stay_close(cfg, monkeyp
     assert s0 == s1 == {torch.float32} and s2 == {torch.bfloat16}
     worst = max(P.rel_err(b, a) for a, b in zip(f0, f1))
     print(f"FUSED_ADAM fp32 master weights after 3 steps rel_err {worst:.3e}")
-    assert worst < 1e-5
+    assert worst < 1e-4  # the last-bit differences below feed back through the grads of steps 2 and 3
     # The masters differ in their last bits (operation order), which flips the bf16 rounding of a
     # few model weights: the grad norm moved by 3e-4 and one small tensor (a norm weight, ~1.0,
     # bf16 ulp 8e-3) by 1.6e-3 (H100, 2026-11-22).
