@@ -2,6 +2,7 @@
 # Issue 4/5 GPU acceptance: 3 GRPO steps through Ray on one GPU with the hf engine, once with the
 # torch trainer backend and once with the megatron backend (random-init Qwen3-0.6B shape).
 #   source tools/device/stage.sh && bash tools/device/e2e.sh
+# E2E_MEGATRON_EXTRA="k=v ..." adds overrides to the megatron run (e.g. optim.state_dtype=bf16).
 # Run dirs go to /tmp/runs (checkpoints are GBs); each run's log and metrics.jsonl go to $OUT.
 OUT=${OUT:-/tmp/out}
 common=(hardware=h100 model=qwen3-0.6b train.gpus_per_node=1 rollout.num_rollout=3 rollout.rollout_batch_size=8
@@ -9,7 +10,7 @@ common=(hardware=h100 model=qwen3-0.6b train.gpus_per_node=1 rollout.num_rollout
         logging.wandb.mode=disabled rollout.engine=hf run.output_dir=/tmp/runs)
 for be in ${BACKENDS:-torch megatron}; do
   extra=(train.backend=$be)
-  [ "$be" = megatron ] && extra+=(train.gradient_accumulation_fusion=false)
+  [ "$be" = megatron ] && extra+=(train.gradient_accumulation_fusion=false ${E2E_MEGATRON_EXTRA:-})
   t0=$(date +%s)
   timeout "${E2E_TIMEOUT:-240}" python3 -c 'import sys; from rlrun.cli import main; sys.exit(main())' \
     "${common[@]}" "${extra[@]}" run.name=e2e-$be > "$OUT/e2e_$be.log" 2>&1
