@@ -183,15 +183,18 @@ def test_fused_adam_matches_torch_adamw_and_bf16_moments_stay_close(cfg, monkeyp
             moments |= {v["exp_avg"].dtype for o in be._inner_optimizers() for v in o.optimizer.state.values()}
         runs[tag] = (metrics, be.state_dict_for_sync(), moments, masters)
         del be
-    (m0, w0, s0, f0), (m1, w1, s1, f1), (m2, w2, s2, _) = runs["torch"], runs["fused"], runs["bf16"]
+    (m0, w0, s0, f0), (m1, w1, s1, f1), (m2, w2, s2, f2) = runs["torch"], runs["fused"], runs["bf16"]
     assert all(m["train/grad_norm"] > 0.05 for m in m0)  # every step was clipped
     assert s0 == s1 == {torch.float32} and s2 == {torch.bfloat16}
+    # After one step (same grads): fp32 moments agree to rounding; bf16 moments round m and v to
+    # 8 bits, which moves m / sqrt(v) by < 1% of an update of lr (1e-3).
     worst = max(P.rel_err(b, a) for a, b in zip(f0, f1))
-    print(f"FUSED_ADAM fp32 master weights after 1 step rel_err {worst:.3e}")
-    assert worst < 1e-6
-    # The masters differ in their last bits (operation order), which flips the bf16 rounding of a
-    # few model weights; Adam turns the grads' small differences into full-size updates where a
-    # grad is near zero: after 3 steps the grad norm moved by 3e-4 and one small tensor (a norm
-    # weight, ~1.0, bf16 ulp 8e-3) by 1.6e-3 (H100, 2026-11-22).
+    worst_bf16 = max(P.rel_err(b, a) for a, b in zip(f0, f2))
+    print(f"FUSED_ADAM master weights after 1 step rel_err fp32 {worst:.3e} bf16 {worst_bf16:.3e}")
+    assert worst < 1e-6 and worst_bf16 < 1e-3
+    # Over 3 steps the runs drift apart where Adam meets near-zero grads: a grad that differs in its
+    # last bits (fp32 masters' bf16 rounding flips, bf16 grads) can flip the sign of a full-size
+    # update of such an element, which shows most in small tensors (a norm weight of ~1.0). H100,
+    # 2026-11-22: grad norms within 3e-4 (fp32) / 2e-4 (bf16), worst tensor 1.6e-3 (fp32) / 2.6e-2 (bf16).
     _assert_same_training("FUSED_ADAM fp32", m0, m1, w0, w1, loss_tol=1e-5, norm_tol=1e-3, weight_tol=5e-3)
-    _assert_same_training("FUSED_ADAM bf16", m0, m2, w0, w2, loss_tol=2e-2, norm_tol=5e-2, weight_tol=2e-2)
+    _assert_same_training("FUSED_ADAM bf16", m0, m2, w0, w2, loss_tol=2e-2, norm_tol=5e-3, weight_tol=5e-2)
