@@ -379,3 +379,15 @@ def test_weight_sync_bucket_is_mb_in_rlrun_and_bytes_in_slime(tmp_path):
     assert "--update-weight-buffer-size 1073741824" in text
     before, after = script_flags(script), exported_flags(text, tmp_path)
     assert ("--update-weight-buffer-size", (1024.0,)) in before & after  # round-trip sets compare in rlrun units
+
+
+def test_bf16_adam_moments_export_megatrons_three_flags_and_import_back():
+    cfg = load(["hardware=h100", "train.backend=megatron", "optim.state_dtype=bf16"]).model_dump()
+    opt = encode(cfg).arrays["OPTIMIZER_ARGS"]
+    assert ["--exp-avg-dtype", "bf16"] in opt and ["--exp-avg-sq-dtype", "bf16"] in opt
+    assert ["--use-precision-aware-optimizer"] in opt
+    d = decode(parse_args([x for flag in opt for x in flag]))
+    assert d.unknown == [] and d.values["optim.state_dtype"] == "bf16"
+    fp32 = encode(load(["hardware=h100", "train.backend=megatron"]).model_dump()).arrays["OPTIMIZER_ARGS"]
+    assert not any(f[0] in ("--exp-avg-dtype", "--use-precision-aware-optimizer") for f in fp32)  # slime's default
+    assert decode(parse_args(["--lr", "1e-6"])).values["optim.state_dtype"] == "fp32"
