@@ -8,7 +8,9 @@ fused = compiled SwiGLU/bias-dropout-add, nokernels = fastops without rlrun.trai
 and .rope (torch's RMSNorm and SwiGLU ops, megatron-core's THD rope), all = fastops + those kernels
 (the backend's default). "fwd_bwd_host" is when the forward+backward call returned, before the GPU
 finished: close to fwd_bwd means the host (Python, or a host sync) sets the pace.
+PROFILE_SET="k=v ..." adds config overrides (e.g. train.cuda_graphs=true optim.state_dtype=bf16).
 """
+import os
 import statistics
 import sys
 import time
@@ -29,7 +31,7 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
     from rlrun.config import load
     from rlrun.train.base import TrainBatch
     from rlrun.train.megatron_backend import MegatronBackend
-    cfg = load(overrides(name, int(seq), int(seq)))
+    cfg = load(overrides(name, int(seq), int(seq), extra=tuple(os.environ.get("PROFILE_SET", "").split())))
     be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=100)
     be.init()
     ids = torch.randint(0, cfg.model.vocab_size, (int(seq),))
@@ -53,9 +55,12 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
     for _ in range(5):
         be.train_step(batch)
     torch.cuda.reset_peak_memory_stats()
+    step_s = []
     for _ in range(3):
+        t0 = time.perf_counter()
         be.train_step(batch)
-    print("PHASES", variant, {k: round(statistics.median(v[2:]), 4) for k, v in phases.items()},
+        step_s.append(time.perf_counter() - t0)
+    print("PHASES", variant, f"train_step {statistics.median(step_s):.4f} s", {k: round(statistics.median(v[2:]), 4) for k, v in phases.items()},
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     if not table:
         be.shutdown()
