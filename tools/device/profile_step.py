@@ -60,7 +60,7 @@ def main(name="qwen3-1.7b", seq=4096, variant="all", table=""):
         t0 = time.perf_counter()
         be.train_step(batch)
         step_s.append(time.perf_counter() - t0)
-    print("PHASES", variant, f"train_step {statistics.median(step_s):.4f} s", {k: round(statistics.median(v[2:]), 4) for k, v in phases.items()},
+    print("PHASES", variant, f"train_step {statistics.median(step_s):.4f} s", {k: round(statistics.median(v[2:]), 4) for k, v in phases.items() if v[2:]},
           f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
     if not table:
         be.shutdown()
