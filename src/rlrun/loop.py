@@ -27,6 +27,7 @@ def run(r) -> dict:
     needs_values = cfg.algo.advantage_estimator == "ppo"  # GAE needs the critic's values
     start = r.restore()
     for rollout_id in range(start, cfg.rollout.num_rollout):
+        r.check_stop()  # a SIGINT/SIGTERM whose exception was lost still stops the run here
         t = Timer()
         # 1-3. generate, score, keep the groups that carry signal
         with t("rollout"):

@@ -60,6 +60,8 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
 class Run:
     """What loop.run uses: the trainer, the engines behind the router, data, metrics, checkpoints."""
 
+    check_stop = staticmethod(lambda: None)  # run() sets StopRequest.check: raises after SIGINT/SIGTERM
+
     def __init__(self, cfg, plan, run_dir: Path, stack: ExitStack):
         import ray  # fail here, before any work, if the runtime stack is missing
 
@@ -345,19 +347,38 @@ def check_supported(cfg) -> None:
         raise ValueError("unsupported settings:\n  " + "\n  ".join(problems))
 
 
-def _raise_on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
+class StopRequest:
+    """SIGINT / SIGTERM: raised at once as SystemExit(128 + signal), and remembered. An exception
+    raised while Python runs a finalizer or a weakref callback is printed and dropped, so the loop
+    also checks between rollouts, and a run that finishes after a lost stop request still exits
+    non-zero (seen once in CI: a SIGINTed run went on to its last step and exited 0)."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def handler(self, signum, frame):
+        self.signum = signum
+        raise SystemExit(128 + signum)
+
+    def check(self) -> None:
+        if self.signum is not None:
+            raise SystemExit(128 + self.signum)
 
 
 def run(cfg, plan, run_dir) -> dict:
     """Run the job; returns a summary (run dir, steps, first/last mean reward, checkpoint)."""
     check_supported(cfg)
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)  # SIGINT already raises
+    stop = StopRequest()
+    previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         with ExitStack() as stack:
-            summary = loop.run(Run(cfg, plan, Path(run_dir), stack))
+            r = Run(cfg, plan, Path(run_dir), stack)
+            r.check_stop = stop.check
+            summary = loop.run(r)
+            stop.check()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if summary["steps"]:
         print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
               f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir "

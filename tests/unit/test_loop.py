@@ -48,6 +48,9 @@ class _Run:
         self.calls.append(("restore",))
         return self.start
 
+    def check_stop(self):
+        pass
+
     def collect(self, rollout_id, sampling):
         r = self.cfg.rollout
         samples = [Sample(prompt="12", prompt_tokens=[5, 6], response="2", response_tokens=[6], loss_mask=[1],
@@ -195,3 +198,22 @@ def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path, transport):
         assert r._sync_metrics == {"perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
     with pytest.raises(WeightSyncError, match="weight sync to version 3"):
         _sync_run(tmp_path, _SyncEngines(held="old", broken=True), opt).sync_weights(3)
+
+
+def test_a_stop_request_whose_exception_was_lost_stops_the_loop_before_the_next_rollout():
+    import signal
+
+    from rlrun.runner import StopRequest
+    stop = StopRequest()
+    stop.check()  # nothing requested: no-op
+    with pytest.raises(SystemExit) as raised:
+        stop.handler(signal.SIGINT, None)
+    assert raised.value.code == 130
+    r = _Run(["rollout.num_rollout=5"])
+    collected = []
+    r.check_stop = lambda: stop.check() if len(collected) == 2 else None  # lost during rollout 1
+    real_collect = r.collect
+    r.collect = lambda rid, sampling: (collected.append(rid), real_collect(rid, sampling))[1]
+    with pytest.raises(SystemExit) as raised:
+        loop.run(r)
+    assert raised.value.code == 130 and collected == [0, 1]
