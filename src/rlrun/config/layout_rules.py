@@ -157,6 +157,10 @@ def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("optim.state_dtype", "the torch backend steps torch.optim.AdamW, whose moments take the "
                       "fp32 weights' dtype; bf16 Adam moments are a megatron-backend setting",
                       "set optim.state_dtype=fp32 or train.backend=megatron", cfg.optim.state_dtype)
+    elif hw.vendor != "cuda" and cfg.optim.state_dtype != "fp32":
+        yield Problem("optim.state_dtype", f"bf16 Adam moments need rlrun's fused AdamW kernel, which is verified on "
+                      f"NVIDIA GPUs only; this run's hardware is {hw.vendor}",
+                      "set optim.state_dtype=fp32 (or run on NVIDIA hardware)", cfg.optim.state_dtype)
     if t.cuda_graphs:
         if t.backend != "megatron" or hw.vendor != "cuda":
             yield Problem("train.cuda_graphs", f"CUDA graphs are a megatron-backend feature on NVIDIA GPUs; this run "

@@ -152,7 +152,7 @@ class MegatronBackend(TrainerBackend):
 
     def _install_fused_adam(self) -> None:
         """rlrun.train.megatron.adam's kernel in place of megatron-core's AdamW step + master copy
-        (needs Triton on the GPU, which CUDA and ROCm builds of torch ship); without it the fused
+        (needs Triton on an NVIDIA GPU; adam.available says why not ROCm); without it the fused
         torch AdamW above steps fp32 state, and optim.state_dtype=bf16 cannot be honoured."""
         from rlrun.train.megatron import adam, fast_ops
         want = self.cfg.optim.state_dtype
