@@ -148,3 +148,16 @@ def test_cuda_graphs_note_says_when_graphs_replay():
                               "train.offload=false", "rollout.offload=false"]))
     assert any("train.cuda_graphs" in n and "offload" not in n for n in without.notes)
     assert not any("cuda_graphs" in n for n in make_plan(load(["hardware=h100", "model=qwen3-0.6b"])).notes)
+
+
+def test_plan_that_does_not_fit_says_what_bf16_moments_and_grads_would_save():
+    one_h100 = ["model=qwen3-4b", "hardware=h100", "train.backend=megatron", "train.gpus_per_node=1",
+                "rollout.num_gpus=1", "rollout.gpus_per_engine=1", "parallelism=tp1",
+                "train.max_tokens_per_gpu=4096", "rollout.max_response_len=1024"]
+    fat = make_plan(load(one_h100))
+    n = 4_022_468_096
+    assert not fat.fits
+    hint = next(note for note in fat.notes if note.startswith("memory: estimated peak"))
+    assert f"optim.state_dtype=bf16 train.fp32_grads=false would save {(4 + 2) * n / GiB:.1f} GiB" in hint
+    lean = make_plan(load(one_h100 + ["optim.state_dtype=bf16", "train.fp32_grads=false"]))
+    assert lean.fits and lean.memory["peak"] == pytest.approx(fat.memory["peak"] - 6 * n / GiB)
