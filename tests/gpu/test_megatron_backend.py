@@ -198,3 +198,26 @@ def test_fused_adam_matches_torch_adamw_and_bf16_moments_stay_close(cfg, monkeyp
     # 2026-11-22: grad norms within 3e-4 (fp32) / 2e-4 (bf16), worst tensor 1.6e-3 (fp32) / 2.6e-2 (bf16).
     _assert_same_training("FUSED_ADAM fp32", m0, m1, w0, w1, loss_tol=1e-5, norm_tol=1e-3, weight_tol=5e-3)
     _assert_same_training("FUSED_ADAM bf16", m0, m2, w0, w2, loss_tol=2e-2, norm_tol=5e-3, weight_tol=5e-2)
+
+
+def test_cuda_graphs_replay_across_rl_batches_of_changing_lengths(cfg):
+    """Packed micro-batches of RL steps change shape; packing.bucket pads them to a few shapes, so
+    graphs replay across different batches, and the steps equal megatron-core's eager schedule."""
+    from rlrun.config import load
+    from rlrun.train.megatron_backend import MegatronBackend
+    runs = {}
+    seeds = (7, 8, 9, 7, 8, 9)  # three different batches (7 samples of 12-48 tokens each), twice
+    for graphs in (False, True):
+        c = load([o for o in OVERRIDES if "gradient_accumulation_fusion" not in o]
+                 + ["train.gradient_accumulation_fusion=true", f"train.cuda_graphs={str(graphs).lower()}"])
+        be = MegatronBackend(c, rank=0, world_size=1, gpu_id=0, total_steps=10)
+        be.init()
+        metrics = [be.train_step(_batch(cfg.model.vocab_size, seed=s)) for s in seeds]
+        stats = be.graphs.stats() if be.graphs is not None else None
+        runs[graphs] = (metrics, be.state_dict_for_sync(), stats, be.graphs.disabled if be.graphs else None)
+        del be
+    (m0, w0, _, _), (m1, w1, stats, reason) = runs[False], runs[True]
+    print(f"GRAPHS_RL {stats} fallback={reason}")
+    assert reason is None and stats["train/cuda_graph_replays"] > 0
+    assert all(a["train/response_tokens"] == b["train/response_tokens"] for a, b in zip(m0, m1))
+    _assert_same_training("GRAPHS_RL", m0, m1, w0, w1, loss_tol=1e-3, norm_tol=1e-2, weight_tol=1e-2)

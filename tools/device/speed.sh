@@ -53,7 +53,7 @@ for p in $PARTS; do
     mfu_4x4096_mb8192) part mfu_4x4096_mb8192 200 $MFU --models qwen3-1.7b --seqs 4 --max-tokens 8192 --steps 4 --warmup 2 ;;
     profile) part profile 90 python3 tools/device/profile_step.py qwen3-1.7b 4096 all table ;;
     probe) part probe 90 python3 tools/device/graph_probe.py tiny 96 ;;
-    graphs_test) part graphs_test 120 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_backend.py \
+    graphs_test) part graphs_test 160 python3 -m pytest -q -x -s -p no:cacheprovider tests/gpu/test_megatron_backend.py \
         -k cuda_graphs ;;
     mfu_graphs) part mfu_graphs 130 $MFU --models qwen3-1.7b --steps 8 --warmup 3 --set train.cuda_graphs=true ;;
     mfu_graphs_4x4096) part mfu_graphs_4x4096 180 $MFU --models qwen3-1.7b --seqs 4 --steps 4 --warmup 3 \

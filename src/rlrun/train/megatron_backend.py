@@ -110,7 +110,11 @@ class MegatronBackend(TrainerBackend):
         self.graphs = None  # train.cuda_graphs: one micro-batch's fwd + loss + bwd per replay
         if cfg.train.cuda_graphs and cuda:
             from rlrun.train.megatron.graphs import MicroBatchGraphs
-            self.graphs = MicroBatchGraphs(self._micro_batch_fwd_bwd, self.device, on_fallback=self._after_failed_capture)
+            # Micro-batch rows are padded to multiples of 1/8 of max_tokens_per_gpu and their sample
+            # counts to powers of 2 (packing.bucket): a few shapes, each with its graph.
+            self.bucket_tokens = max((cfg.train.max_tokens_per_gpu or 4096) // 8, 1)
+            self.graphs = MicroBatchGraphs(self._micro_batch_fwd_bwd, self.device, max_graphs=32,
+                                           on_fallback=self._after_failed_capture)
         # Autograd accumulates a parameter's gradient on the stream that was current when the
         # parameter's AccumulateGrad node was made, and the DDP makes (and keeps) those nodes for
         # its grad hooks. With CUDA graphs that must be the capture stream: a captured backward
@@ -261,9 +265,11 @@ class MegatronBackend(TrainerBackend):
         x = {"tokens": mb.tokens, "position_ids": mb.position_ids, "cu_seqlens": mb.cu_seqlens,
              "logit_rows": mb.logit_rows, "targets": mb.targets, "response_cu": mb.response_cu,
              "normalizer": normalizer}
+        rows = mb.logit_rows.numel()  # more than the response tokens after packing.bucket: pad rows get 0
         for name in ("loss_mask", "advantages", "old_logp", "ref_logp", "rollout_logp"):
             if getattr(batch, name) is not None:
-                x[name] = self._cat(getattr(batch, name), mb.index)
+                v = self._cat(getattr(batch, name), mb.index)
+                x[name] = torch.cat([v, v.new_zeros(rows - v.numel())]) if rows > v.numel() else v
         return x
 
     def _policy_loss(self, hidden, x: dict[str, torch.Tensor]):
@@ -380,6 +386,9 @@ class MegatronBackend(TrainerBackend):
         normalizer = torch.tensor(loss_normalizer(batch.loss_mask, self.cfg.train.calculate_per_token_loss, self.device,
                                                   dp_group), dtype=torch.float32, device=self.device)
         mbs = self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu)
+        if self.graphs is not None:  # a few shapes, so that graphs replay (packing.bucket)
+            from rlrun.train.megatron.packing import bucket
+            mbs = [bucket(mb, self.bucket_tokens) for mb in mbs]
         for mb in mbs:
             mb.loss_inputs = self._loss_inputs(batch, mb, normalizer)
         sums = StepSums(self.device)  # filled on the last pipeline stage, which computes the loss

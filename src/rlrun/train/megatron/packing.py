@@ -61,3 +61,40 @@ def pack(tokens: list[torch.Tensor], response_start: list[int], index: list[int]
                       cu_seqlens=to_device(torch.tensor(cu, dtype=torch.int32), device), max_seqlen=max(lens + [pad]),
                       logit_rows=to_device(rows, device), targets=to_device(ids[rows + 1], device),
                       response_cu=to_device(torch.tensor(rcu), device), response_tokens=rcu[-1])
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def bucket(mb: MicroBatch, granule: int) -> MicroBatch:
+    """`mb` padded to a few shapes, so that train.cuda_graphs can replay the graph of an earlier
+    micro-batch (rlrun/train/megatron/graphs.py keys graphs by input shapes and max_seqlen):
+    - tokens: the row length T rounded up to a multiple of `granule`, the pad a segment of its own
+      at the end (positions from 0; its outputs feed nothing);
+    - segments: cu_seqlens gets pow2 >= (samples + 1) segments, the extra ones of length 0;
+    - response rows: as many as tokens (the pad rows read row 0 and belong to a pad sample in
+      response_cu; their loss inputs are 0, so they add nothing to the loss or its metrics);
+    - max_seqlen: T when one sample holds the row (the attention's dense causal path, exact for
+      the sample because the pad comes after it), else pow2 >= the longest sample, below T.
+    response_tokens stays the real count."""
+    cu = mb.cu_seqlens
+    n_seq = cu.numel() - 1
+    total = int(mb.tokens.shape[1])
+    length = -(-total // granule) * granule
+    segments = _pow2_at_least(n_seq + 1)
+    device = mb.tokens.device
+    pad = length - total
+
+    def extend(t: torch.Tensor, n: int, value) -> torch.Tensor:
+        return torch.cat([t, torch.full((n,), value, dtype=t.dtype, device=device)]) if n else t
+
+    tokens = torch.cat([mb.tokens, torch.zeros(1, pad, dtype=mb.tokens.dtype, device=device)], 1)
+    positions = torch.cat([mb.position_ids, torch.arange(pad, dtype=mb.position_ids.dtype, device=device)[None]], 1)
+    cu_b = extend(cu, segments + 1 - cu.numel(), length)  # the pad segment, then empty ones
+    rows = mb.logit_rows.numel()
+    response_cu = extend(mb.response_cu, segments + 1 - mb.response_cu.numel(), length)
+    max_seqlen = length if n_seq == 1 else min(_pow2_at_least(mb.max_seqlen), length - 1)
+    return MicroBatch(index=mb.index, tokens=tokens, position_ids=positions, cu_seqlens=cu_b, max_seqlen=max_seqlen,
+                      logit_rows=extend(mb.logit_rows, length - rows, 0), targets=extend(mb.targets, length - rows, 0),
+                      response_cu=response_cu, response_tokens=mb.response_tokens)
