@@ -184,9 +184,11 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     if cfg.data.max_prompt_len is None:
         notes.append("data.max_prompt_len is null: prompt length bounded by rollout.context_length")
     if t.cuda_graphs:
-        notes.append("train.cuda_graphs: a micro-batch replays a graph only when its packed shape was seen before"
-                     + (" in the same step: train.offload moves the buffers the graphs address, so they are "
-                        "dropped at every offload" if t.offload else "") + "; a new shape runs eagerly")
+        notes.append("train.cuda_graphs: micro-batches are padded to a few shapes (rows to multiples of "
+                     "max_tokens_per_gpu / 8, samples to powers of 2); a micro-batch replays a graph when its shape "
+                     "was seen before" + (" in the same step: train.offload moves the buffers the graphs address, "
+                                          "so they are dropped at every offload" if t.offload else "")
+                     + "; a new shape runs eagerly")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
     from rlrun.config.memory import estimate

@@ -22,10 +22,10 @@ How it is used (MicroBatchGraphs.__call__, once per micro-batch):
 - A capture that fails (an op that syncs with the host, a non-capturable kernel) is logged and
   counted, and that micro-batch and every later one run eagerly: the step is the same, only slower.
 
-Shapes in an RL step change from micro-batch to micro-batch (packed response lengths), so a graph
-is reused only when a shape repeats (fixed-length training, benchmarks, or `max_graphs` shapes
-that keep coming back); a new shape costs one eager run, as without graphs. Bucketing packed
-lengths to a few shapes is not done yet.
+Shapes in an RL step change from micro-batch to micro-batch (packed response lengths): the
+backend pads each micro-batch to one of a few shapes first (rlrun.train.megatron.packing.bucket:
+rows to multiples of max_tokens_per_gpu / 8, sample counts to powers of 2), so graphs replay
+across micro-batches and steps; a new shape costs one eager run, as without graphs.
 """
 from __future__ import annotations
 
