@@ -1,30 +1,10 @@
 """rlrun.train.megatron.adam: the fused AdamW kernel against torch.optim.AdamW (run through Triton's
 interpreter on the CPU; the GPU run is tests/gpu/test_megatron_kernels.py), and its state handling."""
-import importlib.util
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
 import torch
+from triton_interpreter import needs_triton, run_interpreted as _interpreted
 
 from rlrun.train.megatron import adam
-
-needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                  reason="needs Triton (its interpreter runs on the CPU)")
-
-
-def _interpreted(code: str) -> list[float]:
-    """Run `code` in a fresh Python with TRITON_INTERPRET=1 (it must be set before Triton is
-    imported); its stdout is whitespace-separated numbers."""
-    src = str(Path(adam.__file__).parents[3])
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([src] + sys.path))
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return [float(x) for x in out.stdout.split()]
 
 
 @needs_triton

@@ -3,15 +3,11 @@ against transformers' rope, megatron-core's own unfused rope (where megatron-cor
 and a float64 SwiGLU (through Triton's interpreter where Triton is installed). The GPU parity tests
 (tests/gpu/test_megatron_parity.py) check the whole models with these kernels on."""
 import importlib.util
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from triton_interpreter import needs_triton, run_interpreted
 
 from rlrun.train.megatron import rope
 
@@ -83,11 +79,10 @@ def test_thd_rope_equals_megatron_core_unfused(interleaved):
     torch.testing.assert_close(rope.apply_thd(t, cu, freqs, interleaved=interleaved), ref, rtol=0, atol=0)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (its interpreter runs on the CPU)")
+@needs_triton
 def test_swiglu_kernel_matches_float64_in_triton_interpreter():
-    # TRITON_INTERPRET must be set before Triton is imported: a fresh interpreter. fp32, because the
-    # interpreter truncates float32 -> bfloat16 where the GPU rounds to nearest.
-    code = textwrap.dedent("""
+    # fp32, because the interpreter truncates float32 -> bfloat16 where the GPU rounds to nearest.
+    fwd_err, bwd_err = run_interpreted("""
         import torch
         from rlrun.train.megatron import kernels
         fwd, bwd = kernels._triton_swiglu()
@@ -103,11 +98,6 @@ def test_swiglu_kernel_matches_float64_in_triton_interpreter():
         rel = lambda a, b: float((a.double() - b).norm() / b.norm())
         print(rel(y, y64.detach()), rel(dx, x64.grad))
     """)
-    src = str(Path(rope.__file__).parents[3])
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([src] + sys.path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    fwd_err, bwd_err = map(float, out.stdout.split())
     assert fwd_err < 1e-6 and bwd_err < 1e-6
 
 
@@ -135,9 +125,9 @@ def test_shard_sums_rebased_to_the_global_max_add_up_to_the_full_vocabulary():
     torch.testing.assert_close(t, zm.gather(-1, target[:, None])[:, 0])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (its interpreter runs on the CPU)")
+@needs_triton
 def test_linear_logp_entropy_through_the_triton_kernels_matches_the_torch_path():
-    code = textwrap.dedent("""
+    errs = run_interpreted("""
         import torch
         from rlrun.algo import token_kernels, token_stats
         torch.manual_seed(0)
@@ -154,9 +144,4 @@ def test_linear_logp_entropy_through_the_triton_kernels_matches_the_torch_path()
         rel = lambda a, b: float((a - b).norm() / b.norm())
         print(*(rel(a, b) for a, b in zip(out[True], out[False])))
     """)
-    src = str(Path(rope.__file__).parents[3])
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([src] + sys.path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    errs = [float(x) for x in out.stdout.split()]
     assert len(errs) == 4 and max(errs) < 1e-5, errs
