@@ -1,9 +1,10 @@
 """Per-GPU memory estimate (REFERENCE.md §8; Megatron-LM's theoretical_memory_usage is the reference).
 
-Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam (fp32 master + m + v) 12 B/param (8 with optim.state_dtype=bf16)
-sharded over DP (distributed optimizer). The torch backend keeps fp32 weights, fp32 grads and unsharded
-Adam m + v (16 B/param); its autocast also keeps bf16 copies of the weights for backward (~2 B/param, not
-counted), and its layer activations (transformers modules, fp32 RMSNorm internals) are not calibrated.
+Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam
+(fp32 master + m + v) 12 B/param (8 with optim.state_dtype=bf16) sharded over DP (distributed
+optimizer). The torch backend keeps fp32 weights, fp32 grads and unsharded Adam m + v (16 B/param);
+its autocast also keeps bf16 copies of the weights for backward (~2 B/param, not counted), and its
+layer activations (transformers modules, fp32 RMSNorm internals) are not calibrated.
 
 Activations: the per-layer terms of Korthikanti et al. 2022 ("Reducing activation recomputation"), redone
 for rlrun's megatron layer spec (local modules, no Transformer Engine, SDPA/flash attention, SwiGLU,
@@ -185,6 +186,34 @@ def kv_bytes_per_token(cfg: RunConfig) -> int:
     return 2 * m.num_layers * heads * m.head_dim * 2
 
 
+def _critic_copies(cfg: RunConfig) -> int:
+    return 2 if cfg.algo.advantage_estimator == "ppo" else 1  # PPO's critic lives on the actor's GPUs
+
+
+def _megatron_state(n: float, dp: int, fp32_grads: bool, state_dtype: str) -> tuple[float, float]:
+    """(grad, optimizer) bytes per GPU of the megatron backend: fp32 or bf16 grad buffers; fp32
+    master weights + the two Adam moments (fp32 or bf16), sharded over DP. The fused AdamW kernel
+    (rlrun.train.megatron.adam) reads bf16 grads as they are: no fp32 copy."""
+    moments = 2 * (2 if state_dtype == "bf16" else 4)
+    return (4 if fp32_grads else 2) * n, (4 + moments) * n / dp
+
+
+def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
+    """For a config whose memory does not fit: what bf16 Adam moments and bf16 grads would save
+    (megatron on NVIDIA GPUs); "" when they are already on or not available."""
+    t = cfg.train
+    if t.backend != "megatron" or cfg.hardware.vendor != "cuda":
+        return ""
+    flags = [flag for flag, off in (("optim.state_dtype=bf16", cfg.optim.state_dtype == "fp32"),
+                                    ("train.fp32_grads=false", t.fp32_grads)) if off]
+    if not flags:
+        return ""
+    n, dp = mem.trainer_params_per_gpu, dp_size(cfg)
+    now, lean = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype), _megatron_state(n, dp, False, "bf16")
+    saved = sum(now) - sum(lean)
+    return f"; {' '.join(flags)} would save {_critic_copies(cfg) * saved / GiB:.1f} GiB (fp32 master weights stay)"
+
+
 def estimate(cfg: RunConfig) -> Memory:
     pc = count_params(cfg.model)
     t, r, hw = cfg.train, cfg.rollout, cfg.hardware
@@ -192,17 +221,15 @@ def estimate(cfg: RunConfig) -> Memory:
     sample_tokens = (cfg.data.max_prompt_len or 0) + r.max_response_len
     dp = dp_size(cfg)
     n = trainer_params_per_gpu(cfg, pc)
-    critic = 2 if cfg.algo.advantage_estimator == "ppo" else 1  # PPO's critic lives on the actor's GPUs
+    critic = _critic_copies(cfg)
     notes = []
     if cfg.data.max_prompt_len is None:
         notes.append("KV sequences count responses only (data.max_prompt_len is null)")
     if critic == 2:
         notes.append("ppo: trainer memory includes a critic of the actor's size")
     if t.backend == "megatron":
-        # fp32 master weights + the two Adam moments (fp32 or bf16), sharded over DP. The fused
-        # AdamW kernel (rlrun.train.megatron.adam) reads bf16 grads as they are: no fp32 copy.
-        moments = 2 * (2 if cfg.optim.state_dtype == "bf16" else 4)
-        weights, grads, optim = 2 * n, (4 if t.fp32_grads else 2) * n, (4 + moments) * n / dp
+        weights = 2 * n
+        grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
     act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))

@@ -147,22 +147,6 @@ def sample_tokens(cfg: RunConfig) -> int:
     return prompt + cfg.rollout.max_response_len
 
 
-def _lean_state_hint(cfg, mem, dp: int) -> str:
-    """What bf16 Adam moments and bf16 grads would save (megatron on NVIDIA GPUs), for a config whose
-    memory does not fit; "" when they are already on or not available."""
-    if cfg.train.backend != "megatron" or cfg.hardware.vendor != "cuda":
-        return ""
-    n, saved, flags = mem.trainer_params_per_gpu, 0.0, []
-    if cfg.optim.state_dtype == "fp32":
-        saved += 4 * n / dp
-        flags.append("optim.state_dtype=bf16")
-    if cfg.train.fp32_grads:
-        saved += 2 * n
-        flags.append("train.fp32_grads=false")
-    critic = 2 if cfg.algo.advantage_estimator == "ppo" else 1
-    return f"; {' '.join(flags)} would save {critic * saved / 2**30:.1f} GiB (fp32 master weights stay)" if flags else ""
-
-
 def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     p, t, r = cfg.parallelism, cfg.train, cfg.rollout
     world, dp = t.num_gpus, dp_size(cfg)
@@ -191,7 +175,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      + "; a new shape runs eagerly")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
-    from rlrun.config.memory import estimate
+    from rlrun.config.memory import estimate, lean_state_hint
     from rlrun.config.params import count_params
 
     params, mem = count_params(cfg.model), estimate(cfg)
@@ -199,7 +183,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     if not mem.fits:
         notes.append(f"memory: estimated peak {mem.peak:.1f} GiB per GPU exceeds {mem.available:.1f} GiB "
                      "(more GPUs, TP/PP/EP, offload, recompute or a smaller max_tokens_per_gpu help)"
-                     + _lean_state_hint(cfg, mem, dp))
+                     + lean_state_hint(cfg, mem))
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
