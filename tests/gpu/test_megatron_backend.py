@@ -135,9 +135,9 @@ def test_offload_round_trips_through_reused_pinned_buffers(backends, cfg):
     meg.train_step(_batch(cfg.model.vocab_size, seed=6))
 
 
-def test_cuda_graphs_train_the_same_steps_as_eager(cfg):
-    """train.cuda_graphs=true: the same batch three times (its micro-batch shapes repeat: eager,
-    then capture + replay, then replay) trains the same steps as megatron-core's eager schedule."""
+def _eager_then_graphs(vocab: int, seeds) -> dict:
+    """One backend per setting of train.cuda_graphs (with wgrad fusion), trained on the batches of
+    `seeds`: {graphs: (per-step metrics, final weights, graph stats, fallback reason)}."""
     from rlrun.config import load
     from rlrun.train.megatron_backend import MegatronBackend
     runs = {}
@@ -146,11 +146,18 @@ def test_cuda_graphs_train_the_same_steps_as_eager(cfg):
                  + ["train.gradient_accumulation_fusion=true", f"train.cuda_graphs={str(graphs).lower()}"])
         be = MegatronBackend(c, rank=0, world_size=1, gpu_id=0, total_steps=10)
         be.init()
-        metrics = [be.train_step(_batch(cfg.model.vocab_size, seed=7)) for _ in range(3)]
+        metrics = [be.train_step(_batch(vocab, seed=s)) for s in seeds]
         stats = be.graphs.stats() if be.graphs is not None else None
         reason = be.graphs.disabled if be.graphs is not None else None
         runs[graphs] = (metrics, be.state_dict_for_sync(), stats, reason)
         del be
+    return runs
+
+
+def test_cuda_graphs_train_the_same_steps_as_eager(cfg):
+    """train.cuda_graphs=true: the same batch three times (its micro-batch shapes repeat: eager,
+    then capture + replay, then replay) trains the same steps as megatron-core's eager schedule."""
+    runs = _eager_then_graphs(cfg.model.vocab_size, (7, 7, 7))
     (m0, w0, _, _), (m1, w1, stats, reason) = runs[False], runs[True]
     print(f"GRAPHS {stats} fallback={reason}")
     assert reason is None and stats["train/cuda_graph_captures"] > 0 and stats["train/cuda_graph_replays"] > 0
@@ -203,19 +210,8 @@ def test_fused_adam_matches_torch_adamw_and_bf16_moments_stay_close(cfg, monkeyp
 def test_cuda_graphs_replay_across_rl_batches_of_changing_lengths(cfg):
     """Packed micro-batches of RL steps change shape; packing.bucket pads them to a few shapes, so
     graphs replay across different batches, and the steps equal megatron-core's eager schedule."""
-    from rlrun.config import load
-    from rlrun.train.megatron_backend import MegatronBackend
-    runs = {}
-    seeds = (7, 8, 9, 7, 8, 9)  # three different batches (7 samples of 12-48 tokens each), twice
-    for graphs in (False, True):
-        c = load([o for o in OVERRIDES if "gradient_accumulation_fusion" not in o]
-                 + ["train.gradient_accumulation_fusion=true", f"train.cuda_graphs={str(graphs).lower()}"])
-        be = MegatronBackend(c, rank=0, world_size=1, gpu_id=0, total_steps=10)
-        be.init()
-        metrics = [be.train_step(_batch(cfg.model.vocab_size, seed=s)) for s in seeds]
-        stats = be.graphs.stats() if be.graphs is not None else None
-        runs[graphs] = (metrics, be.state_dict_for_sync(), stats, be.graphs.disabled if be.graphs else None)
-        del be
+    # three different batches (7 samples of 12-48 tokens each), twice
+    runs = _eager_then_graphs(cfg.model.vocab_size, (7, 8, 9, 7, 8, 9))
     (m0, w0, _, _), (m1, w1, stats, reason) = runs[False], runs[True]
     print(f"GRAPHS_RL {stats} fallback={reason}")
     assert reason is None and stats["train/cuda_graph_replays"] > 0
