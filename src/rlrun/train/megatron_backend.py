@@ -398,8 +398,7 @@ class MegatronBackend(TrainerBackend):
             from megatron.core.distributed import finalize_model_grads
             with self.graphs:
                 for mb in mbs:
-                    sums.add_all(self.graphs(mb.loss_inputs, mb.max_seqlen))
-                    sums.add("tok/response_tokens", mb.response_tokens)
+                    sums.add_micro_batch(self.graphs(mb.loss_inputs, mb.max_seqlen), mb.response_tokens)
             finalize_model_grads([self.model])
         else:
             # Undo the schedule's 1/num_microbatches and the DDP's 1/dp_size (module docstring).
@@ -407,8 +406,7 @@ class MegatronBackend(TrainerBackend):
 
             def loss_fn(mb, hidden):
                 loss, mb_sums = self._policy_loss(hidden, mb.loss_inputs)
-                sums.add_all(mb_sums)
-                sums.add("tok/response_tokens", mb.response_tokens)
+                sums.add_micro_batch(mb_sums, mb.response_tokens)
                 return loss * scale, {}
 
             self._run(self.model, mbs, loss_fn, forward_only=False)

@@ -27,7 +27,11 @@ class StepSums:
 
     def add_policy(self, loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp, response_tokens: int) -> None:
         """One micro-batch of the policy loss (policy_sums) and its response-token count."""
-        self.add_all(policy_sums(loss_metrics, logp, entropy, mask, rollout_logp, ref_logp))
+        self.add_micro_batch(policy_sums(loss_metrics, logp, entropy, mask, rollout_logp, ref_logp), response_tokens)
+
+    def add_micro_batch(self, policy: dict[str, torch.Tensor], response_tokens: int) -> None:
+        """One micro-batch's policy_sums (computed already, e.g. by a CUDA graph) and its response-token count."""
+        self.add_all(policy)
         self.add("tok/response_tokens", response_tokens)
 
     def add_all(self, values: dict[str, torch.Tensor]) -> None:
