@@ -25,7 +25,9 @@ class Sample:
     loss_mask: one entry per response token (1 = trained, 0 = e.g. tool output); None = all 1.
     rollout_logprobs: the engine's log-prob of each response token (for TIS), or None.
     group_id: the prompt's group (the n samples of a prompt share it); weight_version: the policy
-    version that generated the response (the last one, for a resumed partial rollout).
+    version that generated the response (the last one, for a resumed partial rollout);
+    token_versions: one entry per response token, the policy version that generated it (None for
+    tool/environment tokens and for the engines' initial weights); None = not tracked.
     """
 
     prompt: str | list[dict]
@@ -40,6 +42,7 @@ class Sample:
     metadata: dict = field(default_factory=dict)
     group_id: int = -1
     weight_version: int | None = None
+    token_versions: list[int | None] | None = None
 
     @property
     def response_length(self) -> int:
