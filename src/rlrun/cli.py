@@ -7,6 +7,9 @@
     rlrun diff A B [--format text|json|md]
     rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
     rlrun export|import ...        slime interop
+    rlrun export slurm|kuberay [overrides] [--out FILE]   an sbatch script / a KubeRay RayJob for the plan
+    rlrun submit [overrides] --address http://HEAD:8265 [--follow] [--working-dir DIR]   a job on a Ray cluster
+    rlrun jobs | logs JOB [--follow] | stop JOB   [--address ADDR, default $RAY_ADDRESS]
     --cfg job [--resolve]          print the resolved config (Hydra's flag) and exit
     --version
     --config-dir DIR               an extra config dir (e.g. DIR/experiment/mine.yaml)
@@ -21,7 +24,8 @@ from typing import Optional, Sequence
 
 from rlrun.config.errors import ConfigError
 
-COMMANDS = ("run", "plan", "validate", "diff", "export", "import")
+COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "submit", "jobs", "logs", "stop")
+CLUSTER_EXPORTS = ("slurm", "kuberay")
 USAGE = __doc__.split("\n\n", 1)[1]
 
 
@@ -38,6 +42,9 @@ class Args:
     config_dir: Optional[str] = None
     format: str = "text"
     help: bool = False
+    address: Optional[str] = None      # submit/jobs/logs/stop: the Ray dashboard (Jobs API) address
+    working_dir: Optional[str] = None  # submit: the dir uploaded as the job's working dir
+    follow: bool = False
 
 
 class UsageError(Exception):
@@ -50,7 +57,7 @@ def parse(argv: Sequence[str]) -> Args:
     if argv and argv[0] in COMMANDS:
         a.command = argv.pop(0)
     valued = {"--out": "out", "--cfg": "cfg", "-c": "cfg", "--config-dir": "config_dir", "-cd": "config_dir",
-              "--format": "format"}
+              "--format": "format", "--address": "address", "--working-dir": "working_dir"}
     while argv:
         tok = argv.pop(0)
         name, eq, val = tok.partition("=")
@@ -62,6 +69,8 @@ def parse(argv: Sequence[str]) -> Args:
             a.command = "version"
         elif tok == "--json":
             a.json = True
+        elif tok == "--follow":
+            a.follow = True
         elif tok in ("-m", "--multirun"):
             a.multirun = True
         elif name in valued and name.startswith("-"):
@@ -148,6 +157,49 @@ def cmd_run(a: Args) -> int:
     return 0
 
 
+def cmd_submit(a: Args) -> int:
+    from rlrun.launch import jobs
+
+    cfg, plan = _load(a)  # an invalid config exits 2 here, before the cluster is asked anything
+    try:
+        return jobs.submit(cfg, plan, a.overrides, address=a.address, config_dir=a.config_dir,
+                           working_dir=a.working_dir, follow=a.follow)
+    except jobs.SubmitError as e:
+        raise UsageError(str(e)) from e
+
+
+def cmd_job(a: Args) -> int:
+    """jobs | logs JOB | stop JOB"""
+    from rlrun.launch import jobs
+
+    if a.command == "jobs":
+        return jobs.list_jobs(a.address)
+    if len(a.positional) != 1:
+        raise UsageError(f"rlrun {a.command} takes one job id (rlrun jobs lists them)")
+    try:
+        return jobs.logs(a.address, a.positional[0], a.follow) if a.command == "logs" else jobs.stop(a.address, a.positional[0])
+    except jobs.SubmitError as e:
+        raise UsageError(str(e)) from e
+
+
+def cmd_export(a: Args) -> int:
+    """export slurm|kuberay: the launch file for the resolved config and its plan."""
+    from rlrun.launch.export import EXPORTERS
+
+    what = a.positional.pop(0)
+    if a.positional:
+        raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
+    cfg, plan = _load(a)
+    text = EXPORTERS[what](cfg, plan, a.overrides, a.config_dir)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+        print(f"wrote {a.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_interop(argv: Sequence[str]) -> int:
     from rlrun.interop import slime
 
@@ -164,6 +216,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: list[str]) -> int:
     try:
+        if argv[:1] == ["export"] and argv[1:2] and argv[1] in CLUSTER_EXPORTS:
+            return cmd_export(parse(argv))
         if argv and argv[0] in ("export", "import"):
             # interop owns its options (--out, --env, --name, ...): hand over before rlrun parses any
             return cmd_interop(argv)
@@ -186,9 +240,11 @@ def _main(argv: list[str]) -> int:
             from rlrun.config.diff import diff_main
 
             return diff_main(a)
+        if a.command in ("jobs", "logs", "stop"):
+            return cmd_job(a)
         if a.positional:
             raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
-        return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate}[a.command](a)
+        return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate, "submit": cmd_submit}[a.command](a)
     except ConfigError as e:
         return _fail(e, a.json if "a" in locals() else False)
     except UsageError as e:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlrun import checkpoint as ckpt
 from rlrun import loop
-from rlrun.launch import steps
+from rlrun.launch import faults, steps
 from rlrun.metrics import METRICS_FILE, MetricsLogger, plot, read_metrics
 
 ENGINE_INIT_DIR = "engine_init"
@@ -374,6 +374,7 @@ def run(cfg, plan, run_dir) -> dict:
         with ExitStack() as stack:
             r = Run(cfg, plan, Path(run_dir), stack)
             r.check_stop = stop.check
+            stack.enter_context(faults.name_lost_nodes(r.save_dir))  # a lost node: name it and the last checkpoint
             summary = loop.run(r)
             stop.check()
     finally:

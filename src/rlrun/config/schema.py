@@ -30,9 +30,26 @@ class RunSection(Section):
     dry_run: bool
 
 
+class SlurmSection(Section):
+    partition: Optional[str]
+    account: Optional[str]
+    time: Annotated[str, Field(pattern=r"^(\d+-)?\d+(:\d{2}){0,2}$")]  # sbatch --time: [D-]H[:MM[:SS]]
+
+
+class KubeRaySection(Section):
+    image: Optional[str]
+    namespace: Annotated[str, Field(min_length=1)]
+    memory_per_node: Annotated[str, Field(pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")]  # a k8s quantity
+    pvc: Optional[str]
+    mount_path: Annotated[str, Field(pattern=r"^/")]
+
+
 class ClusterSection(Section):
     address: Optional[str]
     num_nodes: PosInt
+    cpus_per_node: PosInt
+    slurm: SlurmSection
+    kuberay: KubeRaySection
 
 
 class HardwareDefaults(Section):

@@ -26,6 +26,11 @@ class NodeResources:
     ip: str
     cpus: float
     gpus: float
+    accelerator: str | None = None  # Ray's accelerator_type resource (e.g. H100, AMD-Instinct-MI300X-OAM)
+
+
+def _accelerator(resources: dict) -> str | None:
+    return next((k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")), None)
 
 
 @dataclass
@@ -95,9 +100,43 @@ def alive_nodes() -> list[NodeResources]:
         if not n.get("Alive"):
             continue
         res = n.get("Resources", {})
-        out.append(NodeResources(node_id=n["NodeID"], ip=n["NodeManagerAddress"],
-                                 cpus=float(res.get("CPU", 0.0)), gpus=float(res.get("GPU", 0.0))))
+        out.append(NodeResources(node_id=n["NodeID"], ip=n["NodeManagerAddress"], cpus=float(res.get("CPU", 0.0)),
+                                 gpus=float(res.get("GPU", 0.0)), accelerator=_accelerator(res)))
     return out
+
+
+def live_nodes(dashboard: str) -> list[NodeResources]:
+    """Alive nodes of the cluster whose dashboard (Jobs API) address is `dashboard`, read through
+    Ray's state API without joining the cluster (no driver is started)."""
+    from ray.util.state import list_nodes
+
+    out = []
+    for n in list_nodes(address=dashboard, detail=True, raise_on_missing_output=False):
+        if n.state == "ALIVE":
+            res = n.resources_total or {}
+            out.append(NodeResources(node_id=n.node_id, ip=n.node_ip, cpus=float(res.get("CPU", 0.0)),
+                                     gpus=float(res.get("GPU", 0.0)), accelerator=_accelerator(res)))
+    return out
+
+
+def check_accelerator(hardware_name: str, vendor: str, nodes: list[NodeResources]) -> str | None:
+    """Raise ResourceError when GPU nodes report an accelerator type other than hardware.name (an
+    h100 plan on MI300X nodes); returns a note when no node reports one (logical GPUs, or a Ray that
+    could not read the device), since then only the counts were checked."""
+    if vendor == "cpu":
+        return None
+    types = sorted({n.accelerator for n in nodes if n.gpus and n.accelerator})
+    if not types:
+        return (f"no GPU node reports an accelerator type (logical GPUs?): hardware={hardware_name} was checked "
+                f"by GPU counts only")
+    want = hardware_name.upper()
+    wrong = [t for t in types if want not in t.upper().replace("-", "")]
+    if wrong:
+        raise ResourceError(
+            f"hardware={hardware_name} does not match the cluster's GPUs: Ray reports accelerator type(s) {types}. "
+            f"Fix: choose the hardware profile of those GPUs (conf/hardware/*.yaml), or submit to a cluster of "
+            f"{hardware_name} nodes.")
+    return None
 
 
 def check_resources(plan, vendor: str, nodes: list[NodeResources]) -> None:

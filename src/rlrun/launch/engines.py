@@ -18,15 +18,19 @@ _ALIVE_TIMEOUT_S = 10.0
 class _PlacedHFEngine(HFEngineActor):
     """HFEngineActor that moves its model to the GPU its bundle holds (it loads on the CPU)."""
 
-    def __init__(self, model_dir: str, gpu_id: int | None, threads: int, **kw):
+    def __init__(self, model_dir: str, gpu_id: int | None, threads: int, engine_id: int = 0, **kw):
         import torch
 
+        self.engine_id = engine_id
         if threads:
             torch.set_num_threads(threads)
         super().__init__(model_dir, **kw)
         if gpu_id is not None:
             torch.cuda.set_device(gpu_id)
             self.engine.model.to(torch.device("cuda", gpu_id))
+
+    def __repr__(self) -> str:  # Ray shows it as the actor's repr_name (dashboard, ray.util.state)
+        return f"engine {self.engine_id}"
 
 
 class RayEngine:
@@ -40,7 +44,7 @@ class RayEngine:
                                                      runtime_env=runtime_env(env))
         # Listen on the bundle's node address, so that the router reaches engines on other nodes.
         host = placement.bundle_of("engine", engine_id)[0].node_ip
-        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, seed=seed, host=host,
+        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, engine_id, seed=seed, host=host,
                                   max_batch_size=max_batch_size)
         self.url = ray.get(self.actor.start.remote())
 

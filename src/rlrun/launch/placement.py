@@ -6,7 +6,8 @@ Plan.placement names (node, gpu) slots; Ray names bundles. The mapping is:
 2. a probe task in each bundle reports the node and the GPU id Ray gave it;
 3. bundles are sorted by (node IP as integers, node id, GPU id) so rank order follows the hardware;
 4. plan node i is matched to a Ray node holding exactly as many bundles (the plan's own order
-   when it fits), plan gpu j to the j-th bundle of that node. An engine's TP group lies on one
+   when it fits), plan gpu j to the j-th bundle of that node (on the cpu profile too, when Ray
+   spread the bundles that way; otherwise cpu plan slots are laid over the bundles in order). An engine's TP group lies on one
    plan node, so it lies on one Ray node.
 Actors then ask a fraction of their bundle (trainer 0.4, engine 0.2) so both fit in colocate mode.
 """
@@ -88,14 +89,16 @@ class Placement:
         plan_nodes: dict[int, list[int]] = defaultdict(list)
         for node, gpu in slots:
             plan_nodes[node].append(gpu)
-        if not self.gpu:
-            # cpu profile: plan nodes are bookkeeping; lay plan slots over bundles in order.
-            return {slot: self.bundles[i] for i, slot in enumerate(slots)}
         free = list(ray_nodes)
         assign: dict[int, str] = {}
         for pnode in sorted(plan_nodes):
             need = len(plan_nodes[pnode])
             pick = next((r for r in free if len(by_ray_node[r]) == need), None)
+            if pick is None and not self.gpu:
+                # cpu profile: plan nodes are bookkeeping (Ray may pack every bundle on one node);
+                # lay plan slots over bundles in order. When Ray did split them as the plan's nodes
+                # (a multi-node CPU cluster), the matching above placed them node by node.
+                return {slot: self.bundles[i] for i, slot in enumerate(slots)}
             if pick is None:
                 got = {r[:8]: len(by_ray_node[r]) for r in ray_nodes}
                 remove_placement_group(self.pg)

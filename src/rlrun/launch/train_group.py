@@ -85,9 +85,13 @@ class _Rank:
         from rlrun.train.torch_backend import set_cpu_threads
 
         set_cpu_threads()
+        self.rank = rank
         self.device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
         self.impl = backend_class(backend)(cfg, rank=rank, world_size=world_size, gpu_id=gpu_id,
                                            total_steps=total_steps)
+
+    def __repr__(self) -> str:  # Ray shows it as the actor's repr_name (dashboard, ray.util.state)
+        return f"trainer rank {self.rank}"
 
     def call(self, method: str, *args, **kwargs):
         return getattr(self.impl, method)(*args, **kwargs)
