@@ -164,7 +164,7 @@ def cmd_submit(a: Args) -> int:
     try:
         return jobs.submit(cfg, plan, a.overrides, address=a.address, config_dir=a.config_dir,
                            working_dir=a.working_dir, follow=a.follow)
-    except jobs.SubmitError as e:
+    except (jobs.SubmitError, ConnectionError) as e:
         raise UsageError(str(e)) from e
 
 
@@ -172,13 +172,13 @@ def cmd_job(a: Args) -> int:
     """jobs | logs JOB | stop JOB"""
     from rlrun.launch import jobs
 
-    if a.command == "jobs":
-        return jobs.list_jobs(a.address)
-    if len(a.positional) != 1:
+    if a.command != "jobs" and len(a.positional) != 1:
         raise UsageError(f"rlrun {a.command} takes one job id (rlrun jobs lists them)")
     try:
+        if a.command == "jobs":
+            return jobs.list_jobs(a.address)
         return jobs.logs(a.address, a.positional[0], a.follow) if a.command == "logs" else jobs.stop(a.address, a.positional[0])
-    except jobs.SubmitError as e:
+    except (jobs.SubmitError, ConnectionError) as e:  # no address, or no Jobs API answering there
         raise UsageError(str(e)) from e
 
 

@@ -6,7 +6,9 @@ fails in a second with what was asked and what exists, instead of hanging in Ray
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +78,7 @@ def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Clus
     )
     if address:
         ray.init(address=address, **common)
+        _reinstall_signal_handlers()
         return Cluster(address=address, owned=False)
     kwargs: dict = {}
     if vendor == "cpu":
@@ -85,6 +88,17 @@ def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Clus
     ray.init(**kwargs, **common)
     ray_pids = [p for p in reaper.descendants(os.getpid()) if _is_ray_process(p)]
     return Cluster(address=None, owned=True, reaper=reaper.spawn(ray_pids))
+
+
+def _reinstall_signal_handlers() -> None:
+    """Joining a cluster, Ray's core worker installs its own SIGTERM handler (it logs "SIGTERM
+    received" and the process dies at once), over the one the runner set to tear the run down.
+    `rlrun stop` / `ray job stop` send SIGTERM: put Python's handlers back so the teardown runs."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                signal.signal(sig, handler)
 
 
 def _is_ray_process(pid: int) -> bool:
@@ -109,9 +123,14 @@ def live_nodes(dashboard: str) -> list[NodeResources]:
     """Alive nodes of the cluster whose dashboard (Jobs API) address is `dashboard`, read through
     Ray's state API without joining the cluster (no driver is started)."""
     from ray.util.state import list_nodes
+    from ray.util.state.exception import RayStateApiException
 
+    try:
+        found = list_nodes(address=dashboard, detail=True, raise_on_missing_output=False)
+    except RayStateApiException as e:
+        raise ConnectionError(f"no Ray dashboard answered at {dashboard}: {str(e).splitlines()[0]}") from e
     out = []
-    for n in list_nodes(address=dashboard, detail=True, raise_on_missing_output=False):
+    for n in found:
         if n.state == "ALIVE":
             res = n.resources_total or {}
             out.append(NodeResources(node_id=n.node_id, ip=n.node_ip, cpus=float(res.get("CPU", 0.0)),

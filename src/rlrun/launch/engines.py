@@ -13,6 +13,7 @@ from rlrun.launch.placement import Placement
 from rlrun.rollout.hf_engine import HFEngineActor
 
 _ALIVE_TIMEOUT_S = 10.0
+_START_TIMEOUT_S = 600.0  # loading a large HF checkpoint from network storage takes minutes
 
 
 class _PlacedHFEngine(HFEngineActor):
@@ -46,7 +47,12 @@ class RayEngine:
         host = placement.bundle_of("engine", engine_id)[0].node_ip
         self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, engine_id, seed=seed, host=host,
                                   max_batch_size=max_batch_size)
-        self.url = ray.get(self.actor.start.remote())
+        try:  # bounded: a replacement whose bundle's node is gone is never placed (EngineGroup retries)
+            self.url = ray.get(self.actor.start.remote(), timeout=_START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(self.actor)
+            raise TimeoutError(f"engine {engine_id} did not start within {_START_TIMEOUT_S:.0f} s (its bundle "
+                               f"on node {host} may be gone, or the node is out of memory)") from None
 
     def alive(self) -> bool:
         try:

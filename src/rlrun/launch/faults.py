@@ -6,9 +6,14 @@ peer, an engine stopped answering). `name_lost_nodes` wraps the run: on an error
 of the nodes that were alive at the start are now dead (GCS marks a node dead after its missed
 health checks, so it waits a bounded time for that), and re-raises a NodeLostError that says
 which node, what failed, the newest complete checkpoint and how to continue (run.resume=auto).
+A watcher thread also polls the node table: the driver may be waiting where no error ever comes
+(an engine restart whose bundle's node is gone never gets placed), so a dead node interrupts the
+main thread (SIGUSR2) and the run fails the same way.
 """
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +23,7 @@ from rlrun import checkpoint as ckpt
 # GCS declares a node dead after health_check_failure_threshold (5) checks health_check_period_ms
 # (3 s) apart, each allowed health_check_timeout_ms (10 s): 15-50 s with Ray's defaults.
 DEATH_WAIT_S = 60.0
+POLL_S = 2.0  # the watcher's look at Ray's node table
 OTHER_WAIT_S = 5.0  # any other error (a collective's lost peer, an engine's HTTP failure): a short look
 # Ray's system failures: what a driver sees when a process or node under it is gone
 SYSTEM_ERRORS = ("RayActorError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError")
@@ -51,29 +57,68 @@ def describe(lost: dict[str, str], cause: BaseException, save_dir: Path) -> str:
         last = f"none usable ({e})"
     nodes = ", ".join(f"{n[:12]} ({ip})" for n, ip in lost.items())
     first = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
-    return (f"Ray node(s) {nodes} lost during the run (first error: {type(cause).__name__}: {first}); "
+    how = first if isinstance(cause, _NodeGone) else f"first error: {type(cause).__name__}: {first}"
+    return (f"Ray node(s) {nodes} lost during the run ({how}); "
             f"last complete checkpoint: {last or 'none (nothing saved yet)'}. Fix: bring the cluster back to "
             f"the plan's size and run again with run.resume=auto (same run.output_dir and run.name) to "
             f"continue from it.")
 
 
+class _NodeGone(Exception):
+    """Raised in the main thread by the watcher's signal: a node died while the driver waited."""
+
+
+class _Watcher(threading.Thread):
+    """Polls Ray's node table; once a node of `before` is dead it signals the main thread (SIGUSR2)
+    every poll until the driver has left the run. The driver may be blocked where no error would
+    ever come (a lock held by an engine restart whose bundle's node is gone, an HTTP wait): the
+    signal interrupts the wait and the handler raises _NodeGone there."""
+
+    def __init__(self, before: dict[str, str], poll_s: float):
+        super().__init__(name="rlrun-node-watch", daemon=True)
+        self.before, self.poll_s = before, poll_s
+        self.lost: dict[str, str] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.poll_s):
+            try:
+                now = alive_node_ids()
+            except Exception:  # noqa: BLE001 - Ray going down under us: the driver is leaving anyway
+                return
+            self.lost = self.lost or {n: ip for n, ip in self.before.items() if n not in now}
+            if self.lost and not self.done.is_set():
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
+
+    def handler(self, signum, frame):
+        raise _NodeGone(f"the driver was waiting when Ray marked node(s) {sorted(self.lost)} dead")
+
+
 @contextmanager
-def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S):
+def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float = POLL_S):
     """Wrap the loop: an error that comes with (or soon after) the death of a node that was alive
-    when it started becomes a NodeLostError naming the node and the last checkpoint."""
+    when it started becomes a NodeLostError naming the node and the last checkpoint; a node's
+    death while the driver waits on something that will never answer interrupts that wait."""
     import ray.exceptions
 
     system = tuple(getattr(ray.exceptions, n) for n in SYSTEM_ERRORS if hasattr(ray.exceptions, n))
     before = alive_node_ids()
-    if len(before) <= 1:  # one node: losing it loses this driver too; nothing to name
-        yield
+    if len(before) <= 1 or threading.current_thread() is not threading.main_thread():
+        yield  # one node: losing it loses this driver too; off the main thread: no signals
         return
+    watcher = _Watcher(before, poll_s)
+    previous = signal.signal(signal.SIGUSR2, watcher.handler)
+    watcher.start()
     try:
         yield
     except Exception as e:  # noqa: BLE001 - re-raised, unchanged unless a node was lost
+        watcher.done.set()
         # A dead actor or worker can be reported before the GCS has marked its node dead: wait for
         # that; an ordinary error (a bug, a config problem) is re-raised after a short look.
-        lost = lost_since(before, wait_s if isinstance(e, system) else OTHER_WAIT_S)
+        lost = watcher.lost or lost_since(before, wait_s if isinstance(e, system) else OTHER_WAIT_S)
         if not lost:
             raise
         raise NodeLostError(describe(lost, e, Path(save_dir))) from e
+    finally:
+        watcher.done.set()
+        signal.signal(signal.SIGUSR2, previous)
