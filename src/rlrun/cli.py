@@ -187,6 +187,8 @@ def cmd_export(a: Args) -> int:
     from rlrun.launch.export import EXPORTERS
 
     what = a.positional.pop(0)
+    if a.multirun:
+        raise UsageError(f"rlrun export {what} writes one config's launcher, not a sweep (-m)")
     if a.positional:
         raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
     cfg, plan = _load(a)
@@ -232,6 +234,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if a.cfg:
             return cmd_print_cfg(a)
+        if a.multirun and a.command in ("submit", "jobs", "logs", "stop"):
+            raise UsageError(f"rlrun {a.command} takes one config, not a sweep (-m): submit each point")
         if a.multirun:
             from rlrun.config.sweep import sweep_main
 

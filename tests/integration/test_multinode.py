@@ -145,6 +145,7 @@ def test_lost_node_then_resume_through_submit_follow(cluster, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    print(f"\n[measured] worker raylet SIGKILLed -> rlrun exited in {took:.1f} s")
     assert proc.returncode == 1, out[-4000:]
     assert took < 120, f"the run took {took:.0f} s to stop after the node was lost"
     assert "NodeLostError" in out, out[-4000:]

@@ -171,3 +171,15 @@ def test_exports_import_neither_torch_nor_ray(tmp_path):
             "print(json.dumps({'rc': rcs, 'torch': 'torch' in sys.modules, 'ray': 'ray' in sys.modules}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"rc": [0, 0], "torch": False, "ray": False}, r.stderr
+
+
+def test_cluster_commands_refuse_sweeps_and_a_missing_address(monkeypatch, capsys):
+    from rlrun.cli import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["submit", "-m", "optim.lr=1e-6,2e-6", "--address", "http://h:8265"]) == 2
+    assert main(["export", "kuberay", "-m", "optim.lr=1e-6,2e-6"]) == 2
+    assert main(["jobs"]) == 2
+    assert main(["stop"]) == 2  # needs a job id
+    err = capsys.readouterr().err
+    assert "not a sweep" in err and "no Ray cluster given" in err and "takes one job id" in err
