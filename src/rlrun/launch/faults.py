@@ -13,6 +13,7 @@ main thread (SIGUSR2) and the run fails the same way.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -24,9 +25,7 @@ from rlrun import checkpoint as ckpt
 # (3 s) apart, each allowed health_check_timeout_ms (10 s): 15-50 s with Ray's defaults.
 DEATH_WAIT_S = 60.0
 POLL_S = 2.0  # the watcher's look at Ray's node table
-OTHER_WAIT_S = 5.0  # any other error (a collective's lost peer, an engine's HTTP failure): a short look
-# Ray's system failures: what a driver sees when a process or node under it is gone
-SYSTEM_ERRORS = ("RayActorError", "WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError")
+OTHER_WAIT_S = 5.0  # an error that is not Ray's (an engine's HTTP failure, a bug in the driver): a short look
 
 
 class NodeLostError(RuntimeError):
@@ -91,6 +90,8 @@ class _Watcher(threading.Thread):
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
 
     def handler(self, signum, frame):
+        if self.done.is_set():  # the driver is already leaving the run (a signal sent just before)
+            return
         raise _NodeGone(f"the driver was waiting when Ray marked node(s) {sorted(self.lost)} dead")
 
 
@@ -99,9 +100,8 @@ def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float 
     """Wrap the loop: an error that comes with (or soon after) the death of a node that was alive
     when it started becomes a NodeLostError naming the node and the last checkpoint; a node's
     death while the driver waits on something that will never answer interrupts that wait."""
-    import ray.exceptions
+    from ray.exceptions import RayError
 
-    system = tuple(getattr(ray.exceptions, n) for n in SYSTEM_ERRORS if hasattr(ray.exceptions, n))
     before = alive_node_ids()
     if len(before) <= 1 or threading.current_thread() is not threading.main_thread():
         yield  # one node: losing it loses this driver too; off the main thread: no signals
@@ -113,9 +113,13 @@ def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float 
         yield
     except Exception as e:  # noqa: BLE001 - re-raised, unchanged unless a node was lost
         watcher.done.set()
-        # A dead actor or worker can be reported before the GCS has marked its node dead: wait for
-        # that; an ordinary error (a bug, a config problem) is re-raised after a short look.
-        lost = watcher.lost or lost_since(before, wait_s if isinstance(e, system) else OTHER_WAIT_S)
+        # A failed actor or task (a dead rank, a collective that lost its peer) can be reported
+        # before the GCS has marked its node dead: wait for that. Other errors get a short look.
+        wait = wait_s if isinstance(e, RayError) else OTHER_WAIT_S
+        if not watcher.lost and wait > OTHER_WAIT_S:
+            print(f"[rlrun] a Ray actor or task failed; checking whether a node was lost (up to {wait:.0f} s)",
+                  file=sys.stderr, flush=True)
+        lost = watcher.lost or lost_since(before, wait)
         if not lost:
             raise
         raise NodeLostError(describe(lost, e, Path(save_dir))) from e
