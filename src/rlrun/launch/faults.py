@@ -122,7 +122,15 @@ def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float 
         lost = watcher.lost or lost_since(before, wait)
         if not lost:
             raise
-        raise NodeLostError(describe(lost, e, Path(save_dir))) from e
+        msg = describe(lost, e, Path(save_dir))
+        # said now, not only in the final traceback: a thread still blocked on the dead node's Ray
+        # objects can end the process during the teardown, before the traceback would be printed
+        print(f"[rlrun] NodeLostError: {msg}", file=sys.stderr, flush=True)
+        raise NodeLostError(msg) from e
     finally:
         watcher.done.set()
-        signal.signal(signal.SIGUSR2, previous)
+        # The watcher may be about to signal (it checked `done` a moment ago): wait for it to end
+        # before SIGUSR2's default action (terminate) comes back; if it is stuck in a Ray call,
+        # ignore the signal instead.
+        watcher.join(timeout=poll_s + 10)
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN if watcher.is_alive() else previous)
