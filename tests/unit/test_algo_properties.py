@@ -23,7 +23,14 @@ FAST = settings(max_examples=60, deadline=None)
 def test_grpo_advantages_zero_mean_per_group(n, groups, data, normalize_std):
     r = torch.tensor(data.draw(st.lists(floats, min_size=n * groups, max_size=n * groups)))
     adv = group_normalize(r, n, normalize_std).view(groups, n)
-    assert torch.allclose(adv.mean(dim=1), torch.zeros(groups), atol=1e-4)
+    # Exactly zero in exact arithmetic. In float32 the group mean and the n subtractions round by at
+    # most ~2n ulps of max|r| (2^-24 relative each), and the sum of the centred values adds n more;
+    # std normalisation divides that error by (std + 1e-6), so near-equal rewards (std ~1e-4)
+    # magnify it: e.g. [2.9765625, 2.9765625, 2.9764361] gives a mean of -2.1e-3 after dividing.
+    g = r.view(groups, n)
+    scale = (g.std(dim=1) + 1e-6) if normalize_std and n > 1 else torch.ones(groups)
+    tol = 4 * n * 2.0**-24 * g.abs().amax(dim=1) / scale + 1e-7
+    assert bool((adv.mean(dim=1).abs() <= tol).all()), (adv.mean(dim=1), tol)
 
 
 @FAST
