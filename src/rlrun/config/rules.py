@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
+from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
 from rlrun.config.plan import sample_tokens
 from rlrun.config.schema import RunConfig
@@ -37,8 +38,9 @@ def batch_identity(cfg: RunConfig) -> Iterator[Problem]:
                       f"batch identity broken: rollout_batch_size * n_samples_per_prompt = {r.rollout_batch_size} * "
                       f"{r.n_samples_per_prompt} = {samples}, but global_batch_size * num_steps_per_rollout = "
                       f"{t.global_batch_size} * {t.num_steps_per_rollout} = {t.global_batch_size * t.num_steps_per_rollout}",
-                      f"set train.num_steps_per_rollout=null to derive it (needs {samples} % global_batch_size == 0), "
-                      f"or train.global_batch_size=null to derive {samples} / num_steps_per_rollout",
+                      batch_fix(r.rollout_batch_size, r.n_samples_per_prompt, t.global_batch_size)
+                      if samples % t.global_batch_size else
+                      f"set train.num_steps_per_rollout={samples // t.global_batch_size} (or null: derived)",
                       {"samples_per_rollout": samples, "global_batch_size": t.global_batch_size,
                        "num_steps_per_rollout": t.num_steps_per_rollout})
 
