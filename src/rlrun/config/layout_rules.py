@@ -51,9 +51,6 @@ def pipeline(cfg: RunConfig) -> Iterator[Problem]:
     if m.num_layers % pp:
         yield Problem("parallelism.pp", f"{m.num_layers} layers do not split into PP {pp} equal stages",
                       f"use pp in {_divisors(m.num_layers)[:6]}", pp)
-    if cfg.parallelism.sequence_parallel and cfg.parallelism.tp == 1:
-        yield Problem("parallelism.sequence_parallel", "sequence parallelism shards activations over TP ranks; "
-                      "with TP 1 there is nothing to shard", "set parallelism.sequence_parallel=false or tp > 1")
 
 
 @rule

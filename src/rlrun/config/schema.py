@@ -207,6 +207,7 @@ class DataSection(Section):
     metadata_key: Optional[str]
     apply_chat_template: bool
     rm_type: str
+    rm_url: Optional[str]                           # rm_type remote: the reward server's POST endpoint
     max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
     shuffle: bool
     num_epochs: PosInt
