@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from rlrun import checkpoint as ckpt
-from rlrun import loop
+from rlrun import loop, stopmsg
 from rlrun.launch import steps
 from rlrun.metrics import METRICS_FILE, MetricsLogger, plot, read_metrics
 
@@ -376,6 +376,7 @@ def run(cfg, plan, run_dir) -> dict:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        stopmsg.report(stop.signum, cfg, run_dir)  # stopped: where the checkpoint is, how to resume
     if summary["steps"]:
         print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
               f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir "

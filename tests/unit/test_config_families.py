@@ -3,35 +3,19 @@ config.json files key for key (no spurious problem for a key the family's file s
 hard-wired architecture and the backends that build a family are config rules, and the registry agrees
 with the trainer backends' own tables."""
 import json
+from pathlib import Path
 
 import pytest
 
 from rlrun.config import ConfigError, load
 from rlrun.config.families import FAMILIES
 
-# The hub files as published (huggingface.co/<repo>/blob/main/config.json), trimmed of keys rlrun
-# does not map (token ids, dtype, initializer_range, transformers_version, use_cache).
-HUB = {
-    "qwen2.5-7b": {  # Qwen/Qwen2.5-7B-Instruct
-        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "hidden_act": "silu",
-        "hidden_size": 3584, "intermediate_size": 18944, "max_position_embeddings": 32768,
-        "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28,
-        "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 131072,
-        "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 152064},
-    "mistral-7b": {  # mistralai/Mistral-7B-v0.3
-        "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "hidden_act": "silu",
-        "hidden_size": 4096, "intermediate_size": 14336, "max_position_embeddings": 32768,
-        "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-        "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False,
-        "vocab_size": 32768},
-    "phi-3-mini": {  # microsoft/Phi-3-mini-4k-instruct
-        "architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
-        "embd_pdrop": 0.0, "hidden_act": "silu", "hidden_size": 3072, "intermediate_size": 8192,
-        "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
-        "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
-        "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0,
-        "sliding_window": 2047, "tie_word_embeddings": False, "vocab_size": 32064},
-}
+# The hub files as published (huggingface.co/<repo>/blob/main/config.json: Qwen/Qwen2.5-7B-Instruct,
+# mistralai/Mistral-7B-v0.3, microsoft/Phi-3-mini-4k-instruct), trimmed of keys rlrun does not map
+# (token ids, dtype, initializer_range, transformers_version, use_cache); the catalogue's valid
+# controls use the same files.
+HF_DIR = Path(__file__).parent / "invalid_configs" / "hf"
+HUB = {d.name: json.loads((d / "config.json").read_text()) for d in sorted(HF_DIR.iterdir())}
 
 
 def _hub(tmp_path, name, **changes):
