@@ -129,7 +129,7 @@ class Composer:
         choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
         for g, option in choices.items():  # an optional group (experiment, parallelism) skips an unknown name
             if option is not None and option not in self.group_options(g):
-                problems.append(self._problem_from_hydra(Exception(f"Could not find '{g}/{option}'"), overrides))
+                problems.append(self.unknown_option(g, option, overrides))
                 dropped += [o for o in todo if o.lstrip("+").split("=", 1)[0] == g]
         if problems:
             raise ComposeError(problems, dropped, complete=True)
@@ -157,14 +157,7 @@ class Composer:
             return Problem(path, f"~{path}: {msg.split('. ', 1)[1].strip()}", "check the key and value", path)
         m = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
         if m:  # an unknown option of a config group
-            group, option = m.group(1), m.group(2)
-            options = self.group_options(group)
-            asked = any(o.lstrip("+~").split("=", 1)[0].split("@")[0] == group for o in overrides)
-            exp = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("experiment=")), None)
-            origin = "" if asked else (f" (asked for by experiment/{exp}.yaml's defaults list)" if exp else
-                                       " (asked for by a defaults list in conf/)")
-            return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}{origin}",
-                           f"pick one of: {', '.join(options)}", value=option)
+            return self.unknown_option(m.group(1), m.group(2), overrides)
         m = re.search(r"Could not find '([^']+)'", msg)
         if m:
             return Problem("", f"unknown config {m.group(1)!r}", "check the override's spelling", value=m.group(1))
@@ -176,6 +169,15 @@ class Composer:
         first = msg.strip().splitlines()[0] if msg.strip() else type(e).__name__
         return Problem("", f"cannot compose the config: {first}",
                        "check the override syntax: key=value, group=option, +new.key=value", value=list(overrides))
+
+    def unknown_option(self, group: str, option: str, overrides: Sequence[str]) -> Problem:
+        options = self.group_options(group)
+        asked = any(o.lstrip("+~").split("=", 1)[0].split("@")[0] == group for o in overrides)
+        exp = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("experiment=")), None)
+        origin = "" if asked else (f" (asked for by experiment/{exp}.yaml's defaults list)" if exp else
+                                   " (asked for by a defaults list in conf/)")
+        return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}{origin}",
+                       f"pick one of: {', '.join(options)}", value=option)
 
     def _keys_at(self, parent: str, overrides: Sequence[str], node: bool = False):
         """Keys under `parent` in the default composition, for did-you-mean on unknown keys
