@@ -104,7 +104,7 @@ class Composer:
 
         # Hydra stops at the first bad override; drop it and retry so that all of them are reported at once.
         problems, todo = [], list(overrides)
-        for o in [o for o in todo if o.lstrip("+~").startswith("hydra.")]:
+        for o in [o for o in todo if o.lstrip("+~").startswith(("hydra.", "hydra/"))]:
             problems.append(hydra_key_problem(o))
             todo.remove(o)
         dropped = [o for o in overrides if o not in todo]
