@@ -102,11 +102,12 @@ def _load(a: Args):
 
 
 def _warn(cfg, a: Args) -> list:
-    """Print the config's warnings (rlrun.config.warn) to stderr; --json puts them in its output instead."""
+    """Print the config's warnings (rlrun.config.warn) to stderr; `validate --json` puts them in its
+    output instead (plan --json keeps stdout for the plan, so they go to stderr there too)."""
     from rlrun.config import warn
 
     a.warnings = warn.check(cfg, a.overrides)
-    if a.warnings and not a.json:
+    if a.warnings and not (a.json and a.command == "validate"):
         print(warn.render(a.warnings), file=sys.stderr)
     return a.warnings
 
