@@ -7,7 +7,8 @@
     rlrun diff A B [--format text|json|md]
     rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
     rlrun export|import ...        slime interop
-    --cfg job [--resolve]          print the resolved config (Hydra's flag) and exit
+    --cfg job [--resolve]          print the composed config (null = derived; --resolve: the values the
+                                   run will use, derived ones filled, after validation) and exit
     --version
     --config-dir DIR               an extra config dir (e.g. DIR/experiment/mine.yaml)
 
@@ -38,6 +39,8 @@ class Args:
     config_dir: Optional[str] = None
     format: str = "text"
     help: bool = False
+    resolve: bool = False
+    warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
 
 
 class UsageError(Exception):
@@ -57,7 +60,7 @@ def parse(argv: Sequence[str]) -> Args:
         if tok in ("-h", "--help"):
             a.help = True
         elif tok == "--resolve":
-            pass  # Hydra's flag for --cfg: rlrun always prints the resolved tree
+            a.resolve = True  # Hydra's flag for --cfg: the values the run will use (derived ones filled)
         elif tok == "--version":
             a.command = "version"
         elif tok == "--json":
@@ -94,7 +97,19 @@ def _load(a: Args):
     from rlrun.config.plan import make_plan
 
     cfg, composed = load_with_choices(a.overrides, a.config_dir)
+    _warn(cfg, a)
     return cfg, make_plan(cfg, composed.choices)
+
+
+def _warn(cfg, a: Args) -> list:
+    """Print the config's warnings (rlrun.config.warn) to stderr; `validate --json` puts them in its
+    output instead (plan --json keeps stdout for the plan, so they go to stderr there too)."""
+    from rlrun.config import warn
+
+    a.warnings = warn.check(cfg, a.overrides)
+    if a.warnings and not (a.json and a.command == "validate"):
+        print(warn.render(a.warnings), file=sys.stderr)
+    return a.warnings
 
 
 def cmd_print_cfg(a: Args) -> int:
@@ -104,13 +119,19 @@ def cmd_print_cfg(a: Args) -> int:
 
     if a.cfg not in ("job", "all"):
         raise UsageError(f"--cfg {a.cfg}: rlrun prints the job config only (use --cfg job)")
-    print(yaml.safe_dump(compose(a.overrides, a.config_dir).raw, sort_keys=False), end="")
+    if a.resolve:  # validated: every derived (null) value filled with what the run will use
+        from rlrun.config import load
+
+        tree = load(a.overrides, a.config_dir).to_dict()
+    else:  # as composed: null marks a value rlrun derives
+        tree = compose(a.overrides, a.config_dir).raw
+    print(yaml.safe_dump(tree, sort_keys=False), end="")
     return 0
 
 
 def cmd_validate(a: Args) -> int:
     _load(a)
-    print("valid" if not a.json else json.dumps({"valid": True}))
+    print("valid" if not a.json else json.dumps({"valid": True, "warnings": [w.to_dict() for w in a.warnings]}))
     return 0
 
 
@@ -137,6 +158,7 @@ def cmd_run(a: Args) -> int:
     print("\n".join(summary_lines(plan)))
     run_dir = prepare_run_dir(cfg, plan, a.overrides)
     print(f"run dir: {run_dir}")
+    _print_resume_changes(cfg, run_dir)
     if cfg.run.dry_run:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
@@ -146,6 +168,14 @@ def cmd_run(a: Args) -> int:
         print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in result.items() if isinstance(v, (int, float, str))))
     return 0
+
+
+def _print_resume_changes(cfg, run_dir) -> None:
+    from rlrun.stopmsg import resume_changes
+
+    changed = resume_changes(cfg, run_dir)
+    if changed:
+        print(f"resuming with {len(changed)} changed setting(s) (was -> now):\n  " + "\n  ".join(changed))
 
 
 def cmd_interop(argv: Sequence[str]) -> int:

@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from rlrun import checkpoint as ckpt
-from rlrun import loop
+from rlrun import loop, stopmsg
 from rlrun.launch import steps
 from rlrun.metrics import METRICS_FILE, MetricsLogger, plot, read_metrics
 
@@ -129,7 +129,7 @@ class Run:
             seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
             info["rollout/retries"] += steps.generate(self.router.url, r, new, sampling, seeds)
             t0 = time.perf_counter()
-            for k, v in steps.score(new, self.cfg.data.rm_type, n).items():
+            for k, v in steps.score(new, self.cfg.data.rm_type, n, self.cfg.data.rm_url).items():
                 info[k] = info.get(k, 0.0) + v
             info["time/reward_s"] += time.perf_counter() - t0
             samples += new
@@ -278,7 +278,7 @@ class Run:
             samples = steps.make_samples(self._eval_sets[ds.name], e.n_samples_per_prompt, 0)
             seeds = [steps.request_seed(self.cfg.run.seed + 1, rollout_id, i) for i in range(len(samples))]
             steps.generate(self.router.url, self.cfg.rollout, samples, sampling, seeds)
-            steps.score(samples, ds.rm_type, e.n_samples_per_prompt)
+            steps.score(samples, ds.rm_type, e.n_samples_per_prompt, self.cfg.data.rm_url)
             out.update(steps.rollout_metrics(samples, prefix=f"eval/{ds.name}"))
         if out:
             out["eval/reward_mean"] = statistics.fmean(v for k, v in out.items() if k.endswith("/reward_mean"))
@@ -336,9 +336,6 @@ class Run:
 def check_supported(cfg) -> None:
     """Refuse, before Ray starts, settings this runner would otherwise silently ignore."""
     problems = []
-    if cfg.algo.advantage_estimator == "ppo" and cfg.train.backend != "torch":
-        problems.append(f"algo.advantage_estimator=ppo needs a critic, which train.backend={cfg.train.backend} "
-                        "does not build yet; use train.backend=torch, or grpo, gspo, cispo or reinforce_plus_plus")
     if cfg.train.async_train:
         problems.append("train.async_train=true is not implemented by the runner; set it to false")
     if cfg.rollout.partial_rollout:
@@ -379,6 +376,7 @@ def run(cfg, plan, run_dir) -> dict:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        stopmsg.report(stop.signum, cfg, run_dir)  # stopped: where the checkpoint is, how to resume
     if summary["steps"]:
         print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
               f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir "

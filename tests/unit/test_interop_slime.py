@@ -111,7 +111,7 @@ def test_megatron_derives_kv_channels_when_absent():
 
 def test_every_config_leaf_is_mapped_special_or_listed():
     covered = {r.path for r in ROWS} | set(SPECIAL) | set(NO_FLAG)
-    for overrides in ([], ["model=qwen3-30b-a3b"], ["model=deepseek-v3"]):
+    for overrides in ([], ["model=qwen3-30b-a3b"], ["model=deepseek-v3", "hardware=b200"]):
         cfg = load(overrides).model_dump(mode="python")
         missing = [p for p in _leaves(cfg) if not any(p == c or p.startswith(c + ".") for c in covered)]
         assert missing == [], f"add these to slime_table.py (ROWS, SPECIAL or NO_FLAG): {missing}"
@@ -126,7 +126,7 @@ def _leaves(tree: dict, prefix: str = "") -> list[str]:
 
 
 def test_encode_moe_mla_and_family_flags():
-    enc = encode(load(["model=deepseek-v3"]).model_dump(mode="python"))
+    enc = encode(load(["model=deepseek-v3", "hardware=b200"]).model_dump(mode="python"))
     model = [" ".join(t) for t in enc.arrays["MODEL_ARGS"]]
     for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-pos-emb-head-dim 64",
                  "--num-experts 256", "--moe-router-topk 8", "--moe-layer-freq [0]*3+[1]*58",

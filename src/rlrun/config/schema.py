@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlrun.config.families import NAMES as FAMILY_NAMES
+
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -77,7 +79,7 @@ class MLASection(Section):
 
 class ModelSection(Section):
     name: str
-    family: Literal["qwen3", "qwen3_moe", "llama", "glm4", "deepseek_v3"]
+    family: Literal[FAMILY_NAMES]  # type: ignore[valid-type]  # rlrun.config.families.FAMILIES
     num_layers: PosInt
     hidden_size: PosInt
     ffn_hidden_size: PosInt
@@ -207,6 +209,7 @@ class DataSection(Section):
     metadata_key: Optional[str]
     apply_chat_template: bool
     rm_type: str
+    rm_url: Optional[str]                           # rm_type remote: the reward server's POST endpoint
     max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
     shuffle: bool
     num_epochs: PosInt

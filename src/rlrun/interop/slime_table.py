@@ -132,6 +132,7 @@ ROWS: tuple[Row, ...] = (
     Row("data.apply_chat_template", "--apply-chat-template", "ROLLOUT_ARGS", "true", default=False),
     Row("data.shuffle", "--rollout-shuffle", "ROLLOUT_ARGS", "true", default=False),
     Row("data.rm_type", "--rm-type", "ROLLOUT_ARGS"),
+    Row("data.rm_url", "--rm-url", "ROLLOUT_ARGS", default=None),
     Row("data.max_prompt_len", "--rollout-max-prompt-len", "ROLLOUT_ARGS", type=int, default=None),
     Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int, default=_epochs_unused),
     Row("rollout.num_rollout", "--num-rollout", "ROLLOUT_ARGS", type=int, always=True),

@@ -37,14 +37,15 @@ def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: li
     return asyncio.run(run())
 
 
-def score(samples: list, rm_type: str, n: int) -> dict[str, float]:
-    """Sets sample.reward; returns the reward counters (timeouts, errors, seconds)."""
+def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) -> dict[str, float]:
+    """Sets sample.reward; returns the reward counters (timeouts, errors, seconds). remote_url:
+    data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample."""
     from rlrun.reward import score_batch
 
     metrics: dict[str, float] = {}
     rewards = score_batch(rm_type, [s.response for s in samples], [s.label for s in samples],
                           [s.metadata for s in samples], prompts=[s.prompt for s in samples], group_size=n,
-                          metrics=metrics)
+                          metrics=metrics, remote_url=remote_url)
     for s, r in zip(samples, rewards):
         s.reward = float(r)
     return metrics
