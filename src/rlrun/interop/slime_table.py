@@ -60,8 +60,18 @@ def _steps_per_rollout(v: dict) -> int:
     return samples // gbs if gbs else 1
 
 
+def _data_parallel(v: dict) -> int:
+    gpus = v["train.num_nodes"] * v["train.gpus_per_node"]
+    return gpus // (v["parallelism.tp"] * v["parallelism.pp"] * v["parallelism.cp"])
+
+
 def _gbs(v: dict) -> int:
-    return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+    # slime_validate_args derives it from an explicit --num-steps-per-rollout; without either flag Megatron's
+    # validate_args sets global_batch_size = micro_batch_size * data_parallel_size. (fill_defaults runs the
+    # derived defaults in ROWS order: num_steps_per_rollout is in `v` here only when the script set it.)
+    if "train.num_steps_per_rollout" in v:
+        return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+    return v["train.micro_batch_size"] * _data_parallel(v)
 
 
 def _epochs_unused(v: dict) -> Any:
@@ -173,7 +183,7 @@ ROWS: tuple[Row, ...] = (
     Row("train.recompute.num_layers", "--recompute-num-layers", "PERF_ARGS", type=int, default=None),
     Row("train.micro_batch_size", "--micro-batch-size", "PERF_ARGS", type=int, default=1),
     Row("train.use_dynamic_batch_size", "--use-dynamic-batch-size", "PERF_ARGS", "true", default=False),
-    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int),
+    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int, default=None),
     Row("train.log_probs_max_tokens_per_gpu", "--log-probs-max-tokens-per-gpu", "PERF_ARGS", type=int,
         default=lambda v: v["train.max_tokens_per_gpu"]),
     # ---- GRPO_ARGS ------------------------------------------------------------------------------------
@@ -256,7 +266,8 @@ NO_FLAG: dict[str, str] = {
     "run.output_dir": "slime writes to --save and wandb",
     "run.resume": "slime resumes whenever --load holds a checkpoint",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
-    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`)",
+    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "
+    "launch flags (slime_import.cluster_nodes)",
     "hardware.name": "hardware is implied by the env exports",
     "hardware.vendor": "implied by the env exports (HIP_* on ROCm)",
     "hardware.memory_gib": "used by rlrun's memory plan only",
@@ -288,6 +299,50 @@ RLRUN_DERIVED = frozenset({
     "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature",
     "algo.eps_clip_high", "checkpoint.ref",
 })
+
+# rlrun derives one setting of a pair from the other (rlrun.config.derive). A script that sets only one side gets
+# null on the other, so that rlrun derives it and a problem names the flag the user set (a derived
+# num_steps_per_rollout = 256 // 512 = 0 would otherwise be blamed). Without either flag the import keeps
+# Megatron's global batch size (micro_batch_size * DP) and derives the steps from it.
+DERIVED_FROM: dict[str, str] = {
+    "train.num_steps_per_rollout": "train.global_batch_size",
+    "train.global_batch_size": "train.num_steps_per_rollout",
+}
+
+
+@dataclass(frozen=True)
+class Override:
+    """slime or Megatron replacing what a script's flags say with another value (a fact of their argument
+    handling): `applies(values, seen flags)` -> the value they use instead is `value(values)`, and the
+    import says so with `why` (formatted with the flag values: {name} is values[name] with dots as _)."""
+
+    path: str
+    flag: str  # the flag whose value is replaced (the note points at it)
+    applies: Callable[[dict, set], bool]
+    value: Callable[[dict], Any]
+    why: str
+    source: str
+
+
+OVERRIDES: tuple[Override, ...] = (
+    Override("model.num_query_groups", "--num-query-groups",
+             lambda v, seen: "--num-query-groups" in seen and "--group-query-attention" not in seen,
+             lambda v: v["model.num_attention_heads"],
+             "--num-query-groups {model_num_query_groups} without --group-query-attention: Megatron builds "
+             "multi-head attention ({model_num_attention_heads} KV groups); add --group-query-attention for GQA",
+             "Megatron-LM megatron/training/argument_utils.py (num_query_groups only with group_query_attention)"),
+    Override("parallelism.sequence_parallel", "--sequence-parallel",
+             lambda v, seen: v.get("parallelism.sequence_parallel") is True and v.get("parallelism.tp") == 1,
+             lambda v: False,
+             "--sequence-parallel at tensor-parallel size 1: Megatron turns it off (nothing to shard); imported "
+             "as sequence_parallel=false",
+             "Megatron-LM megatron/training/arguments.py validate_args (tensor_model_parallel_size == 1)"),
+)
+# Flags slime reads but ignores in the presence of another: (flag, the other, why) -> a warning on import.
+IGNORED_WITH: tuple[tuple[str, str, str], ...] = (
+    ("--num-epoch", "--num-rollout", "slime ignores --num-epoch when --num-rollout is set (slime_validate_args); "
+     "the run lasts --num-rollout rollouts"),
+)
 
 # Flags rlrun's export always writes with these values (Megatron settings rlrun fixes rather than exposes).
 # An imported script that spells them the same way loses nothing; a different value is reported.
