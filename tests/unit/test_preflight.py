@@ -244,3 +244,15 @@ def test_preflight_time_on_the_seed_recipe(tmp_path):
     secs = time.perf_counter() - t
     assert [p for p in problems if p.path != "checkpoint.save"] == [], problems  # the disk may be small
     assert secs < 2.0, secs
+
+
+def test_a_sweep_checks_every_point_before_any_run_dir(tmp_path, data):
+    from rlrun.config import ConfigError
+    from rlrun.config.sweep import expand, launch, validate_points
+
+    planned = validate_points(expand([f"run.output_dir={tmp_path / 'out'}",
+                                      f"data.prompt_data={data},{tmp_path}/missing.jsonl"]))
+    with pytest.raises(ConfigError) as exc:
+        launch(planned, root=tmp_path / "sweep")
+    assert exc.value.paths == ["data.prompt_data"] and "[point data.prompt_data=" in exc.value.render()
+    assert not (tmp_path / "sweep").exists()
