@@ -74,7 +74,7 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         return 2
     refused = [] if args.allow_unknown else blocking(result.unknown)
     if refused:
-        err.write(result.report() + "\n")
+        err.write(result.report(written=False) + "\n")
         err.write(f"rlrun import slime: nothing written: {len(refused)} flag(s) would be left out, so the experiment "
                   f"would not run what the script runs: {', '.join(o.flag for o, _ in refused)}. Fix the script "
                   "(see the did-you-mean above) or pass --allow-unknown to import without them\n")

@@ -311,8 +311,9 @@ class _Decoder:
             except KeyError:
                 continue
             if applies:
-                self.notes.append(_at(self.seen[o.flag], o.why.format(**{k.replace(".", "_"): x
-                                                                           for k, x in v.items()})))
+                if o.why:
+                    self.notes.append(_at(self.seen[o.flag], o.why.format(**{k.replace(".", "_"): x
+                                                                               for k, x in v.items()})))
                 v[o.path] = o.value(v)
         self.notes += [_at(self.seen[flag], why) for flag, other, why in IGNORED_WITH if flag in seen and other in seen]
 

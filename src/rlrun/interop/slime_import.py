@@ -37,16 +37,18 @@ class ImportResult:
     problems: list[str] = field(default_factory=list)  # rlrun validation problems of the result
     filled: dict[str, str] = field(default_factory=dict)  # written path -> the absent flag whose default it is
 
-    def report(self) -> str:
+    def report(self, written: bool = True) -> str:
         lines = [f"experiment {self.name}:"]
         for c in self.choices.values():
             detail = f"all {c.group}.* settings match" if not c.differing else \
                 f"{len(c.differing)} {c.group}.* setting(s) overridden: {', '.join(c.differing[:6])}" + \
                 (" ..." if len(c.differing) > 6 else "")
             lines.append(f"  {c.group}={c.option} ({detail})")
-        lines.append(f"  {len(self.overrides)} override(s) written")
+        where = "written" if written else "(not written)"
+        lines.append(f"  {len(self.overrides)} override(s) {where}")
         if self.unknown:
-            lines.append(f"  {len(self.unknown)} slime flag(s) with no rlrun setting (listed at the end of the YAML):")
+            lines.append(f"  {len(self.unknown)} slime flag(s) with no rlrun setting"
+                         + (" (listed at the end of the YAML):" if written else ":"))
             lines.extend(f"    {_occ_text(o)}  [{o.where}] {why}" for o, why in self.unknown)
         if self.filled:
             lines.append(f"  {len(self.filled)} setting(s) filled in with slime's/Megatron's value for an absent flag "

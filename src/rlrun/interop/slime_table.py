@@ -10,6 +10,7 @@ NO_FLAG entry, so a new config field cannot be silently left out of the export.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -264,7 +265,8 @@ SPECIAL: dict[str, str] = {
 NO_FLAG: dict[str, str] = {
     "run.name": "slime names runs through wandb (--wandb-group)",
     "run.output_dir": "slime writes to --save and wandb",
-    "run.resume": "slime resumes whenever --load holds a checkpoint",
+    "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
+    "export writes `--load` = checkpoint.save unless resume is never",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
     "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "
     "launch flags (slime_import.cluster_nodes)",
@@ -324,7 +326,21 @@ class Override:
     source: str
 
 
+def _load_is_save(v: dict, seen: set) -> bool:
+    load, save = v.get("checkpoint.load"), v.get("checkpoint.save")
+    return bool(load and save) and os.path.normpath(load) == os.path.normpath(save)
+
+
 OVERRIDES: tuple[Override, ...] = (
+    # slime's scripts point --load at --save: Megatron loads a checkpoint there when one exists and starts from
+    # --ref-load/--hf-checkpoint otherwise, which is rlrun's run.resume=auto over checkpoint.save (a
+    # checkpoint.load must hold a checkpoint). run.resume first: the second override clears what it reads.
+    Override("run.resume", "--load", _load_is_save, lambda v: "auto",
+             "--load {checkpoint_load} is the --save folder: slime resumes from it when it holds a checkpoint and "
+             "starts fresh otherwise; imported as run.resume=auto (resume from checkpoint.save) with "
+             "checkpoint.load=null", "Megatron-LM megatron/training/checkpointing.py load_checkpoint (no tracker "
+             "file: start without loading)"),
+    Override("checkpoint.load", "--load", _load_is_save, lambda v: None, "", "(with run.resume above)"),
     Override("model.num_query_groups", "--num-query-groups",
              lambda v, seen: "--num-query-groups" in seen and "--group-query-attention" not in seen,
              lambda v: v["model.num_attention_heads"],
