@@ -106,15 +106,33 @@ def test_eval_dataset_path_is_checked(tmp_path, data):
     assert paths(problems) == ["eval.datasets.0.path"]
 
 
+def hf_folder(path: Path, config: str) -> Path:
+    """A model folder as the preflight reads it: config.json plus (empty) weight and tokenizer files."""
+    path.mkdir()
+    (path / "config.json").write_text(config)
+    (path / "model.safetensors").write_bytes(b"")
+    (path / "tokenizer.json").write_text("{}")
+    return path
+
+
 def test_hf_config_mismatch(tmp_path):
-    hf = tmp_path / "Qwen3-4B"
-    hf.mkdir()
-    (hf / "config.json").write_text((QWEN3_4B / "config.json").read_text().replace('"num_key_value_heads": 8',
-                                                                                   '"num_key_value_heads": 4'))
+    hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text().replace(
+        '"num_key_value_heads": 8', '"num_key_value_heads": 4'))
     cfg = with_checkpoint(load(["model=qwen3-4b", "hardware=h100", f"run.output_dir={tmp_path}"]), hf=str(hf),
                           ref=str(hf))
     problems = preflight(cfg)
     assert paths(problems) == ["model.num_query_groups"] and "(4)" in problems[0].message
+
+
+def test_hf_folder_without_weights_or_tokenizer(tmp_path):
+    hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text())
+    (hf / "model.safetensors").unlink()
+    (hf / "tokenizer.json").unlink()
+    cfg = with_checkpoint(load(["model=qwen3-4b", "hardware=h100", f"run.output_dir={tmp_path}"]), hf=str(hf),
+                          ref=str(hf))
+    problems = preflight(cfg)
+    assert paths(problems) == ["checkpoint.hf", "checkpoint.hf"]
+    assert "no weights (*.safetensors)" in problems[0].message and "no tokenizer files" in problems[1].message
 
 
 def test_hf_folder_without_config_json(tmp_path):
@@ -231,9 +249,7 @@ def test_run_stops_before_the_run_dir_and_ray(tmp_path):
 
 def test_preflight_time_on_the_seed_recipe(tmp_path):
     """A seed recipe whose paths all exist (HF config.json, 1000-row data file): measured, not just bounded."""
-    hf = tmp_path / "Qwen3-4B"
-    hf.mkdir()
-    (hf / "config.json").write_text((QWEN3_4B / "config.json").read_text())
+    hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text())
     data = write_jsonl(tmp_path / "small.jsonl", [{"prompt": f"q{i}", "label": str(i)} for i in range(1000)])
     cfg = load(["experiment=qwen3-4b-grpo-mi300x", f"data.prompt_data={data}", "eval.interval=null",
                 "eval.datasets=[]", "checkpoint.load=null", f"run.output_dir={tmp_path}", "checkpoint.save_interval=null"])

@@ -31,6 +31,10 @@ CHECKPOINT_BYTES_PER_PARAM = {("megatron", "fp32"): 14, ("megatron", "bf16"): 10
 # Keys naming a Python function ("package.module:function" or "path/to/file.py:function"), checked to exist.
 FUNCTION_KEYS = ("data.rm_type", "rollout.generate_fn")
 WANDB_HOST = "api.wandb.ai"
+# What a model folder must hold besides config.json: (what, any of these globs). rlrun reads weights from
+# *.safetensors only (rlrun.rollout.weights.load_hf_dir) and the tokenizer with transformers' AutoTokenizer.
+WEIGHTS = ("weights (*.safetensors)", ("*.safetensors",))
+TOKENIZER = ("tokenizer files", ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
 
 
 def check(fn: Check) -> Check:
@@ -81,13 +85,22 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
                           "model folder (config.json + *.safetensors + tokenizer files)", ck.hf)
         else:
             yield from compare(cfg, hf, f"{ck.hf}/config.json")
+            yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
     if ck.ref is not None and ck.ref != ck.hf:
         bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
                           "fix checkpoint.ref, or null to use checkpoint.hf")
-        if bad:
-            yield bad
+        yield from [bad] if bad else _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
+
+
+def _holds(key: str, path: str, wanted: tuple[tuple[str, tuple[str, ...]], ...]) -> Iterator[Problem]:
+    folder = Path(path).expanduser()
+    for what, globs in wanted:
+        if not any(next(folder.glob(g), None) for g in globs):
+            yield Problem(key, f"{path} has no {what} (looked for {', '.join(globs)})",
+                          f"point {key} at a complete Hugging Face model folder (e.g. a `huggingface-cli download`)",
+                          path)
 
 
 def _trainer_checkpoint(path: str) -> Iterator[Problem]:
