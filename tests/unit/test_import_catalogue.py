@@ -99,7 +99,7 @@ def test_sequence_parallel_at_tp1_is_dropped_as_megatron_does(tmp_path, capsys):
 
 def test_num_epoch_beside_num_rollout_is_a_warning(tmp_path, capsys):
     _, err = imported_yaml("valid_num_epoch_with_num_rollout", tmp_path, capsys)
-    assert "slime ignores --num-epoch when --num-rollout is set" in err
+    assert "warning: slime ignores --num-epoch when --num-rollout is set" in err
 
 
 def test_absent_global_batch_size_is_megatrons_micro_batch_times_dp(tmp_path, capsys):

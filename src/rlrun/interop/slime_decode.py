@@ -315,7 +315,8 @@ class _Decoder:
                     self.notes.append(_at(self.seen[o.flag], o.why.format(**{k.replace(".", "_"): x
                                                                                for k, x in v.items()})))
                 v[o.path] = o.value(v)
-        self.notes += [_at(self.seen[flag], why) for flag, other, why in IGNORED_WITH if flag in seen and other in seen]
+        self.notes += [_at(self.seen[flag], "warning: " + why) for flag, other, why in IGNORED_WITH
+                       if flag in seen and other in seen]
 
 
 def _at(occ: Occ, text: str) -> str:
