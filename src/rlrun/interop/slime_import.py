@@ -24,6 +24,7 @@ from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED,
 
 # What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
 IMPLIED = {"train.backend": "megatron", "rollout.engine": "sglang"}
+FLAG_OF = {r.path: r.flag for r in ROWS}  # rlrun path -> its slime flag, for reports
 
 
 @dataclass
@@ -101,8 +102,7 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     flat = _prune_derived(flat, base, choices, name, config_dir)
     choices = {g: replace(c, differing=tuple(p for p in flat if p.startswith(g + ".")))
                for g, c in choices.items()}
-    flags = {r.path: r.flag for r in ROWS}
-    filled = {p: flags[p] for p in flat if p in flags and p not in decoded.explicit and flat[p] is not None}
+    filled = {p: FLAG_OF[p] for p in flat if p in FLAG_OF and p not in decoded.explicit and flat[p] is not None}
     result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes, filled=filled)
     result.yaml_text = render_yaml(result, Path(script_path).name, base)
     result.problems = validate_yaml(result.yaml_text, name, config_dir)
@@ -220,8 +220,7 @@ def validate_yaml(text: str, name: str, config_dir: Any = None) -> list[str]:
     try:
         _load_text(text, name, config_dir)
     except ConfigError as exc:
-        flags = {r.path: r.flag for r in ROWS}
-        return [str(p).replace(f"{p.path}:", f"{p.path} ({flags[p.path]}):", 1) if p.path in flags else str(p)
+        return [str(p).replace(f"{p.path}:", f"{p.path} ({FLAG_OF[p.path]}):", 1) if p.path in FLAG_OF else str(p)
                 for p in exc.problems]
     return []
 
