@@ -3,7 +3,7 @@
 
     rlrun [run] [overrides]        validate, plan, prepare the run dir, run (the default: tiny CPU job)
     rlrun plan [overrides] [--json] [--out FILE]
-    rlrun validate [overrides]
+    rlrun validate [overrides] [--check-paths]   (--check-paths: also the preflight on this machine)
     rlrun diff A B [--format text|json|md]
     rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
     rlrun export|import ...        slime interop
@@ -41,6 +41,7 @@ class Args:
     help: bool = False
     resolve: bool = False
     warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
+    check_paths: bool = False
 
 
 class UsageError(Exception):
@@ -65,6 +66,8 @@ def parse(argv: Sequence[str]) -> Args:
             a.command = "version"
         elif tok == "--json":
             a.json = True
+        elif tok == "--check-paths":
+            a.check_paths = True
         elif tok in ("-m", "--multirun"):
             a.multirun = True
         elif name in valued and name.startswith("-"):
@@ -129,8 +132,18 @@ def cmd_print_cfg(a: Args) -> int:
     return 0
 
 
+def _preflight(cfg, plan) -> None:
+    from rlrun.config.preflight import preflight
+
+    problems = preflight(cfg, plan)
+    if problems:
+        raise ConfigError(problems)
+
+
 def cmd_validate(a: Args) -> int:
-    _load(a)
+    cfg, plan = _load(a)
+    if a.check_paths:
+        _preflight(cfg, plan)
     print("valid" if not a.json else json.dumps({"valid": True, "warnings": [w.to_dict() for w in a.warnings]}))
     return 0
 
@@ -155,6 +168,8 @@ def cmd_run(a: Args) -> int:
     from rlrun.config.rundir import prepare_run_dir
 
     cfg, plan = _load(a)
+    if cfg.cluster.address is None:  # a remote cluster's paths are checked on its head node (runner)
+        _preflight(cfg, plan)
     print("\n".join(summary_lines(plan)))
     run_dir = prepare_run_dir(cfg, plan, a.overrides)
     print(f"run dir: {run_dir}")

@@ -81,6 +81,7 @@ class Run:
         if not callers:
             stack.callback(ray_cluster.shutdown)
         cluster.check_resources(plan, vendor, cluster.alive_nodes())
+        cluster.preflight_on_head(cfg, plan)  # remote cluster: its paths, data and disk, before placement
         placement = Placement(plan, vendor)
         stack.callback(placement.remove)
         env = actor_env(vendor, cfg.hardware.env, plan.env)

@@ -85,8 +85,10 @@ def dynamic_batching(cfg: RunConfig) -> Iterator[Problem]:
                       "token budget per GPU", "set train.max_tokens_per_gpu (e.g. max prompt + response length)")
         return
     need, cp = _one_sample_tokens(cfg), cfg.parallelism.cp
+    # a log-prob budget equal to the training one is usually derived from it: one problem, at the source
     for key, budget in (("max_tokens_per_gpu", t.max_tokens_per_gpu),
-                        ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu)):
+                        ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu
+                         if t.log_probs_max_tokens_per_gpu != t.max_tokens_per_gpu else None)):
         if budget is not None and budget * cp < need:
             yield Problem(f"train.{key}", f"{budget} tokens{f' x CP {cp}' if cp > 1 else ''} cannot hold one "
                           f"sample of up to {need} tokens ({_sample_desc(cfg)})",
@@ -323,8 +325,9 @@ def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def data_and_eval(cfg: RunConfig) -> Iterator[Problem]:
     yield from _rm_problems("data.rm_type", cfg.data.rm_type)
-    for i, ds in enumerate(cfg.eval.datasets):
-        yield from _rm_problems(f"eval.datasets.{i}.rm_type", ds.rm_type)
+    for i, ds in enumerate(cfg.eval.datasets):  # one equal to data.rm_type is reported there (slime: --rm-type)
+        if ds.rm_type != cfg.data.rm_type:
+            yield from _rm_problems(f"eval.datasets.{i}.rm_type", ds.rm_type)
     if cfg.eval.interval is not None and not cfg.eval.datasets:
         yield Problem("eval.interval", f"evaluation every {cfg.eval.interval} rollouts but eval.datasets is empty",
                       "add eval.datasets=[{name: ..., path: ..., rm_type: ...}] or set eval.interval=null")

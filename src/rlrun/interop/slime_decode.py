@@ -13,8 +13,8 @@ from typing import Any, Iterable
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
-    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, KEEP, MOE_FLAGS, ROWS, SECRET_FLAGS, Row,
-    rows_by_flag,
+    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, IGNORED_WITH, KEEP, MOE_FLAGS, OVERRIDES,
+    ROWS, SECRET_FLAGS, Row, rows_by_flag,
 )
 from rlrun.interop.slime_values import same, slime_default
 
@@ -68,6 +68,13 @@ class Decoded:
     explicit: set[str]  # paths set by a flag in the script
     unknown: list[tuple[Occ, str]]  # (flag, why) to report: unknown, unsupported or secret
     notes: list[str]
+    seen: frozenset[str] = frozenset()  # the flags the script gives
+
+
+def blocking(unknown: list[tuple[Occ, str]]) -> list[tuple[Occ, str]]:
+    """The reported flags that change the job when left out (all but credentials, which are dropped on
+    purpose): `rlrun import slime` refuses them unless --allow-unknown."""
+    return [(o, why) for o, why in unknown if o.flag not in SECRET_FLAGS]
 
 
 def known_flags() -> list[str]:
@@ -128,7 +135,7 @@ class _Decoder:
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
             self.explicit.add("rollout.sglang")
-        return Decoded(self.values, self.explicit, self.unknown, self.notes)
+        return Decoded(self.values, self.explicit, self.unknown, self.notes, frozenset(self.seen))
 
     def one(self, occ: Occ) -> None:
         flag, vals = occ.flag, occ.values
@@ -292,6 +299,28 @@ class _Decoder:
                 value = slime_default(row, v)
                 if value is not KEEP:
                     v[row.path] = value
+        self.apply_overrides()
+
+    def apply_overrides(self) -> None:
+        """What slime/Megatron do instead of what the flags say (slime_table.OVERRIDES), and flags they
+        ignore (IGNORED_WITH): the value they use, and a note saying so."""
+        seen, v = set(self.seen), self.values
+        for o in OVERRIDES:
+            try:
+                applies = o.applies(v, seen)
+            except KeyError:
+                continue
+            if applies:
+                if o.why:
+                    self.notes.append(_at(self.seen[o.flag], o.why.format(**{k.replace(".", "_"): x
+                                                                               for k, x in v.items()})))
+                v[o.path] = o.value(v)
+        self.notes += [_at(self.seen[flag], "warning: " + why) for flag, other, why in IGNORED_WITH
+                       if flag in seen and other in seen]
+
+
+def _at(occ: Occ, text: str) -> str:
+    return f"{occ.where}: {text}" if occ.where else text
 
 
 def _unscaled(row: Row, value: Any) -> Any:

@@ -92,6 +92,9 @@ def _encode_model(cfg: dict, out: list[list[str]]) -> None:
 
 
 def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[str, list[str]]) -> None:
+    ck = cfg["checkpoint"]
+    if cfg["run"]["resume"] != "never" and ck["load"] is None and ck["save"]:  # slime resumes through --load
+        arrays["CKPT_ARGS"].append(["--load", ck["save"]])
     if cfg["optim"]["state_dtype"] != "fp32":  # Megatron takes both moments' dtypes, on its TE optimizer
         arrays["OPTIMIZER_ARGS"] += [["--exp-avg-sq-dtype", cfg["optim"]["state_dtype"]],
                                      ["--use-precision-aware-optimizer"]]

@@ -10,6 +10,7 @@ NO_FLAG entry, so a new config field cannot be silently left out of the export.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,8 +61,18 @@ def _steps_per_rollout(v: dict) -> int:
     return samples // gbs if gbs else 1
 
 
+def _data_parallel(v: dict) -> int:
+    gpus = v["train.num_nodes"] * v["train.gpus_per_node"]
+    return gpus // (v["parallelism.tp"] * v["parallelism.pp"] * v["parallelism.cp"])
+
+
 def _gbs(v: dict) -> int:
-    return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+    # slime_validate_args derives it from an explicit --num-steps-per-rollout; without either flag Megatron's
+    # validate_args sets global_batch_size = micro_batch_size * data_parallel_size. (fill_defaults runs the
+    # derived defaults in ROWS order: num_steps_per_rollout is in `v` here only when the script set it.)
+    if "train.num_steps_per_rollout" in v:
+        return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+    return v["train.micro_batch_size"] * _data_parallel(v)
 
 
 def _epochs_unused(v: dict) -> Any:
@@ -174,7 +185,7 @@ ROWS: tuple[Row, ...] = (
     Row("train.recompute.num_layers", "--recompute-num-layers", "PERF_ARGS", type=int, default=None),
     Row("train.micro_batch_size", "--micro-batch-size", "PERF_ARGS", type=int, default=1),
     Row("train.use_dynamic_batch_size", "--use-dynamic-batch-size", "PERF_ARGS", "true", default=False),
-    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int),
+    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int, default=None),
     Row("train.log_probs_max_tokens_per_gpu", "--log-probs-max-tokens-per-gpu", "PERF_ARGS", type=int,
         default=lambda v: v["train.max_tokens_per_gpu"]),
     # ---- GRPO_ARGS ------------------------------------------------------------------------------------
@@ -255,9 +266,11 @@ SPECIAL: dict[str, str] = {
 NO_FLAG: dict[str, str] = {
     "run.name": "slime names runs through wandb (--wandb-group)",
     "run.output_dir": "slime writes to --save and wandb",
-    "run.resume": "slime resumes whenever --load holds a checkpoint",
+    "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
+    "export writes `--load` = checkpoint.save unless resume is never",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
-    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`)",
+    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "
+    "launch flags (slime_import.cluster_nodes)",
     "hardware.name": "hardware is implied by the env exports",
     "hardware.vendor": "implied by the env exports (HIP_* on ROCm)",
     "hardware.memory_gib": "used by rlrun's memory plan only",
@@ -289,6 +302,64 @@ RLRUN_DERIVED = frozenset({
     "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature",
     "algo.eps_clip_high", "checkpoint.ref",
 })
+
+# rlrun derives one setting of a pair from the other (rlrun.config.derive). A script that sets only one side gets
+# null on the other, so that rlrun derives it and a problem names the flag the user set (a derived
+# num_steps_per_rollout = 256 // 512 = 0 would otherwise be blamed). Without either flag the import keeps
+# Megatron's global batch size (micro_batch_size * DP) and derives the steps from it.
+DERIVED_FROM: dict[str, str] = {
+    "train.num_steps_per_rollout": "train.global_batch_size",
+    "train.global_batch_size": "train.num_steps_per_rollout",
+}
+
+
+@dataclass(frozen=True)
+class Override:
+    """slime or Megatron replacing what a script's flags say with another value (a fact of their argument
+    handling): `applies(values, seen flags)` -> the value they use instead is `value(values)`, and the
+    import says so with `why` (formatted with the flag values: {name} is values[name] with dots as _)."""
+
+    path: str
+    flag: str  # the flag whose value is replaced (the note points at it)
+    applies: Callable[[dict, set], bool]
+    value: Callable[[dict], Any]
+    why: str
+    source: str
+
+
+def _load_is_save(v: dict, seen: set) -> bool:
+    load, save = v.get("checkpoint.load"), v.get("checkpoint.save")
+    return bool(load and save) and os.path.normpath(load) == os.path.normpath(save)
+
+
+OVERRIDES: tuple[Override, ...] = (
+    # slime's scripts point --load at --save: Megatron loads a checkpoint there when one exists and starts from
+    # --ref-load/--hf-checkpoint otherwise, which is rlrun's run.resume=auto over checkpoint.save (a
+    # checkpoint.load must hold a checkpoint). run.resume first: the second override clears what it reads.
+    Override("run.resume", "--load", _load_is_save, lambda v: "auto",
+             "--load {checkpoint_load} is the --save folder: slime resumes from it when it holds a checkpoint and "
+             "starts fresh otherwise; imported as run.resume=auto (resume from checkpoint.save) with "
+             "checkpoint.load=null", "Megatron-LM megatron/training/checkpointing.py load_checkpoint (no tracker "
+             "file: start without loading)"),
+    Override("checkpoint.load", "--load", _load_is_save, lambda v: None, "", "(with run.resume above)"),
+    Override("model.num_query_groups", "--num-query-groups",
+             lambda v, seen: "--num-query-groups" in seen and "--group-query-attention" not in seen,
+             lambda v: v["model.num_attention_heads"],
+             "--num-query-groups {model_num_query_groups} without --group-query-attention: Megatron builds "
+             "multi-head attention ({model_num_attention_heads} KV groups); add --group-query-attention for GQA",
+             "Megatron-LM megatron/training/argument_utils.py (num_query_groups only with group_query_attention)"),
+    Override("parallelism.sequence_parallel", "--sequence-parallel",
+             lambda v, seen: v.get("parallelism.sequence_parallel") is True and v.get("parallelism.tp") == 1,
+             lambda v: False,
+             "--sequence-parallel at tensor-parallel size 1: Megatron turns it off (nothing to shard); imported "
+             "as sequence_parallel=false",
+             "Megatron-LM megatron/training/arguments.py validate_args (tensor_model_parallel_size == 1)"),
+)
+# Flags slime reads but ignores in the presence of another: (flag, the other, why) -> a warning on import.
+IGNORED_WITH: tuple[tuple[str, str, str], ...] = (
+    ("--num-epoch", "--num-rollout", "slime ignores --num-epoch when --num-rollout is set (slime_validate_args); "
+     "the run lasts --num-rollout rollouts"),
+)
 
 # Flags rlrun's export always writes with these values (Megatron settings rlrun fixes rather than exposes).
 # An imported script that spells them the same way loses nothing; a different value is reported.
