@@ -195,6 +195,8 @@ ROWS: tuple[Row, ...] = (
     Row("algo.tis_clip", "--tis-clip", "GRPO_ARGS", type=float, default=2.0),
     Row("algo.tis_clip_low", "--tis-clip-low", "GRPO_ARGS", type=float, default=0.0),
     Row("algo.use_rollout_logprobs", "--use-rollout-logprobs", "GRPO_ARGS", "true", default=False),
+    Row("algo.use_opsm", "--use-opsm", "GRPO_ARGS", "true", default=False),
+    Row("algo.opsm_delta", "--opsm-delta", "GRPO_ARGS", type=float, default=1e-4),
     Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
     # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
     Row("optim.optimizer", "--optimizer", "OPTIMIZER_ARGS", default="adam", always=True),
@@ -277,6 +279,10 @@ NO_FLAG: dict[str, str] = {
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
+    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric need its MIS example "
+                      "(examples/train_infer_mismatch_helper/mis.py via --custom-tis-function-path and a config)",
+    "algo.tis_mode": "slime's built-in TIS truncates; mask at token level is `--custom-tis-function-path "
+                     "slime.backends.megatron_utils.loss.icepop_function` (same tis-clip band)",
     "logging.progress": "slime logs to stdout/wandb",
 }
 
