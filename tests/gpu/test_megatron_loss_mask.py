@@ -47,7 +47,7 @@ def _batch(meg):
 def _dirty(b):
     put = lambda xs, v: [torch.where(m > 0, x, torch.full_like(x, v)) for x, m in zip(xs, b.loss_mask)]  # noqa: E731
     return b.with_(advantages=put(b.advantages, float("nan")), old_logp=put(b.old_logp, 60.0),
-                   ref_logp=put(b.ref_logp, float("-inf")), rollout_logp=put(b.rollout_logp, -70.0))
+                   ref_logp=put(b.ref_logp, float("-inf")), rollout_logp=put(b.rollout_logp, float("inf")))
 
 
 def _step(meg, b):

@@ -30,7 +30,7 @@ def _dirty(batch: TrainBatch) -> TrainBatch:
     """Garbage in every per-token input at the masked positions."""
     put = lambda xs, v: [torch.where(m > 0, x, torch.full_like(x, v)) for x, m in zip(xs, batch.loss_mask)]  # noqa: E731
     return batch.with_(advantages=put(batch.advantages, float("nan")), old_logp=put(batch.old_logp, 60.0),
-                       ref_logp=put(batch.ref_logp, float("-inf")), rollout_logp=put(batch.rollout_logp, -70.0))
+                       ref_logp=put(batch.ref_logp, float("-inf")), rollout_logp=put(batch.rollout_logp, float("inf")))
 
 
 def _step_grads(backend, batch: TrainBatch):

@@ -91,8 +91,9 @@ def compute_loss(
 
     logp: current log-probs (with grad). old_logp: log-probs of the policy that the advantages
     were computed for (None = logp.detach(), the on-policy case). ref_logp: needed with use_kl_loss.
-    rollout_logp: the engine's log-probs, needed with use_tis (and OPSM's behaviour policy when given). entropy: per-token entropy (needed
-    when entropy_coef != 0, reported when given). `normalizer`: see rlrun.algo.losses.aggregate.
+    rollout_logp: the engine's log-probs, needed with use_tis (and OPSM's behaviour policy when
+    given). entropy: per-token entropy (needed when entropy_coef != 0, reported when given).
+    `normalizer`: see rlrun.algo.losses.aggregate.
     """
     p = params
     keep = loss_mask > 0

@@ -61,13 +61,15 @@ def policy_sums(loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp)
     loss tokens. Pure tensor ops on the device (no host values): a CUDA graph can capture it."""
     out = {(MAX if k in MAX_METRICS else "") + "train/" + k: v.detach() for k, v in loss_metrics.items()}
     d = logp.detach()
+    keep = mask > 0
+    masked_sum = lambda x: torch.where(keep, x, torch.zeros_like(x)).sum()  # noqa: E731 (a masked inf stays out)
     out["tok/n"] = mask.sum()
     if entropy is not None:
-        out["tok/entropy"] = (entropy.detach() * mask).sum()
+        out["tok/entropy"] = masked_sum(entropy.detach())
     if rollout_logp is not None:
-        out["tok/mismatch"] = ((d - rollout_logp).abs() * mask).sum()
+        out["tok/mismatch"] = masked_sum((d - rollout_logp).abs())
     if ref_logp is not None:
-        out["tok/kl"] = (kl_estimate(d, ref_logp, "low_var_kl") * mask).sum()
+        out["tok/kl"] = masked_sum(kl_estimate(d, ref_logp, "low_var_kl"))
     return out
 
 
