@@ -45,8 +45,9 @@ class StepSums:
             self.add(k, v)
 
     def reduce(self, group=None) -> dict[str, float]:
-        """Sums over the ranks of `group` (one all-reduce, one host copy). Every rank of the group
-        must hold the same names (the same loss terms); an empty StepSums returns {}."""
+        """Sums (maxima for names under MAX) over the ranks of `group`: one all-reduce and one host
+        copy per kind. Every rank of the group must hold the same names (the same loss terms); an
+        empty StepSums returns {}."""
         out: dict[str, float] = {}
         for op, keys in ((dist.ReduceOp.SUM, sorted(k for k in self.sums if not k.startswith(MAX))),
                          (dist.ReduceOp.MAX, sorted(k for k in self.sums if k.startswith(MAX)))):
