@@ -289,3 +289,18 @@ def test_fold_offpolicy_mask():
     folded, removed = b.fold_offpolicy_mask()
     assert folded.loss_mask[0].tolist() == [0.0, 0.0, 1.0] and folded.offpolicy_mask is None and removed == 1.0
     assert TrainBatch([torch.arange(2)], [1], [torch.ones(1)]).fold_offpolicy_mask()[1] is None
+
+
+def _step_sums_worker(rank, out):
+    # rank 0 holds weights max 2 (mean part .25), rank 1 max 5 (.5): sums add, maxima take the max
+    sums = StepSums("cpu")
+    sums.add("max/train/tis_weight_max", [2.0, 5.0][rank])
+    sums.add("train/tis_weight_mean", [0.25, 0.5][rank])
+    out[rank] = sums.reduce()
+
+
+def test_step_sums_reduce_maxima_with_max_over_two_gloo_ranks():
+    from gloo_ranks import run_on_gloo_ranks
+
+    out = run_on_gloo_ranks(_step_sums_worker)
+    assert out[0] == out[1] == {"max/train/tis_weight_max": 5.0, "train/tis_weight_mean": 0.75}
