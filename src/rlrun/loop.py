@@ -50,8 +50,8 @@ def run(r) -> dict:
                         batch = batch.with_(ref_logp=r.trainer.compute_log_probs(batch, "ref"))
                     if needs_values:
                         batch = batch.with_(values=r.trainer.compute_values(batch))
-                # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
-                batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n)
+                # 5. advantages (ppo: and returns) over each group's members, 6. optimizer steps on consecutive slices
+                batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], n, [s.group_id for s in kept])
                 with t("train"):
                     per_step = [r.trainer.train_step(batch.shard(k, plan.steps_per_rollout))
                                 for k in range(plan.steps_per_rollout)]

@@ -69,7 +69,8 @@ def _params(estimator):
     return AlgoParams(
         advantage_estimator=estimator, eps_clip=0.2, eps_clip_high=0.28, dual_clip_c=3.0, use_kl_loss=True,
         kl_loss_coef=0.1, kl_loss_type="low_var_kl", kl_coef=0.05, entropy_coef=0.01, use_tis=True, tis_clip=2.0,
-        tis_clip_low=0.5, calculate_per_token_loss=False, normalize_std=True, normalize_advantages=True,
+        tis_clip_low=0.5, tis_level="token", tis_mode="truncate", use_opsm=False, opsm_delta=1e-4,
+        calculate_per_token_loss=False, normalize_std=True, normalize_advantages=True,
         gamma=0.9, lambd=0.8, value_clip=0.2,
     )
 

@@ -448,3 +448,20 @@ def test_export_writes_load_for_resume_auto():
     enc = encode(load(["experiment=qwen3-4b-grpo-mi300x", "run.resume=auto", "checkpoint.load=null",
                        "checkpoint.save=/ck"]).model_dump(mode="python"))
     assert ["--load", "/ck"] in enc.arrays["CKPT_ARGS"]
+
+
+def test_icepop_and_opsm_export_slimes_flags_and_import_back():
+    over = ["algo.use_tis=true", "algo.tis_mode=mask", "algo.tis_clip_low=0.5", "algo.use_opsm=true",
+            "algo.opsm_delta=0.001"]
+    grpo = encode(load(over).model_dump()).arrays["GRPO_ARGS"]
+    assert ["--custom-tis-function-path", "slime.backends.megatron_utils.loss.icepop_function"] in grpo
+    assert ["--use-opsm"] in grpo and ["--opsm-delta", "0.001"] in grpo
+    d = decode(parse_args([x for flag in grpo for x in flag]))
+    assert d.unknown == []
+    assert (d.values["algo.tis_mode"], d.values["algo.use_opsm"], d.values["algo.opsm_delta"]) == ("mask", True, 1e-3)
+    # a level slime has no flag for becomes a comment; another custom TIS function is reported, not imported
+    seq = encode(load(["algo.use_tis=true", "algo.tis_level=sequence"]).model_dump())
+    assert not any(f[0] == "--custom-tis-function-path" for f in seq.arrays["GRPO_ARGS"])
+    assert any("algo.tis_level=sequence" in c for c in seq.comments["GRPO_ARGS"])
+    other = decode(parse_args(["--custom-tis-function-path", "my.mis:weights"]))
+    assert other.values["algo.tis_mode"] == "truncate" and len(other.unknown) == 1

@@ -168,6 +168,23 @@ def critic(cfg: RunConfig) -> Iterator[Problem]:
                       "(algo=grpo, gspo, cispo, reinforce_plus_plus)", t.backend)
 
 
+@rule
+def offpolicy(cfg: RunConfig) -> Iterator[Problem]:
+    """Rollout correction (use_tis, tis_level, tis_mode) and OPSM: rlrun.algo.offpolicy."""
+    a = cfg.algo
+    if not a.use_tis:
+        for key, value, plain in (("tis_level", a.tis_level, "token"), ("tis_mode", a.tis_mode, "truncate")):
+            if value != plain:
+                yield Problem(f"algo.{key}", f"{key}={value} chooses how the rollout correction weights the loss, "
+                              "and the correction is off (algo.use_tis=false): it would be ignored",
+                              f"set algo.use_tis=true, or drop algo.{key}", value)
+    elif a.tis_clip_low < a.tis_clip and not a.tis_clip_low <= 1.0 <= a.tis_clip:  # order: rule `estimator`
+        yield Problem("algo.tis_clip", f"the band [tis_clip_low {a.tis_clip_low}, tis_clip {a.tis_clip}] excludes 1: a "
+                      f"token the engines and the trainer agree on (ratio 1) would get weight "
+                      f"{'0' if a.tis_mode != 'truncate' else min(max(1.0, a.tis_clip_low), a.tis_clip)}",
+                      "set algo.tis_clip_low <= 1 <= algo.tis_clip (0.5 and 2 are usual for icepop)", a.tis_clip)
+
+
 # ---- rollout and sampling --------------------------------------------------------------------------------
 
 @rule

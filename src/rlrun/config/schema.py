@@ -235,6 +235,10 @@ class AlgoSection(Section):
     use_tis: bool
     tis_clip: PosFloat
     tis_clip_low: NonNegFloat
+    tis_level: Literal["token", "sequence", "geometric"]   # rlrun.algo.offpolicy.LEVELS
+    tis_mode: Literal["truncate", "mask", "reject"]        # rlrun.algo.offpolicy.MODES
+    use_opsm: bool
+    opsm_delta: NonNegFloat
     use_rollout_logprobs: bool
 
 

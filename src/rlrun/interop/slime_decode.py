@@ -13,8 +13,8 @@ from typing import Any, Iterable
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
-    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, IGNORED_WITH, KEEP, MOE_FLAGS, OVERRIDES,
-    ROWS, SECRET_FLAGS, Row, rows_by_flag,
+    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, ICEPOP_FUNCTION, IGNORED_WITH, KEEP,
+    MOE_FLAGS, OVERRIDES, ROWS, SECRET_FLAGS, Row, rows_by_flag,
 )
 from rlrun.interop.slime_values import same, slime_default
 
@@ -209,6 +209,13 @@ class _Decoder:
         elif flag in ("--wandb-project", "--wandb-team"):
             self.expect(occ, 1)
             self.set("logging.wandb." + ("project" if flag == "--wandb-project" else "entity"), vals[0], occ)
+        elif flag == "--custom-tis-function-path":
+            self.expect(occ, 1)
+            if vals[0] == ICEPOP_FUNCTION:
+                self.set("algo.tis_mode", "mask", occ)
+            else:
+                self.unknown.append((occ, "a custom TIS function; rlrun's corrections are algo.tis_level x "
+                                          "algo.tis_mode (docs/algorithms.md): not carried over"))
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
             self.sglang_flag(occ)
         else:
@@ -285,6 +292,7 @@ class _Decoder:
         elif "eval.datasets" not in self.explicit:
             v["eval.datasets"] = []
         v.setdefault("logging.wandb.mode", "online" if "--use-wandb" in self.seen else "disabled")
+        v.setdefault("algo.tis_mode", "truncate")  # slime's built-in TIS
         pending = [r for r in ROWS if r.path not in self.explicit and r.default is not KEEP]
         for row in pending:  # static defaults first: derived ones read them
             if (row.path.startswith("model.") and not has_model) or callable(row.default):

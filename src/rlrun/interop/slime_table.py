@@ -207,6 +207,8 @@ ROWS: tuple[Row, ...] = (
     Row("algo.tis_clip", "--tis-clip", "GRPO_ARGS", type=float, default=2.0),
     Row("algo.tis_clip_low", "--tis-clip-low", "GRPO_ARGS", type=float, default=0.0),
     Row("algo.use_rollout_logprobs", "--use-rollout-logprobs", "GRPO_ARGS", "true", default=False),
+    Row("algo.use_opsm", "--use-opsm", "GRPO_ARGS", "true", default=False),
+    Row("algo.opsm_delta", "--opsm-delta", "GRPO_ARGS", type=float, default=1e-4),
     Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
     # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
     Row("optim.optimizer", "--optimizer", "OPTIMIZER_ARGS", default="adam", always=True),
@@ -241,8 +243,14 @@ ROWS: tuple[Row, ...] = (
     Row("logging.tensorboard", "--use-tensorboard", "MISC_ARGS", "true", default=False),
 )
 
+# slime's token-level icepop: algo.tis_mode=mask with tis_level=token (slime/backends/megatron_utils/loss.py)
+ICEPOP_FUNCTION = "slime.backends.megatron_utils.loss.icepop_function"
+
 # Settings with a codec of their own in slime_encode.py/slime_decode.py (one flag is not one setting there).
 SPECIAL: dict[str, str] = {
+    "algo.tis_mode": f"mask (with tis_level=token) is `--custom-tis-function-path {ICEPOP_FUNCTION}`; truncate: "
+    "no flag (slime's built-in TIS); reject, and mask at other levels, have no slime flag (its MIS example is a custom "
+    "function with a config: the export writes a comment)",
     "model.num_query_groups": "`--group-query-attention --num-query-groups N` (absent: N = heads)",
     "model.rope_scaling_factor": "`--rotary-scaling-factor F` (llama family adds `--use-rope-scaling`); absent: 1",
     "model.post_norms": "`--post-self-attn-layernorm --post-mlp-layernorm` (GLM-4)",
@@ -291,6 +299,8 @@ NO_FLAG: dict[str, str] = {
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
+    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric need its MIS example "
+                      "(examples/train_infer_mismatch_helper/mis.py via --custom-tis-function-path and a config)",
     "logging.progress": "slime logs to stdout/wandb",
 }
 

@@ -101,17 +101,24 @@ def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(xs, batch_first=True) if xs else torch.zeros(0, 0)
 
 
-def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int) -> TrainBatch:
+def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
+                   group_ids: list[int] | None = None) -> TrainBatch:
     """Per-token advantages (and, for PPO, the critic's returns) from rlrun.algo on the padded view
-    of the batch (whole groups only)."""
+    of the batch. group_ids: each sample's Sample.group_id, so that a group that reaches the trainer
+    incomplete is normalised over its members (None: whole consecutive groups of n). Only trained
+    tokens (loss mask times TrainBatch.offpolicy_mask) enter whitening and REINFORCE++'s returns."""
     a = cfg.algo
     lengths = [int(m.numel()) for m in batch.loss_mask]
+    if group_ids is not None and any(g < 0 for g in group_ids):
+        raise ValueError("a sample has no group id (Sample.group_id = -1): a generate function must return its "
+                         "samples with the group_id of the prompt they answer")
     pad = lambda xs: None if xs is None else _pad(xs)  # noqa: E731
     adv, ret = compute_advantages(
-        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=_pad(batch.loss_mask),
+        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=_pad(batch.trained_mask),
         response_mask=_pad([torch.ones(k) for k in lengths]), logp=pad(batch.old_logp), ref_logp=pad(batch.ref_logp),
         values=pad(batch.values), kl_coef=a.kl_coef, kl_type=a.kl_loss_type, normalize_std=a.normalize_std,
-        normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd)
+        normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd,
+        group_ids=None if group_ids is None else torch.tensor(group_ids))
     unpad = lambda x: [x[i, :k].clone() for i, k in enumerate(lengths)]  # noqa: E731
     return batch.with_(advantages=unpad(adv), returns=unpad(ret) if a.advantage_estimator == "ppo" else None)
 
