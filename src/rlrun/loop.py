@@ -34,7 +34,7 @@ def run(r) -> dict:
             samples, kept, gen = r.collect(rollout_id, sampling)
         metrics = {**steps.rollout_metrics(samples), **gen, "rollout/kept_samples": float(len(kept))}
         tokens = {"rollout": sum(len(s.response_tokens) for s in samples)}
-        if kept:
+        if kept and not cfg.debug.rollout_only:  # rollout_only: generate, score, record; no training
             batch = steps.to_train_batch(kept)
             tokens["train"] = batch.num_tokens  # every sample is trained on once per rollout
             # 4-7 on the trainer, ending with the weight sync (checksum verified) before the next

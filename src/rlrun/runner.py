@@ -17,6 +17,7 @@ from rlrun import checkpoint as ckpt
 from rlrun import loop
 from rlrun.launch import steps
 from rlrun.metrics import METRICS_FILE, MetricsLogger, plot, read_metrics
+from rlrun.records import RecordsWriter
 
 ENGINE_INIT_DIR = "engine_init"
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
@@ -57,37 +58,45 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
     return str(out)
 
 
+def start_trainer(cfg, plan, run_dir: Path, stack: ExitStack):
+    """Ray (embedded, or the caller's / cluster.address), the placement group and the trainer ranks,
+    each torn down by `stack`; returns (placement, actor env, TrainGroup)."""
+    import ray  # fail here, before any work, if the runtime stack is missing
+
+    from rlrun.launch import cluster
+    from rlrun.launch.env import actor_env
+    from rlrun.launch.placement import Placement
+    from rlrun.launch.train_group import TrainGroup
+
+    vendor = cfg.hardware.vendor
+    callers = ray.is_initialized()  # a caller's connection (a test, a notebook) stays theirs
+    ray_cluster = cluster.start(cfg.cluster.address, vendor, plan)
+    if not callers:
+        stack.callback(ray_cluster.shutdown)
+    cluster.check_resources(plan, vendor, cluster.alive_nodes())
+    placement = Placement(plan, vendor)
+    stack.callback(placement.remove)
+    env = actor_env(vendor, cfg.hardware.env, plan.env)
+    trainer = TrainGroup(cfg, plan, placement, env, str(run_dir))
+    stack.callback(trainer.shutdown)
+    return placement, env, trainer
+
+
 class Run:
     """What loop.run uses: the trainer, the engines behind the router, data, metrics, checkpoints."""
 
     check_stop = staticmethod(lambda: None)  # run() sets StopRequest.check: raises after SIGINT/SIGTERM
 
     def __init__(self, cfg, plan, run_dir: Path, stack: ExitStack):
-        import ray  # fail here, before any work, if the runtime stack is missing
-
-        from rlrun.launch import cluster
         from rlrun.launch.engines import start_engines
-        from rlrun.launch.env import actor_env
-        from rlrun.launch.placement import Placement
-        from rlrun.launch.train_group import TrainGroup
         from rlrun.rollout.engines import EngineGroup
         from rlrun.rollout.router import Router
 
         self.cfg, self.plan, self.run_dir = cfg, plan, Path(run_dir)
         self.save_dir = Path(cfg.checkpoint.save or self.run_dir / "checkpoints")
-        vendor = cfg.hardware.vendor
-        callers = ray.is_initialized()  # a caller's connection (a test, a notebook) stays theirs
-        ray_cluster = cluster.start(cfg.cluster.address, vendor, plan)
-        if not callers:
-            stack.callback(ray_cluster.shutdown)
-        cluster.check_resources(plan, vendor, cluster.alive_nodes())
-        placement = Placement(plan, vendor)
-        stack.callback(placement.remove)
-        env = actor_env(vendor, cfg.hardware.env, plan.env)
+        placement, env, self.trainer = start_trainer(cfg, plan, self.run_dir, stack)
         self.tokenizer = tokenizer_for(cfg)
         model_dir = write_engine_init_dir(cfg, self.tokenizer, self.run_dir / ENGINE_INIT_DIR)
-        self.trainer = TrainGroup(cfg, plan, placement, env)
-        stack.callback(self.trainer.shutdown)
         engines, restart = start_engines(cfg, plan, placement, env, model_dir, str(self.run_dir / "logs"))
         self.router = Router.from_config(cfg.rollout, self.run_dir / "logs")
         stack.callback(self.router.stop)
@@ -120,23 +129,46 @@ class Run:
         collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
         per_round = r.rollout_batch_size if r.dynamic_sampling is None else r.over_sampling_batch_size
         samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
-        while not collector.done and collector.rounds < MAX_DRAWS:
-            items = self.prompts.next_batch(collector.prompts_to_request(per_round))
-            if not items:
-                raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
-                                   f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
-            new = steps.make_samples(items, n, collector.generated)
-            seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
-            info["rollout/retries"] += steps.generate(self.router.url, r, new, sampling, seeds)
-            t0 = time.perf_counter()
-            for k, v in steps.score(new, self.cfg.data.rm_type, n).items():
-                info[k] = info.get(k, 0.0) + v
-            info["time/reward_s"] += time.perf_counter() - t0
-            samples += new
-            collector.add(split_groups(new, n))
+        with self.profiling_engines(rollout_id):
+            while not collector.done and collector.rounds < MAX_DRAWS:
+                items = self.prompts.next_batch(collector.prompts_to_request(per_round))
+                if not items:
+                    raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
+                                       f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
+                new = steps.make_samples(items, n, collector.generated)
+                seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
+                info["rollout/retries"] += steps.generate(self.router.url, r, new, sampling, seeds)
+                t0 = time.perf_counter()
+                for k, v in steps.score(new, self.cfg.data.rm_type, n).items():
+                    info[k] = info.get(k, 0.0) + v
+                info["time/reward_s"] += time.perf_counter() - t0
+                samples += new
+                collector.add(split_groups(new, n))
         info.update(collector.metrics())
         kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
+        self.logger.log_samples(rollout_id, self.records.write(rollout_id, samples, kept))
         return samples, kept, info
+
+    @contextmanager
+    def profiling_engines(self, rollout_id: int):
+        """debug.profile_engines: the engines' /start_profile ... /stop_profile around the generation
+        of the rollouts in debug.profile_steps (traces land in RUN_DIR/profile/rollout_N/engines)."""
+        d = self.cfg.debug
+        if not (d.profile_engines and rollout_id in d.profile_steps):
+            yield
+            return
+        from rlrun.train.profile import trace_path
+
+        out = trace_path(self.run_dir, rollout_id, 0).parent / "engines"
+        cannot = self.engines.start_profile(str(out.resolve()))
+        if cannot:
+            print(f"[rlrun] debug.profile_engines: engines {cannot} have no profiler (rollout.engine="
+                  f"{self.cfg.rollout.engine}); only SGLang engines write traces", flush=True)
+        try:
+            yield
+        finally:
+            if len(cannot) < len(self.engines.urls):
+                self.engines.stop_profile()
 
     # -- weight sync -------------------------------------------------------------------------
     # rollout.weight_sync (plan.weight_sync, auto resolved): "tensor" and "distributed" are pushed
@@ -243,7 +275,13 @@ class Run:
                     self.engines.release_memory()  # tags None = all
                 if swap:
                     self.trainer.onload()
+        profile = version - 1 in self.cfg.debug.profile_steps  # version = rollout_id + 1
+        if profile:
+            self.trainer.start_profile()
         yield
+        if profile:
+            paths = self.trainer.stop_profile(version - 1)
+            print(f"[rlrun] trainer profile of rollout {version - 1}: {', '.join(paths)}", flush=True)
         want = None
         if disk:
             with timer("weight_sync"):
@@ -311,6 +349,7 @@ class Run:
         if self.cfg.train.offload:
             self.trainer.offload()  # the first rollout's engines get the GPU to themselves
         self.logger = MetricsLogger(self.run_dir, self.cfg, total=self.cfg.rollout.num_rollout, start=start)
+        self.records = RecordsWriter(self.run_dir, self.cfg.logging.rollout_records, self.cfg.rollout.n_samples_per_prompt)
         self._stack.callback(self._finish)
         return start
 

@@ -260,6 +260,13 @@ class LoggingSection(Section):
     wandb: WandbSection
     tensorboard: bool
     progress: bool
+    rollout_records: Literal["none", "sample", "all"]
+
+
+class DebugSection(Section):
+    rollout_only: bool
+    profile_steps: list[NonNegInt]
+    profile_engines: bool
 
 
 class RunConfig(Section):
@@ -276,6 +283,7 @@ class RunConfig(Section):
     algo: AlgoSection
     optim: OptimSection
     logging: LoggingSection
+    debug: DebugSection
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -278,6 +278,10 @@ NO_FLAG: dict[str, str] = {
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
     "logging.progress": "slime logs to stdout/wandb",
+    "logging.rollout_records": "slime saves whole rollouts with --save-debug-rollout-data PATH (one .pt per rollout)",
+    "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
+    "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
+    "debug.profile_engines": "slime has no engine-profile flag",
 }
 
 # rlrun settings whose null means "derived" (rlrun.config.derive): an imported value equal to what rlrun
