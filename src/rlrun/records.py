@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 
 RECORDS_DIR = "rollouts"
 MODES = ("none", "sample", "all")
-META_FILE = "records.json"  # {"mode": ...}: what the run kept, so replay can say when it is not `all`
+# {"mode": ...}: what the run kept, so replay can say when it is not `all`. A leading "_" (and the "."
+# of a file being written) keeps pyarrow's dataset reader, pd.read_parquet(dir), from reading it.
+META_FILE = "_records.json"
 
 SCHEMA = pa.schema([
     ("rollout_id", pa.int64()), ("index", pa.int64()), ("group_id", pa.int64()),
@@ -78,7 +80,7 @@ class RecordsWriter:
                 for i in select(self.mode, samples, self.n)]
         if rows:
             path = self.dir / f"rollout_{rollout_id:06d}.parquet"
-            tmp = path.with_suffix(".parquet.tmp")
+            tmp = path.with_name(f".{path.name}.tmp")
             pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp)
             tmp.replace(path)
         return rows

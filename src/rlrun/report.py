@@ -5,7 +5,8 @@ RUN_DIR/report.html: interactive plots of every series in metrics.jsonl, the pla
 the recorded samples (rlrun.records) when the run kept any; the PNG (metrics.plot) is redrawn beside it.
 A sweep dir (summary.json and one run dir per point) is shown as a comparison of its points.
 compare: the curves of several runs (or every point of sweeps) overlaid, each labelled by how its config
-differs from the others' (rlrun.config.diff.flatten over the saved config.yaml files).
+differs from the others' (the overrides it was run with, else rlrun.config.diff.flatten over the
+saved config.yaml files).
 
 The HTML inlines plotly.js (https://plotly.com/python/interactive-html-export/), so it opens offline.
 Imports neither torch nor ray.
@@ -34,6 +35,7 @@ class RunData:
     rows: list[dict]
     config: dict = field(default_factory=dict)
     plan: dict = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)
     label: str = ""
 
     @property
@@ -49,7 +51,7 @@ class RunData:
 
 
 def load_run(path: str | Path) -> RunData:
-    import yaml
+    from rlrun.config.rundir import read_run_dir
 
     path = Path(path)
     metrics = path / METRICS_FILE
@@ -57,9 +59,9 @@ def load_run(path: str | Path) -> RunData:
         raise ConfigError([Problem(str(path), "is not a run dir (no config.yaml)", "pass a run dir "
                                    "(outputs/NAME/TIMESTAMP) or a sweep dir (outputs/multirun/TIMESTAMP)", str(path))])
     plan = path / "plan.json"
-    return RunData(path, read_metrics(metrics) if metrics.exists() else [],
-                   yaml.safe_load((path / "config.yaml").read_text()) or {},
-                   json.loads(plan.read_text()) if plan.exists() else {}, path.name)
+    config, overrides = read_run_dir(path)
+    return RunData(path, read_metrics(metrics) if metrics.exists() else [], config or {},
+                   json.loads(plan.read_text()) if plan.exists() else {}, overrides, path.name)
 
 
 def expand(paths: list[str | Path]) -> list[Path]:
@@ -75,15 +77,27 @@ def expand(paths: list[str | Path]) -> list[Path]:
     return out
 
 
+def _differing(dicts: list[dict]) -> list[str]:
+    keys = sorted({k for d in dicts for k in d})
+    return [k for k in keys if k != "run.output_dir" and len({json.dumps(d.get(k), default=str) for d in dicts}) > 1]
+
+
 def label_runs(runs: list[RunData]) -> None:
-    """Each run's label: the config values in which it differs from the others (dir name if none)."""
+    """Each run's label: the overrides in which it differs from the others (what the user set, e.g. a
+    sweep's axes); where those do not tell the runs apart, the resolved config values that differ
+    (rlrun.config.diff.flatten); the dir name when nothing does."""
     from rlrun.config.diff import flatten
 
-    flat = [flatten(r.config) for r in runs]
-    keys = sorted({k for f in flat for k in f})
-    differing = [k for k in keys if k != "run.output_dir" and len({json.dumps(f.get(k), default=str) for f in flat}) > 1]
-    for r, f in zip(runs, flat):
-        r.label = " ".join(f"{k}={f.get(k)}" for k in differing) or r.path.name
+    def label(dicts):
+        keys = _differing(dicts)
+        return [" ".join(f"{k}={d.get(k)}" for k in keys) for d in dicts]
+
+    given = [dict(o.lstrip("+~").split("=", 1) if "=" in o else (o, None) for o in r.overrides) for r in runs]
+    labels = label(given)
+    if len(set(labels)) < len(runs):
+        labels = label([flatten(r.config) for r in runs])
+    for r, text in zip(runs, labels):
+        r.label = text or r.path.name
     seen: dict[str, int] = {}
     for r in runs:
         seen[r.label] = seen.get(r.label, 0) + 1
