@@ -217,3 +217,11 @@ def test_a_stop_request_whose_exception_was_lost_stops_the_loop_before_the_next_
     with pytest.raises(SystemExit) as raised:
         loop.run(r)
     assert raised.value.code == 130 and collected == [0, 1]
+
+
+def test_rollout_only_generates_and_logs_without_training():
+    r = _Run(["rollout.num_rollout=2", "debug.rollout_only=true"])
+    loop.run(r)
+    kinds = [c[0] for c in r.calls]
+    assert kinds == ["restore", "collect", "collect", "save"]  # no log-probs, train or weight sync
+    assert "train/loss" not in r.logged[0][1] and r.logged[0][1]["rollout/reward_mean"] == 0.5
