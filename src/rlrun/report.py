@@ -170,7 +170,8 @@ def figure(runs: list[RunData]):
                                          line={"color": palette[i % len(palette)]}, marker={"size": 4}),
                               row=j // COLS + 1, col=j % COLS + 1)
     fig.update_layout(height=max(320, 260 * nrows), template="plotly_white", hovermode="x unified",
-                      legend={"orientation": "h", "y": 1.0, "yanchor": "bottom"}, margin={"t": 90})
+                      legend={"orientation": "h", "yref": "container", "y": 1.0, "yanchor": "top"},
+                      margin={"t": 110})
     fig.update_xaxes(title_text="rollout step", title_font={"size": 10})
     return fig
 
