@@ -29,6 +29,17 @@ LAST = 5  # steps in the "last" mean of the summary table
 COLS = 3  # plots per row
 
 
+# series shown first (by prefix), the rest after them in the order they were logged
+SERIES_ORDER = ("rollout/reward_mean", "rollout/response_len_mean", "eval/", "train/loss", "train/grad_norm",
+                "train/entropy", "train/kl", "train/pg_clipfrac", "rollout/", "train/", "critic/", "time/", "perf/")
+
+
+def order_series(keys) -> list[str]:
+    def rank(k: str) -> int:
+        return next((i for i, p in enumerate(SERIES_ORDER) if k.startswith(p)), len(SERIES_ORDER))
+    return sorted(keys, key=rank)  # stable: logged order within a rank
+
+
 @dataclass
 class RunData:
     path: Path
@@ -43,7 +54,7 @@ class RunData:
         keys: dict[str, None] = {}
         for r in self.rows:
             keys.update(dict.fromkeys(k for k in r if k != "step"))
-        return list(keys)
+        return order_series(keys)
 
     def values(self, key: str) -> tuple[list[int], list[float]]:
         pts = [(r["step"], r[key]) for r in self.rows if key in r]
@@ -144,7 +155,10 @@ def print_table(title: str, columns, rows) -> None:
         t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
     for r in rows:
         t.add_row(*r)
-    Console().print(t)
+    console = Console()
+    if not console.is_terminal:  # a file or pipe: rich would wrap at 80 columns and cut the numbers
+        console = Console(width=120)
+    console.print(t)
 
 
 def figure(runs: list[RunData]):
@@ -156,7 +170,7 @@ def figure(runs: list[RunData]):
     keys: dict[str, None] = {}
     for r in runs:
         keys.update(dict.fromkeys(r.series))
-    keys_l = list(keys) or ["(no metrics logged yet)"]
+    keys_l = order_series(keys) or ["(no metrics logged yet)"]
     nrows = math.ceil(len(keys_l) / COLS)
     fig = make_subplots(rows=nrows, cols=COLS, subplot_titles=keys_l, vertical_spacing=min(0.3 / nrows, 0.08),
                         horizontal_spacing=0.06)
