@@ -7,9 +7,9 @@ masks and engine log-probs, so with no overrides the trainer sees bit-identical 
 the same train/* series (tests/integration/test_replay.py). Replay needs logging.rollout_records=all
 and says so otherwise. Starting at A > 0 loads the original run's checkpoint iter_A.
 
-The replay is a run dir of its own, RUN_DIR/replay/<timestamp>, driven by the same loop (rlrun.loop)
-through ReplayRun, which stands in for runner.Run: collect() reads records, training() has no weight
-sync, evaluate() has no engines.
+The replay is a run dir of its own, RUN_DIR/replay/<timestamp>, driven by the synchronous loop
+(rlrun.loop) over parts (rlrun.parts) where the rollout side reads records (RecordedRollouts) and weight
+sync, offload and eval have no engines (NoEngines); trainer, checkpoints and metrics are the real ones.
 """
 from __future__ import annotations
 
@@ -19,17 +19,13 @@ from pathlib import Path
 
 from rlrun import checkpoint as ckpt
 from rlrun.config.errors import ConfigError, Problem
+from rlrun.parts import Parts
+from rlrun.parts.checkpoints import Checkpoints
+from rlrun.parts.run_metrics import RunMetrics
 from rlrun.records import read_rollout, record_files, recorded_mode, to_samples
-from rlrun.runner import Run, start_trainer
+from rlrun.runner import start_trainer
 
 REPLAY_DIR = "replay"
-
-
-class _NoPrompts:
-    """Replay reads no prompt data: its checkpoints carry an empty data state."""
-
-    def state_dict(self) -> dict:
-        return {}
 
 
 def _parse_range(text: str | None, total: int) -> tuple[int, int]:
@@ -63,32 +59,21 @@ def check_records(run_dir: Path) -> int:
     return len(ids)
 
 
-class ReplayRun:
-    """loop.run's view of a replay: the trainer ranks (real, on Ray) and recorded batches."""
+class _NoPrompts:
+    """Replay reads no prompt data: its checkpoints carry an empty data state."""
 
-    check_stop = staticmethod(lambda: None)
+    def state_dict(self) -> dict:
+        return {}
 
-    def __init__(self, cfg, plan, run_dir: Path, source: Path, start: int, stack: ExitStack):
-        self.cfg, self.plan, self.run_dir, self.source, self.start = cfg, plan, Path(run_dir), source, start
-        self.save_dir = Path(self.run_dir / "checkpoints")
-        _, _, self.trainer = start_trainer(cfg, plan, self.run_dir, stack)
-        self.prompts = _NoPrompts()
-        self._stack = stack
-        self.logger = None
-        self._sync_metrics: dict[str, float] = {}
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
-    def restore(self) -> int:
-        from rlrun.metrics import MetricsLogger
 
-        if self.start:
-            found = ckpt.iter_dir(Path(self.source) / "checkpoints", self.start)
-            if not (found / "driver.json").exists():
-                raise FileNotFoundError(f"replay from rollout {self.start} needs the original run's checkpoint "
-                                        f"{found}; replay from 0 or from a saved iteration")
-            self.trainer.load(str(ckpt.trainer_dir(found)))
-        self.logger = MetricsLogger(self.run_dir, self.cfg, total=self.cfg.rollout.num_rollout, start=self.start)
-        self._stack.callback(self._finish)
-        return self.start
+class RecordedRollouts:
+    """The rollout side of a replay: each rollout's recorded samples; no engines, nothing to profile."""
+
+    def __init__(self, source: Path):
+        self.source, self.prompts = Path(source), _NoPrompts()
 
     def collect(self, rollout_id: int, sampling):
         """The recorded samples of `rollout_id`; kept = the trained ones in their trained order."""
@@ -98,19 +83,56 @@ class ReplayRun:
         return samples, [samples[i] for _, i in order], {}
 
     @contextmanager
-    def training(self, version: int, timer):
-        profile = version - 1 in self.cfg.debug.profile_steps
-        if profile:
-            self.trainer.start_profile()
+    def profiling(self, rollout_id: int):
         yield
-        if profile:
-            self.trainer.stop_profile(version - 1)
+
+
+class NoEngines:
+    """Weight sync, offload and eval of a replay: there are no engines to push to or evaluate on."""
+
+    def sync(self, version: int, only_if_stale: bool = False) -> None:
+        pass
+
+    def pop_metrics(self) -> dict:
+        return {}
+
+    @contextmanager
+    def training(self, version: int, timer, push: bool = True):
+        yield
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
-        return {}  # no engines to evaluate with
+        return {}
 
-    # checkpoints, metrics rows, the summary and the final plot: the runner's own
-    save, log, summary, _finish = Run.save, Run.log, Run.summary, Run._finish
+
+class ReplayCheckpoints(Checkpoints):
+    """Saves into the replay's run dir; a replay from rollout A > 0 starts from the original run's iter_A."""
+
+    def __init__(self, cfg, run_dir: Path, trainer, source: Path, start: int):
+        super().__init__(cfg, run_dir, trainer)
+        self.source, self.start = Path(source), start
+
+    def restore(self):
+        if not self.start:
+            return None
+        found = ckpt.iter_dir(self.source / "checkpoints", self.start)
+        if not (found / "driver.json").exists():
+            raise FileNotFoundError(f"replay from rollout {self.start} needs the original run's checkpoint "
+                                    f"{found}; replay from 0 or from a saved iteration")
+        self.trainer.load(str(ckpt.trainer_dir(found)))
+        state = ckpt.read_driver_state(found)
+        state.restore_rng()
+        return state
+
+
+def build(cfg, plan, run_dir: Path, source: Path, start: int, stack: ExitStack) -> Parts:
+    """The parts of a replay: the real trainer ranks, checkpoints and metrics; records for rollouts."""
+    _, _, trainer = start_trainer(cfg, plan, run_dir, stack)
+    none = NoEngines()
+    metrics = RunMetrics(cfg, run_dir)
+    stack.callback(metrics.close)
+    return Parts(cfg=cfg, plan=plan, rollout=RecordedRollouts(source), trainer=trainer, weights=none, offload=none,
+                 checkpoints=ReplayCheckpoints(cfg, run_dir, trainer, source, start), evaluator=none,
+                 metrics=metrics)
 
 
 def replay(source: Path, overrides: list[str], rollouts: str | None = None, config_dir=None) -> dict:
@@ -124,15 +146,15 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     lo, hi = _parse_range(rollouts, total)
     _, saved = read_run_dir(source)
     # the recorded batches stand in for the engines; nothing is recorded, evaluated or synced again
-    fixed = [f"rollout.num_rollout={hi}", "logging.rollout_records=none", "debug.rollout_only=false"]
+    fixed = [f"rollout.num_rollout={hi}", "logging.rollout_records=none", "debug.rollout_only=false",
+             "debug.profile_engines=false"]
     cfg = load([*saved, *overrides, *fixed], config_dir)
     plan = make_plan(cfg)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     run_dir = prepare_run_dir(cfg, plan, [*saved, *overrides, *fixed], run_dir=source / REPLAY_DIR / stamp)
     print(f"[rlrun] replay of {source} rollouts {lo}:{hi} -> {run_dir}", flush=True)
     with ExitStack() as stack:
-        r = ReplayRun(cfg, plan, run_dir, source, lo, stack)
-        summary = loop.run(r)
+        summary = loop.run(build(cfg, plan, run_dir, source, lo, stack))  # the synchronous loop
     summary["matches"] = compare_train_series(source, run_dir)
     return summary
 

@@ -26,6 +26,11 @@ def test_engine_profile_needs_steps_and_rollout_only_has_no_trainer_to_profile()
     assert "never runs" in _problems("debug.rollout_only=true", "debug.profile_steps=[0]")["debug.profile_steps"]
 
 
+def test_rollout_only_is_sync_only():
+    assert "synchronous loop only" in _problems("debug.rollout_only=true", "experiment=tiny-grpo-async-cpu")[
+        "debug.rollout_only"]
+
+
 def test_bad_record_mode_is_a_schema_error():
     assert "logging.rollout_records" in _problems("logging.rollout_records=most")
 

@@ -19,6 +19,9 @@ def profiling(cfg: RunConfig) -> Iterator[Problem]:
     if d.profile_engines and not d.profile_steps:
         yield Problem("debug.profile_engines", "is true but debug.profile_steps is empty, so no step is profiled",
                       "list the steps to profile, e.g. debug.profile_steps=[2]", d.profile_engines)
+    if d.rollout_only and cfg.train.async_train:
+        yield Problem("debug.rollout_only", "runs the synchronous loop only (nothing trains, so there is nothing "
+                      "for rollouts to overlap with)", "set train.async_train=false", d.rollout_only)
     if d.rollout_only and d.profile_steps and not d.profile_engines:
         yield Problem("debug.profile_steps", "profiles the trainer, which debug.rollout_only=true never runs",
                       "add debug.profile_engines=true (SGLang engines) or drop debug.rollout_only",
