@@ -45,6 +45,10 @@ def _parse_range(text: str | None, total: int) -> tuple[int, int]:
 
 def check_records(run_dir: Path) -> int:
     """How many rollouts the run recorded in full; a clear error when replay cannot use them."""
+    if not (run_dir / "config.yaml").exists():
+        raise ConfigError([Problem(str(run_dir), "is not a run dir (no config.yaml)",
+                                   "pass the run dir of a finished or stopped run (outputs/NAME/TIMESTAMP)",
+                                   str(run_dir))])
     mode = recorded_mode(run_dir)
     if mode != "all":
         raise ConfigError([Problem("logging.rollout_records", f"was {mode!r} in {run_dir}: replay trains on every "

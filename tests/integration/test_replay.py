@@ -77,3 +77,5 @@ def test_replay_says_when_the_run_kept_fewer_records(tmp_path):
     RecordsWriter(tmp_path, "sample", 8)
     with pytest.raises(ConfigError, match="logging.rollout_records=all"):
         replay(tmp_path, [])
+    with pytest.raises(ConfigError, match="is not a run dir"):
+        replay(tmp_path / "typo", [])

@@ -99,3 +99,21 @@ def test_plot_title_names_the_run(tmp_path):
         plt.Figure.savefig = orig
     assert out.is_file() and seen == ["my-run (20260101-000000)"]
     assert re.match(rb"\x89PNG", out.read_bytes()[:4])
+
+
+def test_a_terminal_gets_the_progress_bar_not_lines(tmp_path):
+    from rlrun.metrics import LogLines, ProgressBar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    log = MetricsLogger(tmp_path, _cfg(), total=2, stream=out)
+    assert [type(s) for s in log._sinks] == [ProgressBar]
+    log.log(0, ROWS[0])
+    log.close()
+    assert out.getvalue() == ""  # rich draws the bar on its own console, not one line per rollout
+    log = MetricsLogger(tmp_path, _cfg(), total=2, stream=io.StringIO())
+    assert [type(s) for s in log._sinks] == [LogLines]
+    log.close()
