@@ -82,7 +82,8 @@ class ProgressBar:
     """A terminal: rich's bar, updated per rollout."""
 
     def __init__(self, total: int, start: int):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
 
         self._progress = Progress(TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(),
                                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

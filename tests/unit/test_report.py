@@ -12,9 +12,9 @@ import pytest
 
 from rlrun.config import load
 from rlrun.config.rundir import write_yaml
+from rlrun.data.sample import Sample, Status
 from rlrun.records import RecordsWriter
 from rlrun.report import compare, label_runs, load_run, show
-from rlrun.data.sample import Sample, Status
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -61,8 +61,9 @@ def test_show_writes_report_and_png_and_the_plots_draw(tmp_path, capsys):
     assert "rollout/reward_mean" in table and "0.75" in table  # last reward 3/4
     svgs, png = _render(out, tmp_path)
     assert svgs >= 1  # plotly drew the figure (it adds .main-svg elements only when it renders)
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     img = Image.open(io.BytesIO(png)).convert("L")
     lo, hi = img.getextrema()
