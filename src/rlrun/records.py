@@ -6,8 +6,10 @@ read them as one table. logging.rollout_records picks how many samples a rollout
     sample  the first group of the rollout (its n samples: what the model wrote, and how the rewards differ)
     all     every sample, kept or dropped by dynamic sampling (`rlrun replay` trains from these)
 One row per sample; token lists stay lists (int64 / float64, so replay reads the very values that were
-trained on); fields without a columnar shape (a chat prompt, the label, turns, tool calls, metadata) are
-JSON text. Imports only pyarrow: `rlrun show` reads records without torch or ray.
+trained on); fields without a columnar shape (a chat prompt, the label, turns, metadata) are JSON text.
+Multi-turn samples keep sample.metadata["turns"] (rlrun.agent: one dict per turn with its token span,
+tool_calls and tool_results) as `turns`, plus `num_turns` and every turn's `tool_calls` / `tool_results`
+flattened, so that `WHERE num_turns > 2` or a look at the tool results needs no JSON walking. Imports only pyarrow: `rlrun show` reads records without torch or ray.
 """
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ SCHEMA = pa.schema([
     ("loss_mask", pa.list_(pa.int64())), ("rollout_logprobs", pa.list_(pa.float64())),
     ("reward", pa.float64()), ("label", pa.string()), ("status", pa.string()),
     ("weight_version", pa.int64()), ("token_versions", pa.list_(pa.int64())),
-    ("turns", pa.string()), ("tool_calls", pa.string()), ("metadata", pa.string()),
+    ("num_turns", pa.int64()), ("turns", pa.string()),
+    ("tool_calls", pa.string()), ("tool_results", pa.string()),  # every turn's, in order (views of turns)
+    ("metadata", pa.string()),
 ])
 
 
@@ -42,6 +46,10 @@ def _json(x: Any) -> str | None:
 
 def sample_row(rollout_id: int, index: int, s, kept_index: int) -> dict:
     meta = dict(s.metadata or {})
+    turns = meta.pop("turns", None)  # multi-turn rollouts (rlrun.agent): one dict per turn
+
+    def every(key):
+        return None if not turns else [x for t in turns if isinstance(t, dict) for x in t.get(key) or []]
     return {
         "rollout_id": rollout_id, "index": index, "group_id": s.group_id, "kept_index": kept_index,
         "prompt": s.prompt if isinstance(s.prompt, str) else json.dumps(s.prompt),
@@ -50,7 +58,8 @@ def sample_row(rollout_id: int, index: int, s, kept_index: int) -> dict:
         "rollout_logprobs": None if s.rollout_logprobs is None else [float(x) for x in s.rollout_logprobs],
         "reward": s.reward, "label": _json(s.label), "status": str(getattr(s.status, "value", s.status)),
         "weight_version": s.weight_version, "token_versions": s.token_versions,
-        "turns": _json(meta.pop("turns", None)), "tool_calls": _json(meta.pop("tool_calls", None)),
+        "num_turns": len(turns) if turns else None, "turns": _json(turns),
+        "tool_calls": _json(every("tool_calls")), "tool_results": _json(every("tool_results")),
         "metadata": _json(meta),
     }
 
@@ -109,9 +118,8 @@ def to_samples(rows: Iterable[dict]) -> list:
     out = []
     for r in rows:
         meta = json.loads(r["metadata"]) if r["metadata"] else {}
-        for key in ("turns", "tool_calls"):
-            if r[key] is not None:
-                meta[key] = json.loads(r[key])
+        if r["turns"] is not None:
+            meta["turns"] = json.loads(r["turns"])
         prompt = r["prompt"]
         out.append(Sample(
             prompt=prompt, prompt_tokens=list(r["prompt_tokens"]), response=r["response"],

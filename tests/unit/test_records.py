@@ -21,8 +21,11 @@ def _samples(n_groups=3, n=2):
                 loss_mask=[1, 0, 1], reward=float(k), label=str(g), rollout_logprobs=[-0.1, -0.2 - k, -1 / 3],
                 status=Status.COMPLETED if k == 0 else Status.TRUNCATED, group_id=g, weight_version=7,
                 token_versions=[7, None, 7],
-                metadata={"turns": [{"role": "assistant", "content": "r"}, {"role": "tool", "content": "42"}],
-                          "tool_calls": [{"name": "calc", "arguments": {"x": 1}}], "source": "toy"}))
+                metadata={"turns": [{"role": "assistant", "token_start": 0, "token_end": 2,
+                                     "tool_calls": [{"name": "calc", "arguments": {"x": 1}}],
+                                     "tool_results": [{"output": "42", "error": None}], "error": None},
+                                    {"role": "observation", "token_start": 2, "token_end": 3, "tool_calls": [],
+                                     "tool_results": [], "error": None}], "source": "toy"}))
     return out
 
 
@@ -39,9 +42,12 @@ def test_all_keeps_every_sample_with_its_trained_position(tmp_path):
     assert (r["prompt_tokens"], r["response_tokens"], r["loss_mask"]) == ([1, 2, 0], [3, 5, 5], [1, 0, 1])
     assert r["rollout_logprobs"] == [-0.1, -1.2, -1 / 3]  # float64: the exact Python floats
     assert (r["reward"], r["status"], r["weight_version"], r["token_versions"]) == (1.0, "truncated", 7, [7, None, 7])
-    assert json.loads(r["turns"])[1] == {"role": "tool", "content": "42"}
+    assert r["num_turns"] == 2 and json.loads(r["turns"])[1]["role"] == "observation"
     assert json.loads(r["tool_calls"]) == [{"name": "calc", "arguments": {"x": 1}}]
+    assert json.loads(r["tool_results"]) == [{"output": "42", "error": None}]
     assert json.loads(r["metadata"]) == {"source": "toy"}
+    (back,) = to_samples([r])
+    assert back.metadata == samples[1].metadata  # turns come back whole; the flat columns are views
 
 
 def test_sample_keeps_the_first_group_and_none_writes_nothing(tmp_path):
