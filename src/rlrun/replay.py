@@ -108,6 +108,17 @@ class NoEngines:
         return {}
 
 
+def start_checkpoint(source: Path, start: int) -> Path:
+    """The original run's checkpoint a replay from rollout `start` > 0 begins with."""
+    found = ckpt.iter_dir(Path(source) / "checkpoints", start)
+    if not (found / "driver.json").exists():
+        saved = sorted(int(d.name.split("_")[1]) for d in (Path(source) / "checkpoints").glob("iter_*"))
+        raise ConfigError([Problem("--rollouts", f"starts at rollout {start}, but the run saved no checkpoint "
+                                   f"{found.name} (saved: {saved or 'none'})",
+                                   "start at 0 or at a saved iteration", start)])
+    return found
+
+
 class ReplayCheckpoints(Checkpoints):
     """Saves into the replay's run dir; a replay from rollout A > 0 starts from the original run's iter_A."""
 
@@ -118,10 +129,7 @@ class ReplayCheckpoints(Checkpoints):
     def restore(self):
         if not self.start:
             return None
-        found = ckpt.iter_dir(self.source / "checkpoints", self.start)
-        if not (found / "driver.json").exists():
-            raise FileNotFoundError(f"replay from rollout {self.start} needs the original run's checkpoint "
-                                    f"{found}; replay from 0 or from a saved iteration")
+        found = start_checkpoint(self.source, self.start)
         self.trainer.load(str(ckpt.trainer_dir(found)))
         state = ckpt.read_driver_state(found)
         state.restore_rng()
@@ -148,6 +156,8 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     source = Path(source)
     total = check_records(source)
     lo, hi = _parse_range(rollouts, total)
+    if lo:
+        start_checkpoint(source, lo)  # before Ray starts: a missing checkpoint is a usage error
     _, saved = read_run_dir(source)
     # the recorded batches stand in for the engines; nothing is recorded, evaluated or synced again
     fixed = [f"rollout.num_rollout={hi}", "logging.rollout_records=none", "debug.rollout_only=false",

@@ -72,6 +72,15 @@ def test_profile_trace_and_tensorboard_events(recorded_run):
     assert got == pytest.approx(rewards, rel=2**-24, abs=0)
 
 
+def test_replay_from_an_unsaved_rollout_is_refused_before_ray(recorded_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(recorded_run, copy, ignore=shutil.ignore_patterns("replay", "iter_0000002"))
+    with pytest.raises(ConfigError, match=r"no checkpoint iter_0000002 \(saved: \[1, 3\]\)"):
+        replay(copy, [], rollouts="2:3")
+
+
 def test_replay_says_when_the_run_kept_fewer_records(tmp_path):
     (tmp_path / "config.yaml").write_text("{}\n")
     RecordsWriter(tmp_path, "sample", 8)
