@@ -80,7 +80,9 @@ class RecordsWriter:
         select(mode, [], 1)  # fail on a bad mode before the first rollout
         if mode != "none":
             self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / META_FILE).write_text(json.dumps({"mode": mode, "n_samples_per_prompt": self.n}) + "\n")
+            # a resumed run that records more than before still holds fewer for the first part: keep the least
+            kept = min(mode, recorded_mode(run_dir) if (self.dir / META_FILE).exists() else mode, key=MODES.index)
+            (self.dir / META_FILE).write_text(json.dumps({"mode": kept, "n_samples_per_prompt": self.n}) + "\n")
 
     def write(self, rollout_id: int, samples: list, kept: list) -> list[dict]:
         """Records the rollout; returns the rows written (the wandb sample table shows them)."""

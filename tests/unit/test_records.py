@@ -58,6 +58,12 @@ def test_sample_keeps_the_first_group_and_none_writes_nothing(tmp_path):
     assert not (tmp_path / "n" / "rollouts").exists() and recorded_mode(tmp_path / "n") == "none"
 
 
+def test_a_resume_that_records_more_keeps_the_lesser_mode(tmp_path):
+    RecordsWriter(tmp_path, "sample", 2)
+    RecordsWriter(tmp_path, "all", 2)  # resumed with logging.rollout_records=all
+    assert recorded_mode(tmp_path) == "sample"  # its first rollouts still hold one group: no replay
+
+
 def test_bad_mode_fails_at_once(tmp_path):
     with pytest.raises(ValueError, match="none|sample|all"):
         RecordsWriter(tmp_path, "most", 2)
