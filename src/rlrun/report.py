@@ -99,14 +99,17 @@ def label_runs(runs: list[RunData]) -> None:
     (rlrun.config.diff.flatten); the dir name when nothing does."""
     from rlrun.config.diff import flatten
 
+    flat = [flatten(r.config) for r in runs]
+
     def label(dicts):
         keys = _differing(dicts)
-        return [" ".join(f"{k}={d.get(k)}" for k in keys) for d in dicts]
+        # a key one run did not override shows its resolved value (a group choice: "default")
+        return [" ".join(f"{k}={d[k] if k in d else f.get(k, 'default')}" for k in keys) for d, f in zip(dicts, flat)]
 
     given = [dict(o.lstrip("+~").split("=", 1) if "=" in o else (o, None) for o in r.overrides) for r in runs]
     labels = label(given)
     if len(set(labels)) < len(runs):
-        labels = label([flatten(r.config) for r in runs])
+        labels = label(flat)
     for r, text in zip(runs, labels):
         r.label = text or r.path.name
     seen: dict[str, int] = {}

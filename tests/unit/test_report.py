@@ -88,6 +88,14 @@ def test_compare_labels_runs_by_config_differences(tmp_path):
     assert svgs >= 1
 
 
+def test_a_key_only_one_run_overrides_shows_the_others_resolved_value(tmp_path):
+    runs = [load_run(make_run(tmp_path, "a", records=False)),
+            load_run(make_run(tmp_path, "b", ["logging.rollout_records=all", "model=tiny"], records=False))]
+    label_runs(runs)
+    assert [r.label for r in runs] == ["logging.rollout_records=sample model=default",
+                                       "logging.rollout_records=all model=tiny"]
+
+
 def test_identical_configs_are_labelled_by_dir(tmp_path):
     runs = [load_run(make_run(tmp_path, n, records=False)) for n in ("x", "y")]
     label_runs(runs)
