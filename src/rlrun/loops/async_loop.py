@@ -135,5 +135,8 @@ def run(p) -> dict:
             if kept:  # 4-7 on the trainer while the producer generates; the push every interval
                 trained, tokens["train"] = phases.train(p, kept, version=rollout_id + 1, t=t, push=push)
                 metrics.update(trained)
+            elif push:  # nothing to train: the version still advances (the producer's gate waits on it)
+                with t("weight_sync"):
+                    p.weights.push_all(rollout_id + 1)
             phases.end_step(p, rollout_id, metrics, t, tokens, got.data_state)
     return phases.summary(p)
