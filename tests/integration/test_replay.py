@@ -88,3 +88,16 @@ def test_replay_says_when_the_run_kept_fewer_records(tmp_path):
         replay(tmp_path, [])
     with pytest.raises(ConfigError, match="is not a run dir"):
         replay(tmp_path / "typo", [])
+
+
+def test_show_reports_the_real_run_with_its_records(recorded_run):
+    import pyarrow.parquet as pq
+
+    from rlrun.report import show
+
+    out = show(recorded_run)
+    page = out.read_text()
+    assert out == recorded_run / "report.html" and "rollout/reward_mean" in page and "train/grad_norm" in page
+    assert "3 record files" in page  # every rollout was recorded (logging.rollout_records=all)
+    last = pq.read_table(recorded_run / "rollouts" / "rollout_000002.parquet").to_pylist()
+    assert len(last) == 128 and all(r["weight_version"] == 2 for r in last)  # generated after 2 weight pushes
