@@ -5,6 +5,9 @@
     rlrun plan [overrides] [--json] [--out FILE]
     rlrun validate [overrides] [--check-paths]   (--check-paths: also the preflight on this machine)
     rlrun diff A B [--format text|json|md]
+    rlrun show RUN_DIR             summary table + RUN_DIR/report.html (a sweep dir: its points compared)
+    rlrun compare RUN ... [--out FILE]   curves of several runs overlaid, labelled by config differences
+    rlrun replay RUN_DIR [--rollouts A:B] [overrides]   train from the run's rollout records, no engines
     rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
     rlrun export|import ...        slime interop
     --cfg job [--resolve]          print the composed config (null = derived; --resolve: the values the
@@ -22,7 +25,10 @@ from typing import Optional, Sequence
 
 from rlrun.config.errors import ConfigError
 
-COMMANDS = ("run", "plan", "validate", "diff", "export", "import")
+COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "show", "compare", "replay")
+# commands whose positional arguments are paths, each run by `module:function(args)`
+PATH_COMMANDS = {"show": "rlrun.report:show_main", "compare": "rlrun.report:compare_main",
+                 "replay": "rlrun.replay:replay_main"}
 USAGE = __doc__.split("\n\n", 1)[1]
 
 
@@ -38,6 +44,7 @@ class Args:
     multirun: bool = False
     config_dir: Optional[str] = None
     format: str = "text"
+    rollouts: Optional[str] = None
     help: bool = False
     resolve: bool = False
     warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
@@ -54,7 +61,7 @@ def parse(argv: Sequence[str]) -> Args:
     if argv and argv[0] in COMMANDS:
         a.command = argv.pop(0)
     valued = {"--out": "out", "--cfg": "cfg", "-c": "cfg", "--config-dir": "config_dir", "-cd": "config_dir",
-              "--format": "format"}
+              "--format": "format", "--rollouts": "rollouts"}
     while argv:
         tok = argv.pop(0)
         name, eq, val = tok.partition("=")
@@ -231,6 +238,11 @@ def _main(argv: list[str]) -> int:
             from rlrun.config.diff import diff_main
 
             return diff_main(a)
+        if a.command in PATH_COMMANDS:
+            import importlib
+
+            module, fn = PATH_COMMANDS[a.command].split(":")
+            return getattr(importlib.import_module(module), fn)(a)
         if a.positional:
             raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
         return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate}[a.command](a)

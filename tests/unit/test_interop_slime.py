@@ -465,3 +465,24 @@ def test_icepop_and_opsm_export_slimes_flags_and_import_back():
     assert any("algo.tis_level=sequence" in c for c in seq.comments["GRPO_ARGS"])
     other = decode(parse_args(["--custom-tis-function-path", "my.mis:weights"]))
     assert other.values["algo.tis_mode"] == "truncate" and len(other.unknown) == 1
+
+
+def test_async_training_round_trips_through_train_async_py(tmp_path):
+    """train.async_train <-> train_async.py; the async and partial-rollout keys <-> slime's flags."""
+    keys = ["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1", "rollout.async_buffer_size=3",
+            "rollout.update_weights_interval=2", "rollout.partial_rollout=true",
+            "rollout.mask_offpolicy_in_partial_rollout=true"]
+    text = render_script(load(keys).model_dump(mode="python"))
+    assert "train_async.py" in text
+    for flag in ("--async-buffer-size 3", "--update-weights-interval 2", "--partial-rollout",
+                 "--mask-offpolicy-in-partial-rollout"):
+        assert flag in text, flag
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    r = import_script(script, name="rt")
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "rt.yaml").write_text(r.yaml_text)
+    back = load(["experiment=rt"], config_dir=tmp_path)
+    assert back.train.async_train and not back.train.colocate
+    assert (back.rollout.async_buffer_size, back.rollout.update_weights_interval) == (3, 2)
+    assert back.rollout.partial_rollout and back.rollout.mask_offpolicy_in_partial_rollout

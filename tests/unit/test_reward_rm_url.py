@@ -50,14 +50,16 @@ def test_the_loop_scores_remote_rewards_at_data_rm_url(server):
 
 
 def test_the_runner_hands_data_rm_url_to_every_score_call():
-    # runner.py calls steps.score for training and eval samples; both must pass the URL (a call without
-    # it raises "rm_type=remote needs a URL" at the first reward, after Ray and the engines started).
+    # the rollout side and the evaluator call steps.score for training and eval samples; both must pass
+    # the URL (a call without it raises "rm_type=remote needs a URL" at the first reward, after Ray and the
+    # engines started).
     from pathlib import Path
 
-    import rlrun.runner as runner
+    import rlrun.parts as parts
 
-    calls = [line for line in Path(runner.__file__).read_text().splitlines() if "steps.score(" in line]
-    assert calls and all("self.cfg.data.rm_url" in line for line in calls), calls
+    files = sorted(Path(parts.__file__).parent.glob("*.py"))
+    calls = [line for f in files for line in f.read_text().splitlines() if "steps.score(" in line]
+    assert len(calls) >= 2 and all("self.cfg.data.rm_url" in line for line in calls), calls
 
 
 @pytest.mark.parametrize("overrides, path", [

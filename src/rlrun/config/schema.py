@@ -172,6 +172,11 @@ class RolloutSection(Section):
     offload: bool                                   # derived from hardware.defaults.offload_rollout
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
+    mask_offpolicy_in_partial_rollout: bool
+    generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api)
+    async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
+    update_weights_interval: PosInt           # async: weight push every N rollouts
+    max_staleness: Optional[NonNegInt]        # async: bound on trainer version - token version
     max_concurrency: PosInt
     request_timeout_s: PosFloat
     max_retries: NonNegInt
@@ -267,6 +272,13 @@ class LoggingSection(Section):
     wandb: WandbSection
     tensorboard: bool
     progress: bool
+    rollout_records: Literal["none", "sample", "all"]
+
+
+class DebugSection(Section):
+    rollout_only: bool
+    profile_steps: list[NonNegInt]
+    profile_engines: bool
 
 
 class RunConfig(Section):
@@ -283,6 +295,7 @@ class RunConfig(Section):
     algo: AlgoSection
     optim: OptimSection
     logging: LoggingSection
+    debug: DebugSection
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -160,6 +160,11 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.dynamic_sampling", "--dynamic-sampling-filter-path", "ROLLOUT_ARGS", default=None,
         values=(("nonzero_std", _CHECK_NONZERO_STD),)),
     Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
+    Row("rollout.mask_offpolicy_in_partial_rollout", "--mask-offpolicy-in-partial-rollout", "ROLLOUT_ARGS", "true",
+        default=False),
+    # train_async.py's flags (slime writes them on the launch line of its async examples)
+    Row("rollout.async_buffer_size", "--async-buffer-size", LAUNCH, type=int, default=1),
+    Row("rollout.update_weights_interval", "--update-weights-interval", LAUNCH, type=int, default=1),
     Row("rollout.context_length", "--rollout-max-context-len", "ROLLOUT_ARGS", type=int,
         default=lambda v: v["model.max_position_embeddings"]),
     Row("train.global_batch_size", "--global-batch-size", "ROLLOUT_ARGS", type=int, default=_gbs, always=True),
@@ -266,6 +271,8 @@ SPECIAL: dict[str, str] = {
     "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag. Import "
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
+    "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
+    "rollout.generate_fn": "slime's --custom-generate-function-path takes slime's own generate signature",
     "hardware.env": "`export VAR=value` lines before `ray job submit`",
     "cluster.address": "the `ray job submit --address` (a `ray://`/`http://` address; default the local head)",
 }
@@ -302,6 +309,10 @@ NO_FLAG: dict[str, str] = {
     "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric need its MIS example "
                       "(examples/train_infer_mismatch_helper/mis.py via --custom-tis-function-path and a config)",
     "logging.progress": "slime logs to stdout/wandb",
+    "logging.rollout_records": "slime saves whole rollouts with --save-debug-rollout-data PATH (one .pt per rollout)",
+    "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
+    "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
+    "debug.profile_engines": "slime has no engine-profile flag",
 }
 
 # rlrun settings whose null means "derived" (rlrun.config.derive): an imported value equal to what rlrun
