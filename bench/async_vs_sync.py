@@ -2,6 +2,11 @@
 share of training hidden behind generation.
 
     python bench/async_vs_sync.py [overrides...]    # default: the tiny CPU job, 20 rollouts
+    python bench/async_vs_sync.py async:rollout.max_staleness=1   # `async:` = the async run only
+    python bench/async_vs_sync.py --repeat 3 ...   # 3 pairs, order alternating, median speedup
+
+On a shared machine the load changes between two runs; pairs in alternating order and the median
+of their ratios keep that from deciding the result.
 
 Both runs use the same disaggregated placement (trainer and engine on separate logical GPUs:
 train.colocate=false rollout.num_gpus=1), seed and samples; only train.async_train differs.
@@ -14,6 +19,7 @@ behind generation = overlap / (loop - wait).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 import tempfile
 
@@ -36,11 +42,7 @@ def run(overrides: list[str]) -> list[dict]:
     return read_metrics(run_dir / METRICS_FILE)
 
 
-def main(argv: list[str]) -> None:
-    out = tempfile.mkdtemp(prefix="async_vs_sync_")
-    common = [*BASE, f"run.output_dir={out}", *argv]
-    sync = run([*common, "train.async_train=false"])
-    asyn = run([*common, "train.async_train=true"])
+def compare(sync: list[dict], asyn: list[dict]) -> dict:
     sum_ = lambda rows, k: sum(r.get(k, 0.0) for r in rows)  # noqa: E731
     loop_sync, loop_async = sum_(sync, "time/step_s"), sum_(asyn, "time/step_s")
     wait, produce = sum_(asyn, "time/rollout_wait_s"), sum_(asyn, "time/produce_s")
@@ -57,7 +59,28 @@ def main(argv: list[str]) -> None:
                   "reward_last5": sum(r["rollout/reward_mean"] for r in asyn[-5:]) / 5},
     }
     report["speedup"] = report["async"]["rollouts_per_min"] / report["sync"]["rollouts_per_min"]
-    print(json.dumps(report, indent=2))
+    return report
+
+
+def main(argv: list[str]) -> None:
+    repeat = 1
+    if argv[:1] == ["--repeat"]:
+        repeat, argv = int(argv[1]), argv[2:]
+    out = tempfile.mkdtemp(prefix="async_vs_sync_")
+    only = [a.removeprefix("async:") for a in argv if a.startswith("async:")]
+    common = [*BASE, f"run.output_dir={out}", *(a for a in argv if not a.startswith("async:"))]
+    reports = []
+    for i in range(repeat):
+        first_sync = i % 2 == 0
+        a = run([*common, "train.async_train=false"]) if first_sync else None
+        b = run([*common, "train.async_train=true", *only])
+        a = a or run([*common, "train.async_train=false"])
+        reports.append(compare(a, b))
+        print(json.dumps(reports[-1], indent=2), flush=True)
+    print(json.dumps({"speedups": [r["speedup"] for r in reports],
+                      "median_speedup": statistics.median(r["speedup"] for r in reports),
+                      "median_hidden_share": statistics.median(r["async"]["hidden_share_of_trainer"]
+                                                               for r in reports)}))
 
 
 if __name__ == "__main__":

@@ -81,3 +81,32 @@ def test_sigkill_mid_async_run_then_resume_trains_each_rollout_once(tmp_path):
     # the queued rollouts died with the run: the resumed producer drew from the checkpoint's position
     assert _position(run_dir / "checkpoints" / "iter_0000004") == 4 * PROMPTS
     assert _position(run_dir / "checkpoints" / "iter_0000008") == 8 * PROMPTS
+
+
+def test_sigint_stops_the_producer_and_leaves_no_process(tmp_path):
+    """The producer thread is mid-rollout when SIGINT arrives: it is stopped (requests aborted), the
+    run exits non-zero within the teardown's time, and nothing it started outlives it."""
+    import time
+
+    from rlrun.launch.reaper import descendants
+
+    proc = _rlrun(tmp_path)
+    deadline = time.monotonic() + 300
+    while not [p for p in tmp_path.glob("*/*/" + METRICS_FILE) if len(read_metrics(p)) >= 2]:
+        assert proc.poll() is None and time.monotonic() < deadline, "no second step"
+        time.sleep(0.1)
+    children = descendants(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=90)
+    assert proc.returncode == 130
+    deadline = time.monotonic() + 30
+    while [p for p in children if _running(p)]:
+        assert time.monotonic() < deadline, "processes outlived the SIGINTed run"
+        time.sleep(0.5)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -10,26 +10,18 @@ import time
 
 import pytest
 import requests
+from test_loop_offload import group  # noqa: F401 - the module's engine + router fixture
 
 from rlrun.data import Sample
 from rlrun.launch import steps
 from rlrun.loops.async_loop import staleness
 from rlrun.rollout.client import RolloutClient, Sampling
-from rlrun.rollout.engines import _post, local_engine_group
+from rlrun.rollout.engines import _post
 from rlrun.rollout.generate_api import single_turn
 from rlrun.rollout.handle import ClientHandle, PolicyVersion
-from rlrun.rollout.tiny_model import save_tiny_model
 
 pytestmark = pytest.mark.timeout(120)
 PROMPT = [3, 4]
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("partial")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, log_dir=tmp / "logs",
-                            health_interval_s=5, startup_timeout_s=60) as grp:
-        yield grp
 
 
 def _push_when_generating(group, versions: PolicyVersion, new_version: int) -> threading.Thread:

@@ -99,3 +99,13 @@ def test_a_producer_error_reaches_the_trainer():
     r.collect = lambda rollout_id, sampling: 1 / 0
     with pytest.raises(RuntimeError, match="the rollout producer failed: division by zero"):
         run(r.parts())
+
+
+def test_validate_refuses_async_with_colocate_with_a_fix(capsys):
+    from rlrun.cli import main
+
+    assert main(["validate", "train.async_train=true", "train.colocate=true"]) == 2
+    err = capsys.readouterr()
+    text = err.out + err.err
+    assert "train.async_train" in text and "fix: set train.colocate=false" in text
+    assert main(["validate", *ASYNC, "rollout.partial_rollout=true", "rollout.max_staleness=2"]) == 0
