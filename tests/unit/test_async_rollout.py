@@ -68,8 +68,8 @@ def test_a_push_aborts_and_the_partial_rollout_continues_under_the_new_version(g
     assert first >= 10 and v == [3] * first + [4] * (1500 - first) and out.weight_version == 4
     # slime's --mask-offpolicy-in-partial-rollout: the first segment is not trained on
     assert steps.offpolicy_mask(out) == [0] * first + [1] * (1500 - first)
-    batch = steps.to_train_batch([out], mask_offpolicy=True)
-    assert batch.loss_mask[0].sum().item() == 1500 - first
+    batch, removed = steps.to_train_batch([out], mask_offpolicy=True).fold_offpolicy_mask()
+    assert batch.loss_mask[0].sum().item() == 1500 - first and removed is not None
     assert steps.to_train_batch([out]).loss_mask[0].sum().item() == 1500
 
 

@@ -113,14 +113,15 @@ def offpolicy_mask(sample) -> list[int]:
 
 
 def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
-    """mask_offpolicy: tokens of an older policy version get loss mask 0 (offpolicy_mask)."""
-    masks = [s.loss_mask if not mask_offpolicy else
-             [m * k for m, k in zip(s.effective_loss_mask, offpolicy_mask(s))] for s in samples]
+    """mask_offpolicy: tokens of an older policy version are left out of the loss through
+    TrainBatch.offpolicy_mask (the trainer folds it into the loss mask and reports the share it removed,
+    train/offpolicy_maskfrac)."""
+    off = [torch.tensor(offpolicy_mask(s), dtype=torch.float32) for s in samples] if mask_offpolicy else None
     return TrainBatch(
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
-        loss_mask=[torch.tensor(m, dtype=torch.float32) for m in masks],
-        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples])
+        loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],
+        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
 
 
 def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
