@@ -102,6 +102,10 @@ class Run:
         self._sync_metrics: dict[str, float] = {}
         self.engines.resync = self._resync
         self.prompts = steps.load_prompts(cfg, self.tokenizer, self.run_dir)
+        self.model_dir = model_dir
+        # rollout.generate_fn / data.source (docs/agents.md); None = one request per sample / the prompts
+        self.generate_fn = steps.load_generate_fn(cfg.rollout.generate_fn)
+        self.source = steps.load_source(cfg, self.prompts)
         self._eval_sets: dict[str, list] = {}
         self.logger: MetricsLogger | None = None
         self._stack = stack
@@ -121,13 +125,17 @@ class Run:
         per_round = r.rollout_batch_size if r.dynamic_sampling is None else r.over_sampling_batch_size
         samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
         while not collector.done and collector.rounds < MAX_DRAWS:
-            items = self.prompts.next_batch(collector.prompts_to_request(per_round))
-            if not items:
+            if self.source is None:
+                new = steps.make_samples(self.prompts.next_batch(collector.prompts_to_request(per_round)), n,
+                                         collector.generated)
+            else:
+                new = [s for g in self.source.sample(collector.prompts_to_request(per_round)) for s in g]
+            if not new:
                 raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
                                    f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
-            new = steps.make_samples(items, n, collector.generated)
             seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
-            info["rollout/retries"] += steps.generate(self.router.url, r, new, sampling, seeds)
+            for k, v in self._generate(new, sampling, seeds).items():
+                info[k] = info.get(k, 0.0) + v
             t0 = time.perf_counter()
             for k, v in steps.score(new, self.cfg.data.rm_type, n).items():
                 info[k] = info.get(k, 0.0) + v
@@ -136,7 +144,19 @@ class Run:
             collector.add(split_groups(new, n))
         info.update(collector.metrics())
         kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
+        if self.source is not None:  # what was generated but not trained on goes back to the source
+            trained = {id(s) for s in kept}
+            self.source.add_samples([g for g in split_groups(samples, n) if id(g[0]) not in trained])
         return samples, kept, info
+
+    def _generate(self, samples, sampling, seeds) -> dict[str, float]:
+        """Fills `samples` through the engines; returns rollout/retries (and the generate function's counters)."""
+        if self.generate_fn is None:
+            return {"rollout/retries": float(steps.generate(self.router.url, self.cfg.rollout, samples, sampling, seeds))}
+        from rlrun.agent.rollout import generate
+
+        return generate(self.generate_fn, self.router.url, self.cfg.rollout, self.tokenizer, samples, sampling, seeds,
+                        self.model_dir)
 
     # -- weight sync -------------------------------------------------------------------------
     # rollout.weight_sync (plan.weight_sync, auto resolved): "tensor" and "distributed" are pushed
@@ -277,7 +297,7 @@ class Run:
                                                               train=False).items
             samples = steps.make_samples(self._eval_sets[ds.name], e.n_samples_per_prompt, 0)
             seeds = [steps.request_seed(self.cfg.run.seed + 1, rollout_id, i) for i in range(len(samples))]
-            steps.generate(self.router.url, self.cfg.rollout, samples, sampling, seeds)
+            self._generate(samples, sampling, seeds)
             steps.score(samples, ds.rm_type, e.n_samples_per_prompt)
             out.update(steps.rollout_metrics(samples, prefix=f"eval/{ds.name}"))
         if out:
@@ -287,7 +307,7 @@ class Run:
     def save(self, rollout_id: int) -> None:
         where = ckpt.iter_dir(self.save_dir, rollout_id + 1)
         self.trainer.save(str(ckpt.trainer_dir(where)))
-        ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, self.prompts.state_dict()))
+        ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, (self.source or self.prompts).state_dict()))
         ckpt.mark_latest(self.save_dir, where)
 
     def restore(self) -> int:
@@ -302,7 +322,7 @@ class Run:
             self.trainer.load(str(ckpt.trainer_dir(found)))
             state = ckpt.read_driver_state(found)
             state.restore_rng()
-            self.prompts.load_state_dict(state.data_state)
+            (self.source or self.prompts).load_state_dict(state.data_state)
             start = state.next_rollout
             print(f"[rlrun] resumed from {found} at rollout {start}", flush=True)
         # Fresh start: the engines loaded the trainer's init (verified, pushed only if they differ,

@@ -21,7 +21,7 @@ def rule(fn: Rule) -> Rule:
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    from rlrun.config import hfcheck, layout_rules  # noqa: F401  (registers their rules)
+    from rlrun.config import agent_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
 
     return [p for r in RULES for p in r(cfg)]
 

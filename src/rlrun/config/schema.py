@@ -174,6 +174,9 @@ class RolloutSection(Section):
     request_timeout_s: PosFloat
     max_retries: NonNegInt
     balance_data: bool
+    generate_fn: Optional[str]                # null = single_turn; see rlrun.agent.resolve
+    max_turns: PosInt
+    tool_timeout_s: PosFloat
     weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
     weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
     router: RouterSection
@@ -210,6 +213,7 @@ class DataSection(Section):
     max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
     shuffle: bool
     num_epochs: PosInt
+    source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
 class AlgoSection(Section):
