@@ -73,27 +73,31 @@ class Environment:
         return None
 
 
+ASSISTANT_MARK = "rlrun:assistant-turn-end"  # stands in for the model's turn when the template is rendered
+
+
 def observation_ids(tokenizer, observation: list[dict] | str, *, after_eos: bool) -> list[int]:
     """Token ids of an observation that follows an assistant turn.
 
-    Messages are rendered with the chat template as the suffix of [user, assistant] + observation
-    (with the generation prompt for the next assistant turn) past the rendered [user, assistant]
-    head; the head's text after its last end-of-turn token (e.g. Qwen's "\\n" after <|im_end|>) is
-    prepended when the model's turn ended with that token (after_eos), the end token itself too when
-    it did not (a turn cut by length or a stop string). Plain text is tokenised as is."""
+    Messages are rendered with the chat template after [user, assistant] (with the generation prompt
+    for the next assistant turn); the ids are those of the text after the assistant turn's end token
+    (e.g. Qwen's "\n<|im_start|>user\n<tool_response>..." after <|im_end|>), the end token included
+    when the model's turn did not end with it (after_eos=False: cut by length or a stop string).
+    Earlier turns are never re-rendered into ids (Qwen3's template renders the last assistant turn
+    with an empty <think> block, the same turn without it once a message follows). Plain text is
+    tokenised as is."""
     if isinstance(observation, str):
         text = observation
     else:
-        head = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
-        rendered = tokenizer.apply_chat_template(head, tokenize=False)
+        head = [{"role": "user", "content": "u"}, {"role": "assistant", "content": ASSISTANT_MARK}]
         full = tokenizer.apply_chat_template(head + list(observation), tokenize=False, add_generation_prompt=True)
-        if not full.startswith(rendered):
-            raise ValueError("the chat template renders earlier messages differently once an observation follows; "
-                             "rlrun cannot append the observation without re-tokenising earlier turns")
+        at = full.find(ASSISTANT_MARK)
+        if at < 0:
+            raise ValueError("the chat template drops the assistant's content; rlrun cannot place an observation")
+        rest = full[at + len(ASSISTANT_MARK):]
         eos = tokenizer.eos_token or ""
-        cut = rendered.rfind(eos) if eos else -1
-        tail = "" if cut < 0 else rendered[cut + (len(eos) if after_eos else 0):]
-        text = tail + full[len(rendered):]
+        cut = rest.find(eos) if eos else -1
+        text = rest if cut < 0 else rest[cut + (len(eos) if after_eos else 0):]
     return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
 
