@@ -113,6 +113,9 @@ def load_object(spec: str, what: str):
         path = Path(target)
         if not path.is_file():
             raise ValueError(f"{what} {spec!r}: file {target} does not exist")
+        folder = str(path.resolve().parent)  # the file's own imports of its neighbours work, as when run there
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         mod_spec = importlib.util.spec_from_file_location(f"rlrun_user_{path.stem}", path)
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[mod_spec.name] = module  # dataclasses and pickling look the module up by name
