@@ -246,6 +246,10 @@ SPECIAL: dict[str, str] = {
     "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag. Import "
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
+    "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
+    "slime_agent.py)",
+    "data.source": "not exported: slime's `--data-source-path` classes take (args), rlrun's (prompts, n) "
+    "(slime_agent.py)",
     "hardware.env": "`export VAR=value` lines before `ray job submit`",
     "cluster.address": "the `ray job submit --address` (a `ray://`/`http://` address; default the local head)",
 }
@@ -278,6 +282,9 @@ NO_FLAG: dict[str, str] = {
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
     "logging.progress": "slime logs to stdout/wandb",
+    "rollout.max_turns": "slime has no flag: a custom generate function keeps its own (examples/search-r1: "
+    "SEARCH_R1_CONFIGS['max_turns']); rlrun passes it to slime-form functions as args.max_turns",
+    "rollout.tool_timeout_s": "slime has no tool runner; its generate functions time their own tools",
 }
 
 # rlrun settings whose null means "derived" (rlrun.config.derive): an imported value equal to what rlrun
