@@ -8,10 +8,13 @@ The model's action language fits the toy tokenizer (one character per token):
             any other  -> that character is the final answer
     turn 2: one token  -> the final answer
 
-Reward: 1 for the right digit; a tool call followed by a wrong digit earns 0.2 (a format score, as
-Search-R1's format_score), so the call is discovered before the answer is reliable. Only a digit
-counts as an answer: a model that repeats "?" after the call earns nothing (without this rule the
-policy collapses onto "?" at both turns: measured, reward stuck at exactly 0.2).
+Reward: 1 for the right answer; a tool call followed by a wrong answer earns 0.2 (a format score, as
+Search-R1's format_score), so the call is discovered before the answer is reliable. Two measured
+failure modes shaped this rule: with any wrong answer earning 0.2, the policy collapsed onto "?" at
+both turns (reward stuck at exactly 0.2); with only a wrong *digit* earning it, GRPO's std
+normalisation turned 0.2-vs-0 into full advantages that collapsed the answer onto a few digits before
+copying was learned. So a wrong answer earns 0.2 unless it is "?" again: wrong answers are not
+ranked against each other, and only the right digit stands out.
 A 2-layer model learns "call, then copy the tool's digit"; without the tool the expected reward
 is 0.1 at best (a guessed digit).
 """
@@ -54,4 +57,4 @@ class LookupEnv(Environment):
     def reward(self, sample) -> float:
         if self.answer == self.label:
             return 1.0
-        return FORMAT_SCORE if self.called and self.answer.isdigit() else 0.0
+        return FORMAT_SCORE if self.called and self.answer != CALL else 0.0

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from rlrun.agent import Environment, Step, ToolCall, observation_ids
-from rlrun.agent.handle import HTTPHandle
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.data.sample import Sample, Status
 from rlrun.rollout.client import RolloutClient, Sampling
+from rlrun.rollout.handle import ClientHandle, PolicyVersion
 from rlrun.rollout.hf_engine import HFEngine
 from rlrun.rollout.hf_server import ThreadedServer
 from rlrun.rollout.router import Router
@@ -51,31 +51,30 @@ def stack(request, tmp_path_factory):
     engine.shutdown()
 
 
-class Recording(HTTPHandle):
-    """The real handle, recording what each request sent and got (the test's view of the engine)."""
-
-    def for_sample(self, seed):
-        h = super().for_sample(seed)
-        h.calls = self.calls
-        return h
+class Recording(ClientHandle):
+    """The runner's handle, recording what each request sent and got (the test's view of the engine)."""
 
     async def generate(self, input_ids, sampling, *, seed=None):
         out = await super().generate(input_ids, sampling, seed=seed)
-        self.calls.append((list(input_ids), list(out.token_ids)))
+        self.record.append((list(input_ids), list(out.token_ids)))
         return out
 
 
 def run_episode(stack, fn, prompt_ids, *, max_turns=3, max_response_len=64, context_length=512, n=3, **kw):
     sampling = Sampling(max_new_tokens=kw.pop("max_new_tokens", 6), temperature=1.0)
+    metrics, calls = {}, []
 
     async def go():
         async with RolloutClient(stack.url) as client:
-            h = Recording(client, stack.tok, context_length, max_response_len, max_turns, kw.pop("timeout", 5.0))
-            h.calls = []
             samples = [Sample(prompt="p", prompt_tokens=list(prompt_ids)) for _ in range(n)]
             for i, s in enumerate(samples):
-                await fn(h.for_sample(100 + i), s, sampling)
-            return samples, h
+                h = Recording(client, tokenizer=stack.tok, context_length=context_length,
+                              max_response_len=max_response_len, versions=PolicyVersion(), partial=False,
+                              seed=100 + i, max_turns=max_turns, tool_timeout_s=kw.get("timeout", 5.0),
+                              metrics=metrics)
+                h.record = calls
+                await fn(h, s, sampling)
+            return samples, SimpleNamespace(calls=calls, metrics=metrics)
 
     return asyncio.run(go())
 

@@ -391,3 +391,24 @@ def test_bf16_adam_moments_export_megatrons_three_flags_and_import_back():
     fp32 = encode(load(["hardware=h100", "train.backend=megatron"]).model_dump()).arrays["OPTIMIZER_ARGS"]
     assert not any(f[0] in ("--exp-avg-dtype", "--use-precision-aware-optimizer") for f in fp32)  # slime's default
     assert decode(parse_args(["--lr", "1e-6"])).values["optim.state_dtype"] == "fp32"
+
+
+def test_async_training_round_trips_through_train_async_py(tmp_path):
+    """train.async_train <-> train_async.py; the async and partial-rollout keys <-> slime's flags."""
+    keys = ["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1", "rollout.async_buffer_size=3",
+            "rollout.update_weights_interval=2", "rollout.partial_rollout=true",
+            "rollout.mask_offpolicy_in_partial_rollout=true"]
+    text = render_script(load(keys).model_dump(mode="python"))
+    assert "train_async.py" in text
+    for flag in ("--async-buffer-size 3", "--update-weights-interval 2", "--partial-rollout",
+                 "--mask-offpolicy-in-partial-rollout"):
+        assert flag in text, flag
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    r = import_script(script, name="rt")
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "rt.yaml").write_text(r.yaml_text)
+    back = load(["experiment=rt"], config_dir=tmp_path)
+    assert back.train.async_train and not back.train.colocate
+    assert (back.rollout.async_buffer_size, back.rollout.update_weights_interval) == (3, 2)
+    assert back.rollout.partial_rollout and back.rollout.mask_offpolicy_in_partial_rollout

@@ -286,3 +286,31 @@ def training_mode(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.recompute.granularity", f"recompute method/num_layers apply to full recompute only "
                       f"(granularity is {rc.granularity})", "set train.recompute.granularity=full or method and "
                       "num_layers to null", rc.model_dump())
+
+
+@rule
+def async_mode(cfg: RunConfig) -> Iterator[Problem]:
+    """Async training and partial rollouts (docs/runner.md): keys that only the async loop reads
+    are refused in the sync one rather than ignored, and the staleness bound must be reachable."""
+    t, r = cfg.train, cfg.rollout
+    if not t.async_train:
+        off = "or train.async_train=true (with train.colocate=false)"
+        if r.partial_rollout:
+            yield Problem("rollout.partial_rollout", "partial rollout continues requests a weight push aborted, "
+                          "but the sync loop pushes only between rollouts (nothing is in flight)",
+                          f"set rollout.partial_rollout=false {off}", True)
+        for key, value, default in (("async_buffer_size", r.async_buffer_size, 1),
+                                    ("update_weights_interval", r.update_weights_interval, 1),
+                                    ("max_staleness", r.max_staleness, None)):
+            if value != default:
+                yield Problem(f"rollout.{key}", "only the async loop reads it; the sync loop generates each "
+                              "rollout with the weights of the previous one", f"remove it {off}", value)
+    if r.mask_offpolicy_in_partial_rollout and not r.partial_rollout:
+        yield Problem("rollout.mask_offpolicy_in_partial_rollout", "masks the older-version tokens of partial "
+                      "rollouts, and rollout.partial_rollout is false", "set rollout.partial_rollout=true or "
+                      "rollout.mask_offpolicy_in_partial_rollout=false", True)
+    if r.max_staleness is not None and r.max_staleness < r.update_weights_interval - 1:
+        yield Problem("rollout.max_staleness", f"with a weight push every {r.update_weights_interval} rollouts the "
+                      f"rollout side would wait for a version the trainer only pushes after training the rollout "
+                      f"being waited for (a deadlock)", f"set rollout.max_staleness >= "
+                      f"{r.update_weights_interval - 1} or lower rollout.update_weights_interval", r.max_staleness)

@@ -170,11 +170,15 @@ class RolloutSection(Section):
     offload: bool                                   # derived from hardware.defaults.offload_rollout
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
+    mask_offpolicy_in_partial_rollout: bool
+    generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
+    async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
+    update_weights_interval: PosInt           # async: weight push every N rollouts
+    max_staleness: Optional[NonNegInt]        # async: bound on trainer version - token version
     max_concurrency: PosInt
     request_timeout_s: PosFloat
     max_retries: NonNegInt
     balance_data: bool
-    generate_fn: Optional[str]                # null = single_turn; see rlrun.agent.resolve
     max_turns: PosInt
     tool_timeout_s: PosFloat
     weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed

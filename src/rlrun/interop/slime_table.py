@@ -148,6 +148,11 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.dynamic_sampling", "--dynamic-sampling-filter-path", "ROLLOUT_ARGS", default=None,
         values=(("nonzero_std", _CHECK_NONZERO_STD),)),
     Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
+    Row("rollout.mask_offpolicy_in_partial_rollout", "--mask-offpolicy-in-partial-rollout", "ROLLOUT_ARGS", "true",
+        default=False),
+    # train_async.py's flags (slime writes them on the launch line of its async examples)
+    Row("rollout.async_buffer_size", "--async-buffer-size", LAUNCH, type=int, default=1),
+    Row("rollout.update_weights_interval", "--update-weights-interval", LAUNCH, type=int, default=1),
     Row("rollout.context_length", "--rollout-max-context-len", "ROLLOUT_ARGS", type=int,
         default=lambda v: v["model.max_position_embeddings"]),
     Row("train.global_batch_size", "--global-batch-size", "ROLLOUT_ARGS", type=int, default=_gbs, always=True),
@@ -246,6 +251,7 @@ SPECIAL: dict[str, str] = {
     "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag. Import "
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
+    "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
     "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
     "slime_agent.py)",
     "data.source": "not exported: slime's `--data-source-path` classes take (args), rlrun's (prompts, n) "

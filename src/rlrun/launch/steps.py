@@ -37,15 +37,6 @@ def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: li
     return asyncio.run(run())
 
 
-def load_generate_fn(spec: str | None):
-    """rollout.generate_fn -> the function the runner calls (None: one /generate per sample, generate())."""
-    if spec is None:
-        return None
-    from rlrun.agent.resolve import load_generate_fn as load
-
-    return load(spec)
-
-
 def load_source(cfg, prompts):
     """data.source -> a DataSource over `prompts` (None: the runner reads `prompts` directly)."""
     if cfg.data.source is None:
@@ -110,11 +101,37 @@ def make_samples(items: list, n: int, group_offset: int) -> list:
     return [s for g, item in enumerate(items) for s in make_group(item, n, group_offset + g)]
 
 
-def to_train_batch(samples: list) -> TrainBatch:
+def groups_of(samples: list) -> list[list]:
+    """Consecutive samples sharing a group_id -> one group each (a generate function may return
+    several samples per prompt, so a group need not have exactly n members)."""
+    groups: list[list] = []
+    for s in samples:
+        if groups and groups[-1][0].group_id == s.group_id:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def offpolicy_mask(sample) -> list[int]:
+    """1 for the tokens of the sample's last policy version, 0 for those an older version
+    generated before a partial rollout was continued (slime's --mask-offpolicy-in-partial-rollout);
+    all 1 when versions are not tracked. None (the initial weights) counts as version 0."""
+    if not sample.token_versions:
+        return [1] * len(sample.response_tokens)
+    num = lambda v: 0 if v is None else v  # noqa: E731
+    last = max(num(v) for v in sample.token_versions)
+    return [int(num(v) == last) for v in sample.token_versions]  # inserted tokens are masked already
+
+
+def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
+    """mask_offpolicy: tokens of an older policy version get loss mask 0 (offpolicy_mask)."""
+    masks = [s.loss_mask if not mask_offpolicy else
+             [m * k for m, k in zip(s.effective_loss_mask, offpolicy_mask(s))] for s in samples]
     return TrainBatch(
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
-        loss_mask=[torch.tensor(s.loss_mask, dtype=torch.float32) for s in samples],
+        loss_mask=[torch.tensor(m, dtype=torch.float32) for m in masks],
         rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples])
 
 

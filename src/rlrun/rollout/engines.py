@@ -224,6 +224,12 @@ class EngineGroup:
         body = api.pause_generation_body(mode)
         self._each(lambda url: _post(url, "/pause_generation", body))
 
+    def abort_all(self) -> None:
+        """/abort_request {abort_all: true} on every engine: in-flight and queued requests end at
+        once with finish_reason abort and the tokens generated so far (partial rollout)."""
+        body = api.abort_request_body(abort_all=True)
+        self._each(lambda url: _post(url, "/abort_request", body))
+
     def continue_generation(self) -> None:
         self._each(lambda url: _post(url, "/continue_generation", {}))
 
