@@ -8,10 +8,12 @@
 
 ``data.source=module:Class`` or ``path/to/file.py:Class`` names a subclass; it is built as
 ``Class(prompts, n_samples_per_prompt)`` over the run's prompt dataset (data.prompt_data).
-The runner calls ``add_samples`` with the groups of a rollout that were generated and scored but
-not trained on (dropped by dynamic sampling or beyond rollout_batch_size). A buffered group comes
-back as it was: samples that are no longer PENDING are not generated again, and samples with a
-reward are not scored again (off-policy reuse; their token_versions say which policy made them).
+The runner calls ``add_samples`` with the groups of a rollout that passed the dynamic-sampling
+filter but were not trained on (the over-sampling surplus beyond rollout_batch_size; slime's buffer
+gets a partial rollout's leftovers). A buffered group comes back as it was: samples that are no
+longer PENDING are not generated again, and samples with a reward are not scored again (off-policy
+reuse; their token_versions say which policy made them). The rollout's metrics count them in
+``rollout/reused_samples``.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from rlrun.agent.resolve import load_generate_fn
+from rlrun.data.sample import Status
 from rlrun.launch import steps
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 
@@ -59,6 +60,8 @@ class RolloutSide:
         samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
         while not collector.done and collector.rounds < MAX_DRAWS:
             new = self._draw(collector.prompts_to_request(per_round), n, collector.generated)
+            info["rollout/reused_samples"] = info.get("rollout/reused_samples", 0.0) + sum(
+                s.status is not Status.PENDING for s in new)  # a data source's buffered groups
             if not new:
                 raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
                                    f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
@@ -74,9 +77,8 @@ class RolloutSide:
             collector.add(steps.groups_of(new))
         info.update(collector.metrics())
         kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
-        if self.source is not None:  # generated but not trained on: back to the data source
-            trained = {id(s) for s in kept}
-            self.source.add_samples([g for g in steps.groups_of(samples) if id(g[0]) not in trained])
+        if self.source is not None:  # groups that passed the filter but were not trained on (surplus)
+            self.source.add_samples(collector.kept[r.rollout_batch_size:])
         return samples, kept, info
 
     def _draw(self, prompts: int, n: int, group_offset: int) -> list:
