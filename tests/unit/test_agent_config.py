@@ -27,6 +27,12 @@ class Env(Environment):
 class NotASource:
     pass
 
+class BadParser(Environment):
+    parser = "qwen_xml"
+
+class BadTools(Environment):
+    tools = {"lookup": "not a function"}
+
 class Source(BufferedDataSource):
     pass
 '''
@@ -56,6 +62,8 @@ def test_valid_generate_fns(user_file, name, slime):
     ("{f}:two", "takes 2 required positional arguments"),
     ("{f}:not_async", "is not an async function"),
     ("{f}:NotASource", "not an rlrun.agent.Environment subclass"),
+    ("{f}:BadParser", "parser 'qwen_xml' is not one of hermes, none"),
+    ("{f}:BadTools", "tools ['lookup'] are not callable"),
     ("{f}:missing", "has no function or class 'missing'"),
     ("no/such/file.py:f", "does not exist"),
     ("no_such_pkg.mod:f", "cannot import 'no_such_pkg.mod'"),

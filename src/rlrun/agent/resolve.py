@@ -32,7 +32,7 @@ def check(spec: str | None) -> str | None:
         return str(exc)
     if isinstance(obj, type):
         if issubclass(obj, Environment) and not slime:
-            return None
+            return _check_env(spec, obj)
         return f"{spec!r} is a class that is not an rlrun.agent.Environment subclass"
     try:
         params = [p for p in inspect.signature(obj).parameters.values()
@@ -44,6 +44,17 @@ def check(spec: str | None) -> str | None:
         return f"{spec!r} takes {len(params)} required positional arguments; a generate function takes {want}"
     if not inspect.iscoroutinefunction(obj):
         return f"{spec!r} is not an async function; write `async def f{want}`"
+    return None
+
+
+def _check_env(spec: str, env) -> str | None:
+    from rlrun.agent.parsers import PARSERS
+
+    if env.parser not in PARSERS:
+        return f"{spec!r}: parser {env.parser!r} is not one of {', '.join(sorted(PARSERS))} (rlrun.agent.parsers)"
+    bad = [name for name, fn in dict(env.tools).items() if not callable(fn)]
+    if bad:
+        return f"{spec!r}: tools {bad} are not callable (tools maps a name to a function)"
     return None
 
 
