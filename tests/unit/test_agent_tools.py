@@ -3,6 +3,8 @@ import asyncio
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlrun.agent.parsers import get_parser, parse_hermes
 from rlrun.agent.tools import ToolCall, ToolRunner
@@ -52,3 +54,33 @@ def test_hermes_parser_reads_qwen_tool_calls_and_keeps_malformed_ones():
     assert parse_hermes("no calls here") == []
     with pytest.raises(ValueError, match="hermes"):
         get_parser("qwen25")
+
+
+def test_default_step_runs_the_parsed_calls_and_answers_with_tool_messages():
+    from rlrun.agent import Environment, Turn
+
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 5}}\n</tool_call>'
+    env, metrics = Environment(), {}
+    step = asyncio.run(env.step(Turn(text, [], "stop", parse_hermes(text)), runner(metrics)))
+    assert not step.done and step.observation == [{"role": "tool", "name": "add", "content": "7"}]
+    assert asyncio.run(env.step(Turn("the answer is 7", [], "stop", []), runner())).done
+
+
+NAMES = st.from_regex(r"[a-z_][a-z0-9_]{0,11}", fullmatch=True)
+ARGS = st.dictionaries(NAMES, st.one_of(st.integers(-10**6, 10**6), st.text(max_size=12), st.booleans()), max_size=3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(NAMES, ARGS), min_size=1, max_size=3))
+def test_hermes_reads_back_what_qwen3s_template_writes(calls):
+    """Round trip through Qwen3's own chat template (tests/unit/qwen3_chat_template.jinja)."""
+    from qwen3_offline import build_qwen3_tokenizer
+
+    tok = QWEN3.get("tok") or QWEN3.setdefault("tok", build_qwen3_tokenizer())
+    message = {"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}
+    text = tok.apply_chat_template([{"role": "user", "content": "q"}, message], tokenize=False)
+    assert parse_hermes(text) == [ToolCall(n, a) for n, a in calls]
+
+
+QWEN3: dict = {}
