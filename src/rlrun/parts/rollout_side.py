@@ -60,8 +60,9 @@ class RolloutSide:
         samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
         while not collector.done and collector.rounds < MAX_DRAWS:
             new = self._draw(collector.prompts_to_request(per_round), n, collector.generated)
-            info["rollout/reused_samples"] = info.get("rollout/reused_samples", 0.0) + sum(
-                s.status is not Status.PENDING for s in new)  # a data source's buffered groups
+            if self.source is not None:  # a data source's buffered groups, not generated again
+                info["rollout/reused_samples"] = info.get("rollout/reused_samples", 0.0) + sum(
+                    s.status is not Status.PENDING for s in new)
             if not new:
                 raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
                                    f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
