@@ -173,7 +173,7 @@ class RolloutSection(Section):
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
     mask_offpolicy_in_partial_rollout: bool
-    generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api)
+    generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
     async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
     update_weights_interval: PosInt           # async: weight push every N rollouts
     max_staleness: Optional[NonNegInt]        # async: bound on trainer version - token version
@@ -181,6 +181,8 @@ class RolloutSection(Section):
     request_timeout_s: PosFloat
     max_retries: NonNegInt
     balance_data: bool
+    max_turns: PosInt
+    tool_timeout_s: PosFloat
     weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
     weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
     router: RouterSection
@@ -218,6 +220,7 @@ class DataSection(Section):
     max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
     shuffle: bool
     num_epochs: PosInt
+    source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
 class AlgoSection(Section):

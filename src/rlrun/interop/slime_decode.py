@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rlrun.interop import slime_agent
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
@@ -82,7 +83,7 @@ def known_flags() -> list[str]:
     flags |= {f for _, f, _ in CONSTANT_FLAGS} | {f for f, _ in MOE_FLAGS} | {ATTENTION_BACKEND[1]}
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
-              "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
+              *slime_agent.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
               "--exp-avg-sq-dtype", "--use-precision-aware-optimizer",
               *_ROPE_FLAGS, *POST_NORM_FLAGS}
     return sorted(flags)
@@ -216,6 +217,8 @@ class _Decoder:
             else:
                 self.unknown.append((occ, "a custom TIS function; rlrun's corrections are algo.tis_level x "
                                           "algo.tis_mode (docs/algorithms.md): not carried over"))
+        elif flag in slime_agent.FLAGS:
+            slime_agent.decode(self, occ)
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
             self.sglang_flag(occ)
         else:

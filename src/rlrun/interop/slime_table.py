@@ -272,7 +272,10 @@ SPECIAL: dict[str, str] = {
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
     "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
-    "rollout.generate_fn": "slime's --custom-generate-function-path takes slime's own generate signature",
+    "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
+    "slime_agent.py)",
+    "data.source": "not exported: slime's `--data-source-path` classes take (args), rlrun's (prompts, n) "
+    "(slime_agent.py)",
     "hardware.env": "`export VAR=value` lines before `ray job submit`",
     "cluster.address": "the `ray job submit --address` (a `ray://`/`http://` address; default the local head)",
 }
@@ -313,6 +316,9 @@ NO_FLAG: dict[str, str] = {
     "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
     "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
     "debug.profile_engines": "slime has no engine-profile flag",
+    "rollout.max_turns": "slime has no flag: a custom generate function keeps its own (examples/search-r1: "
+    "SEARCH_R1_CONFIGS['max_turns']); rlrun passes it to slime-form functions as args.max_turns",
+    "rollout.tool_timeout_s": "slime has no tool runner; its generate functions time their own tools",
 }
 
 # rlrun settings whose null means "derived" (rlrun.config.derive): an imported value equal to what rlrun

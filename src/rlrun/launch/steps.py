@@ -37,16 +37,30 @@ def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: li
     return asyncio.run(run())
 
 
+def load_source(cfg, prompts):
+    """data.source -> a DataSource over `prompts` (None: the runner reads `prompts` directly)."""
+    if cfg.data.source is None:
+        return None
+    from rlrun.rollout.generate_api import load_object
+
+    return load_object(cfg.data.source, "data.source class")(prompts, cfg.rollout.n_samples_per_prompt)
+
+
 def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) -> dict[str, float]:
-    """Sets sample.reward; returns the reward counters (timeouts, errors, seconds). remote_url:
-    data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample."""
+    """Sets sample.reward of the samples that have none (a generate function, an environment or a
+    reused group may have set it); returns the reward counters (timeouts, errors, seconds).
+    remote_url: data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample."""
     from rlrun.reward import score_batch
 
     metrics: dict[str, float] = {}
-    rewards = score_batch(rm_type, [s.response for s in samples], [s.label for s in samples],
-                          [s.metadata for s in samples], prompts=[s.prompt for s in samples], group_size=n,
-                          metrics=metrics, remote_url=remote_url)
-    for s, r in zip(samples, rewards):
+    todo = [s for s in samples if s.reward is None]
+    if not todo:
+        return metrics
+    rewards = score_batch(rm_type, [s.response for s in todo], [s.label for s in todo],
+                          [s.metadata for s in todo], prompts=[s.prompt for s in todo],
+                          group_size=n if len(todo) == len(samples) else None, metrics=metrics,
+                          remote_url=remote_url)
+    for s, r in zip(todo, rewards):
         s.reward = float(r)
     return metrics
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
@@ -109,23 +110,35 @@ def resolve_generate_fn(spec: str | None) -> GenerateFn:
         return single_turn
     if spec in GENERATE_FNS:
         return GENERATE_FNS[spec]
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
+    if ":" not in spec:
         raise ValueError(f"generate function {spec!r} is neither a built-in ({', '.join(sorted(GENERATE_FNS))}) "
                          "nor 'package.module:function' / 'path/to/file.py:function'")
+    return load_object(spec, "generate function")
+
+
+def load_object(spec: str, what: str):
+    """``package.module:name`` or ``path/to/file.py:name`` -> the object; ValueError naming `what`
+    (e.g. "generate function", "data.source class") with what is missing and how to fix it."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise ValueError(f"{what} {spec!r} is not 'package.module:name' / 'path/to/file.py:name'")
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise ValueError(f"generate function {spec!r}: file {target} does not exist")
+            raise ValueError(f"{what} {spec!r}: file {target} does not exist")
+        folder = str(path.resolve().parent)  # the file's own imports of its neighbours work, as when run there
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         mod_spec = importlib.util.spec_from_file_location(f"rlrun_user_{path.stem}", path)
         module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[mod_spec.name] = module  # dataclasses and pickling look the module up by name
         mod_spec.loader.exec_module(module)
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as e:
-            raise ValueError(f"generate function {spec!r}: cannot import {target!r} ({e}); is it on PYTHONPATH?") from e
+            raise ValueError(f"{what} {spec!r}: cannot import {target!r} ({e}); is it on PYTHONPATH?") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"generate function {spec!r}: {target} has no function {attr!r}")
+        raise ValueError(f"{what} {spec!r}: {target} has no function or class {attr!r}")
     return fn

@@ -20,6 +20,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from rlrun.data.sample import Status
 from rlrun.rollout.client import RolloutClient, Sampling, weight_version_number
 from rlrun.rollout.generate_api import Generated, GenerateFn
 
@@ -84,13 +85,21 @@ class PolicyVersion:
 
 
 class ClientHandle:
-    """A GenerationHandle for one sample: its sampling seed, the client, the served version."""
+    """A GenerationHandle for one sample: its sampling seed, the client, the served version.
+    Multi-turn functions (rlrun.agent) also read max_turns, tool_timeout_s and model_path, and add
+    counters with count() to `metrics` (shared by the rollout's handles)."""
 
     def __init__(self, client: RolloutClient, *, tokenizer: Any, context_length: int, max_response_len: int,
-                 versions: PolicyVersion, partial: bool, seed: int | None = None):
+                 versions: PolicyVersion, partial: bool, seed: int | None = None, max_turns: int = 1,
+                 tool_timeout_s: float = 30.0, model_path: str | None = None, metrics: dict | None = None):
         self.client, self.tokenizer, self.versions, self.partial = client, tokenizer, versions, partial
         self.context_length, self.max_response_len = context_length, max_response_len
+        self.max_turns, self.tool_timeout_s, self.model_path = max_turns, tool_timeout_s, model_path
+        self.metrics = metrics if metrics is not None else {}
         self.seed, self.calls, self.aborts = seed, 0, 0
+
+    def count(self, key: str, value: float = 1.0) -> None:
+        self.metrics[key] = self.metrics.get(key, 0.0) + value
 
     def _next_seed(self) -> int | None:
         """The sample's seed for its first call, then a distinct one per later call (multi-turn)."""
@@ -100,6 +109,14 @@ class ClientHandle:
         return (self.seed * 31 + self.calls) % SEED_MOD
 
     async def generate(self, input_ids: list[int], sampling: Sampling, *, seed: int | None = None) -> Generated:
+        """The context budget holds here: never more new tokens than context_length - len(input_ids);
+        with no room left an empty "length" answer comes back without a request."""
+        room = self.context_length - len(input_ids)
+        if room <= 0:
+            self.count("rollout/context_truncations")
+            return Generated([], [], "length", self.versions.version, token_versions=[])
+        if sampling.max_new_tokens > room:
+            sampling = dataclasses.replace(sampling, max_new_tokens=room)
         seed = self._next_seed() if seed is None else seed
         tokens, logprobs, versions, text = [], [], [], ""
         while True:
@@ -128,19 +145,29 @@ class ClientHandle:
                          token_versions=versions)
 
 
+DONE = (Status.COMPLETED, Status.TRUNCATED)  # generated already (a data source's reused group): left as is
+
+
 def generate_samples(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: list[int], *,
-                     fn: GenerateFn, tokenizer: Any, versions: PolicyVersion, partial: bool) -> tuple[list, dict]:
-    """fn(handle, sample, sampling) for every sample, all in flight (bounded by
+                     fn: GenerateFn, tokenizer: Any, versions: PolicyVersion, partial: bool,
+                     model_path: str | None = None) -> tuple[list, dict]:
+    """fn(handle, sample, sampling) for every sample not generated yet, all in flight (bounded by
     rollout.max_concurrency); returns (the samples fn returned, in order, lists flattened;
-    counters: client retries, partial-rollout aborts)."""
+    counters: client retries, partial-rollout aborts, what fn counted: turns, tool calls...)."""
+
+    async def one(handle, sample):
+        return sample if sample.status in DONE else await fn(handle, sample, sampling)
 
     async def run():
         async with RolloutClient.from_config(url, rollout_cfg) as client:
+            metrics: dict[str, float] = {}
             handles = [ClientHandle(client, tokenizer=tokenizer, context_length=rollout_cfg.context_length,
                                     max_response_len=rollout_cfg.max_response_len, versions=versions,
-                                    partial=partial, seed=seed) for seed in seeds]
-            outs = await asyncio.gather(*(fn(h, s, sampling) for h, s in zip(handles, samples)))
-            counts = {"rollout/retries": float(client.retries)}
+                                    partial=partial, seed=seed, max_turns=rollout_cfg.max_turns,
+                                    tool_timeout_s=rollout_cfg.tool_timeout_s, model_path=model_path,
+                                    metrics=metrics) for seed in seeds]
+            outs = await asyncio.gather(*(one(h, s) for h, s in zip(handles, samples)))
+            counts = {"rollout/retries": float(client.retries), **metrics}
             if partial:
                 counts["rollout/partial_aborts"] = float(sum(h.aborts for h in handles))
             return outs, counts
