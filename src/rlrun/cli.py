@@ -139,24 +139,30 @@ def cmd_print_cfg(a: Args) -> int:
     return 0
 
 
-def _preflight(cfg, plan) -> None:
+def _runnable(cfg, plan, check_paths: bool) -> None:
+    """What this runner cannot run (rlrun.config.capability) and, with check_paths, the preflight of paths,
+    data and disk on this machine: ConfigError with every problem."""
+    from rlrun.config import capability
     from rlrun.config.preflight import preflight
 
-    problems = preflight(cfg, plan)
+    problems = capability.problems(cfg) + (preflight(cfg, plan) if check_paths else [])
     if problems:
         raise ConfigError(problems)
 
 
 def cmd_validate(a: Args) -> int:
     cfg, plan = _load(a)
-    if a.check_paths:
-        _preflight(cfg, plan)
+    _runnable(cfg, plan, a.check_paths)
     print("valid" if not a.json else json.dumps({"valid": True, "warnings": [w.to_dict() for w in a.warnings]}))
     return 0
 
 
 def cmd_plan(a: Args) -> int:
-    _, plan = _load(a)
+    cfg, plan = _load(a)
+    from rlrun.config import capability
+
+    for p in capability.problems(cfg):  # a plan of a job rlrun cannot run itself (slime can): a note
+        print(f"note: {p.path}: {p.message}", file=sys.stderr)
     doc = json.dumps(plan.to_dict(), indent=2)
     if a.out:
         with open(a.out, "w") as f:
@@ -175,8 +181,7 @@ def cmd_run(a: Args) -> int:
     from rlrun.config.rundir import prepare_run_dir
 
     cfg, plan = _load(a)
-    if cfg.cluster.address is None:  # a remote cluster's paths are checked on its head node (runner)
-        _preflight(cfg, plan)
+    _runnable(cfg, plan, cfg.cluster.address is None)  # a remote cluster's paths: on its head node (runner)
     print("\n".join(summary_lines(plan)))
     run_dir = prepare_run_dir(cfg, plan, a.overrides)
     print(f"run dir: {run_dir}")

@@ -21,6 +21,14 @@ class Family:
     fixed: dict[str, Any] = field(default_factory=dict)
     moe: bool = False
     mla: bool = False
+    # the backends among `backends` whose runner trains it today (None: all of them); the others plan and
+    # export it only, and rlrun.config.capability refuses to run it there, saying `why_not`
+    trained_by: tuple[str, ...] | None = None
+    why_not: str = ""
+
+    @property
+    def trains(self) -> tuple[str, ...]:
+        return self.backends if self.trained_by is None else self.trained_by
 
 
 BOTH = ("torch", "megatron")
@@ -35,10 +43,11 @@ FAMILIES: dict[str, Family] = {
     # Phi-3 stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); rlrun's megatron mapping reads the
     # split llama names, so only the torch backend (transformers' Phi3ForCausalLM) builds it
     "phi3": Family("phi3", ("torch",), {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False}),
-    # MLA + MoE; planned and exported (memory, parameter counts, slime flags), trained by neither backend
-    # yet (train/megatron/model.py refuses MLA): listed under megatron so that plans keep working
+    # MLA + MoE; planned and exported (memory, parameter counts, slime flags) for megatron, trained by
+    # neither backend yet (train/megatron/model.py refuses MLA): rlrun validate / run refuse it
     "deepseek_v3": Family("deepseek_v3", ("megatron",), {"qk_layernorm": True, "post_norms": False},
-                          moe=True, mla=True),
+                          moe=True, mla=True, trained_by=(),
+                          why_not="multi-latent attention (model.mla) is not built by rlrun's megatron model"),
 }
 NAMES = tuple(FAMILIES)
 BY_MODEL_TYPE = {f.model_type: name for name, f in FAMILIES.items()}

@@ -126,15 +126,23 @@ def _fmt(v: Any) -> str:
 
 
 def _preflight_points(planned: list[Planned]) -> None:
-    """rlrun.config.preflight for every point on a local cluster before any run dir exists (a remote cluster's
-    points are checked on its head node by the runner); ConfigError with each problem labelled by its point."""
+    """What the runner cannot run (rlrun.config.capability) and rlrun.config.preflight (on a local cluster; a
+    remote cluster's points are checked on its head node by the runner) for every point before any run dir
+    exists; ConfigError with each problem labelled by its point."""
     from dataclasses import replace
 
+    from rlrun.config import capability
     from rlrun.config.errors import ConfigError
     from rlrun.config.preflight import preflight
 
+    def point_problems(item: Planned) -> list:
+        if item.cfg.run.dry_run:
+            return []
+        local = item.cfg.cluster.address is None
+        return capability.problems(item.cfg) + (preflight(item.cfg, item.plan) if local else [])
+
     problems = [replace(p, message=f"[point {item.point.label}] {p.message}") for item in planned
-                if item.cfg.cluster.address is None and not item.cfg.run.dry_run for p in preflight(item.cfg, item.plan)]
+                for p in point_problems(item)]
     if problems:
         raise ConfigError(problems)
 
