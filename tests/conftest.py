@@ -3,3 +3,10 @@ import tempfile
 
 # config layer: keep rlrun's composition cache (rlrun/config/cache.py) out of the user's home during tests.
 os.environ.setdefault("RLRUN_CACHE_DIR", tempfile.mkdtemp(prefix="rlrun-test-cache-"))
+
+# Property tests draw the same examples on every run (no test may depend on luck): hypothesis
+# derives its examples from each test's source instead of a random seed, and keeps no database.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("rlrun", derandomize=True, database=None, print_blob=True)
+settings.load_profile("rlrun")

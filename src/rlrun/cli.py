@@ -3,14 +3,18 @@
 
     rlrun [run] [overrides]        validate, plan, prepare the run dir, run (the default: tiny CPU job)
     rlrun plan [overrides] [--json] [--out FILE]
-    rlrun validate [overrides]
+    rlrun validate [overrides] [--check-paths]   (--check-paths: also the preflight on this machine)
     rlrun diff A B [--format text|json|md]
+    rlrun show RUN_DIR             summary table + RUN_DIR/report.html (a sweep dir: its points compared)
+    rlrun compare RUN ... [--out FILE]   curves of several runs overlaid, labelled by config differences
+    rlrun replay RUN_DIR [--rollouts A:B] [overrides]   train from the run's rollout records, no engines
     rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
     rlrun export|import ...        slime interop
     rlrun export slurm|kuberay [overrides] [--out FILE]   an sbatch script / a KubeRay RayJob for the plan
     rlrun submit [overrides] --address http://HEAD:8265 [--follow] [--working-dir DIR]   a job on a Ray cluster
     rlrun jobs | logs JOB [--follow] | stop JOB   [--address ADDR, default $RAY_ADDRESS]
-    --cfg job [--resolve]          print the resolved config (Hydra's flag) and exit
+    --cfg job [--resolve]          print the composed config (null = derived; --resolve: the values the
+                                   run will use, derived ones filled, after validation) and exit
     --version
     --config-dir DIR               an extra config dir (e.g. DIR/experiment/mine.yaml)
 
@@ -24,8 +28,12 @@ from typing import Optional, Sequence
 
 from rlrun.config.errors import ConfigError
 
-COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "submit", "jobs", "logs", "stop")
+COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "show", "compare", "replay",
+            "submit", "jobs", "logs", "stop")
 CLUSTER_EXPORTS = ("slurm", "kuberay")
+# commands whose positional arguments are paths, each run by `module:function(args)`
+PATH_COMMANDS = {"show": "rlrun.report:show_main", "compare": "rlrun.report:compare_main",
+                 "replay": "rlrun.replay:replay_main"}
 USAGE = __doc__.split("\n\n", 1)[1]
 
 
@@ -41,10 +49,14 @@ class Args:
     multirun: bool = False
     config_dir: Optional[str] = None
     format: str = "text"
+    rollouts: Optional[str] = None
     help: bool = False
     address: Optional[str] = None      # submit/jobs/logs/stop: the Ray dashboard (Jobs API) address
     working_dir: Optional[str] = None  # submit: the dir uploaded as the job's working dir
     follow: bool = False
+    resolve: bool = False
+    warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
+    check_paths: bool = False
 
 
 class UsageError(Exception):
@@ -57,20 +69,22 @@ def parse(argv: Sequence[str]) -> Args:
     if argv and argv[0] in COMMANDS:
         a.command = argv.pop(0)
     valued = {"--out": "out", "--cfg": "cfg", "-c": "cfg", "--config-dir": "config_dir", "-cd": "config_dir",
-              "--format": "format", "--address": "address", "--working-dir": "working_dir"}
+              "--format": "format", "--rollouts": "rollouts", "--address": "address", "--working-dir": "working_dir"}
     while argv:
         tok = argv.pop(0)
         name, eq, val = tok.partition("=")
         if tok in ("-h", "--help"):
             a.help = True
         elif tok == "--resolve":
-            pass  # Hydra's flag for --cfg: rlrun always prints the resolved tree
+            a.resolve = True  # Hydra's flag for --cfg: the values the run will use (derived ones filled)
         elif tok == "--version":
             a.command = "version"
         elif tok == "--json":
             a.json = True
         elif tok == "--follow":
             a.follow = True
+        elif tok == "--check-paths":
+            a.check_paths = True
         elif tok in ("-m", "--multirun"):
             a.multirun = True
         elif name in valued and name.startswith("-"):
@@ -103,7 +117,19 @@ def _load(a: Args):
     from rlrun.config.plan import make_plan
 
     cfg, composed = load_with_choices(a.overrides, a.config_dir)
+    _warn(cfg, a)
     return cfg, make_plan(cfg, composed.choices)
+
+
+def _warn(cfg, a: Args) -> list:
+    """Print the config's warnings (rlrun.config.warn) to stderr; `validate --json` puts them in its
+    output instead (plan --json keeps stdout for the plan, so they go to stderr there too)."""
+    from rlrun.config import warn
+
+    a.warnings = warn.check(cfg, a.overrides)
+    if a.warnings and not (a.json and a.command == "validate"):
+        print(warn.render(a.warnings), file=sys.stderr)
+    return a.warnings
 
 
 def cmd_print_cfg(a: Args) -> int:
@@ -113,18 +139,40 @@ def cmd_print_cfg(a: Args) -> int:
 
     if a.cfg not in ("job", "all"):
         raise UsageError(f"--cfg {a.cfg}: rlrun prints the job config only (use --cfg job)")
-    print(yaml.safe_dump(compose(a.overrides, a.config_dir).raw, sort_keys=False), end="")
+    if a.resolve:  # validated: every derived (null) value filled with what the run will use
+        from rlrun.config import load
+
+        tree = load(a.overrides, a.config_dir).to_dict()
+    else:  # as composed: null marks a value rlrun derives
+        tree = compose(a.overrides, a.config_dir).raw
+    print(yaml.safe_dump(tree, sort_keys=False), end="")
     return 0
 
 
+def _runnable(cfg, plan, check_paths: bool) -> None:
+    """What this runner cannot run (rlrun.config.capability) and, with check_paths, the preflight of paths,
+    data and disk on this machine: ConfigError with every problem."""
+    from rlrun.config import capability
+    from rlrun.config.preflight import preflight
+
+    problems = capability.problems(cfg) + (preflight(cfg, plan) if check_paths else [])
+    if problems:
+        raise ConfigError(problems)
+
+
 def cmd_validate(a: Args) -> int:
-    _load(a)
-    print("valid" if not a.json else json.dumps({"valid": True}))
+    cfg, plan = _load(a)
+    _runnable(cfg, plan, a.check_paths)
+    print("valid" if not a.json else json.dumps({"valid": True, "warnings": [w.to_dict() for w in a.warnings]}))
     return 0
 
 
 def cmd_plan(a: Args) -> int:
-    _, plan = _load(a)
+    cfg, plan = _load(a)
+    from rlrun.config import capability
+
+    for p in capability.problems(cfg):  # a plan of a job rlrun cannot run itself (slime can): a note
+        print(f"note: {p.path}: {p.message}", file=sys.stderr)
     doc = json.dumps(plan.to_dict(), indent=2)
     if a.out:
         with open(a.out, "w") as f:
@@ -143,9 +191,11 @@ def cmd_run(a: Args) -> int:
     from rlrun.config.rundir import prepare_run_dir
 
     cfg, plan = _load(a)
+    _runnable(cfg, plan, cfg.cluster.address is None)  # a remote cluster's paths: on its head node (runner)
     print("\n".join(summary_lines(plan)))
     run_dir = prepare_run_dir(cfg, plan, a.overrides)
     print(f"run dir: {run_dir}")
+    _print_resume_changes(cfg, run_dir)
     if cfg.run.dry_run:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
@@ -202,6 +252,14 @@ def cmd_export(a: Args) -> int:
     return 0
 
 
+def _print_resume_changes(cfg, run_dir) -> None:
+    from rlrun.stopmsg import resume_changes
+
+    changed = resume_changes(cfg, run_dir)
+    if changed:
+        print(f"resuming with {len(changed)} changed setting(s) (was -> now):\n  " + "\n  ".join(changed))
+
+
 def cmd_interop(argv: Sequence[str]) -> int:
     from rlrun.interop import slime
 
@@ -246,6 +304,11 @@ def _main(argv: list[str]) -> int:
             return diff_main(a)
         if a.command in ("jobs", "logs", "stop"):
             return cmd_job(a)
+        if a.command in PATH_COMMANDS:
+            import importlib
+
+            module, fn = PATH_COMMANDS[a.command].split(":")
+            return getattr(importlib.import_module(module), fn)(a)
         if a.positional:
             raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
         return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate, "submit": cmd_submit}[a.command](a)

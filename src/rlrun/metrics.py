@@ -1,19 +1,23 @@
-"""Per-step metrics: metrics.jsonl (always), wandb (offline without a key), a progress bar, a plot.
+"""Per-step metrics: metrics.jsonl (always), wandb (offline without a key), TensorBoard, a progress
+bar in a terminal or one line per rollout elsewhere, a plot.
 
 metrics.jsonl is the source of truth (one JSON object per rollout step, flushed each line, so a
-killed run keeps everything up to its last step); wandb, the bar and the plot are views of it.
+killed run keeps everything up to its last step); wandb, TensorBoard, the bar/lines and the plot are views of it.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "reward_length.png"
+TENSORBOARD_DIR = "tensorboard"
 _BAR_KEYS = (("rollout/reward_mean", "reward"), ("rollout/response_len_mean", "len"))
+_LINE_KEYS = (*_BAR_KEYS, ("rollout/kept_samples", "kept"), ("train/loss", "loss"), ("eval/reward_mean", "eval"))
 
 
 def wandb_mode(configured: str) -> str:
@@ -23,56 +27,145 @@ def wandb_mode(configured: str) -> str:
     return configured
 
 
-class MetricsLogger:
-    def __init__(self, run_dir: str | Path, cfg, total: int, start: int = 0):
-        self.path = Path(run_dir) / METRICS_FILE
-        self.run_dir = Path(run_dir)
-        self._file = self.path.open("a")
-        self._wandb = None
-        mode = wandb_mode(cfg.logging.wandb.mode)
-        if mode != "disabled":
-            import wandb
+class WandbSink:
+    """One wandb run per run dir (a resumed run appends to it); sample generations as a table."""
 
-            self._wandb = wandb.init(
-                dir=str(self.run_dir), mode=mode, project=cfg.logging.wandb.project, entity=cfg.logging.wandb.entity,
-                name=cfg.run.name, config=cfg.to_dict() if hasattr(cfg, "to_dict") else None,
-                id=self._wandb_id(), resume="allow", settings=wandb.Settings(console="off", silent=True))
-        self._progress = None
-        if cfg.logging.progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    def __init__(self, run_dir: Path, cfg, mode: str):
+        import wandb
 
-            self._progress = Progress(TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                      TextColumn("{task.fields[info]}"))
-            self._task = self._progress.add_task("rollout", total=total, completed=start, info="")
-            self._progress.start()
+        self._wandb = wandb
+        self.run = wandb.init(
+            dir=str(run_dir), mode=mode, project=cfg.logging.wandb.project, entity=cfg.logging.wandb.entity,
+            name=cfg.run.name, config=cfg.to_dict() if hasattr(cfg, "to_dict") else None,
+            id=self._wandb_id(run_dir), resume="allow", settings=wandb.Settings(console="off", silent=True))
 
-    def _wandb_id(self) -> str:
-        # One wandb run per run dir, so a resumed run appends to the same wandb run.
-        f = self.run_dir / "wandb_id.txt"
+    @staticmethod
+    def _wandb_id(run_dir: Path) -> str:
+        f = run_dir / "wandb_id.txt"
         if not f.exists():
             import uuid
 
             f.write_text(uuid.uuid4().hex[:12])
         return f.read_text().strip()
 
+    def log(self, row: dict) -> None:
+        self.run.log(row, step=row["step"])
+
+    def log_samples(self, step: int, rows: list[dict]) -> None:
+        cols = ("rollout_id", "group_id", "prompt", "response", "reward", "status", "kept_index")
+        self.run.log({"samples": self._wandb.Table(columns=list(cols), data=[[r[c] for c in cols] for r in rows])},
+                     step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class TensorBoardSink:
+    """logging.tensorboard=true: every series as a scalar in RUN_DIR/tensorboard (SummaryWriter)."""
+
+    def __init__(self, run_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(run_dir / TENSORBOARD_DIR))
+
+    def log(self, row: dict) -> None:
+        for k, v in row.items():
+            if k != "step":
+                self.writer.add_scalar(k, v, global_step=row["step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class ProgressBar:
+    """A terminal: rich's bar, updated per rollout."""
+
+    def __init__(self, total: int, start: int):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        self._progress = Progress(TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                  TextColumn("{task.fields[info]}"))
+        self._task = self._progress.add_task("rollout", total=total, completed=start, info="")
+        self._progress.start()
+
+    def log(self, row: dict) -> None:
+        info = "  ".join(f"{short} {row[k]:.3g}" for k, short in _BAR_KEYS if k in row)
+        self._progress.update(self._task, completed=row["step"] + 1, info=info)
+
+    def close(self) -> None:
+        self._progress.stop()
+
+
+class LogLines:
+    """Not a terminal (a log file, a pipe, a cluster job): one line per rollout, flushed, e.g.
+    [rlrun] rollout 3 (4/60) reward 0.125 len 2.06 kept 128 | rollout 0.41s train 0.22s | step 0.75s ETA 42s
+    The ETA is the mean step time of this process's rollouts times the rollouts left."""
+
+    def __init__(self, total: int, start: int, stream=None):
+        self.total, self.stream = total, stream or sys.stdout
+        self._done, self._seconds = 0, 0.0
+
+    def log(self, row: dict) -> None:
+        self._done += 1
+        self._seconds += row.get("time/step_s", 0.0)
+        left = self.total - (row["step"] + 1)
+        print(format_line(row, self.total, self._seconds / self._done * left), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def format_line(row: dict, total: int, eta_s: float) -> str:
+    head = " ".join(f"{short} {row[k]:.4g}" for k, short in _LINE_KEYS if k in row)
+    phases = " ".join(f"{k[5:-2]} {v:.2f}s" for k, v in row.items()
+                      if k.startswith("time/") and k.endswith("_s") and k != "time/step_s")
+    tail = f"step {row.get('time/step_s', 0.0):.2f}s ETA {_duration(eta_s)}"
+    return f"[rlrun] rollout {row['step']} ({row['step'] + 1}/{total}) {head} | {phases} | {tail}"
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class MetricsLogger:
+    """metrics.jsonl plus the views of it that the config asks for (the sinks above)."""
+
+    def __init__(self, run_dir: str | Path, cfg, total: int, start: int = 0, stream=None):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.run_dir = Path(run_dir)
+        self._file = self.path.open("a")
+        self._sinks: list = []
+        mode = wandb_mode(cfg.logging.wandb.mode)
+        self._wandb = WandbSink(self.run_dir, cfg, mode) if mode != "disabled" else None
+        if self._wandb is not None:
+            self._sinks.append(self._wandb)
+        if cfg.logging.tensorboard:
+            self._sinks.append(TensorBoardSink(self.run_dir))
+        if cfg.logging.progress:
+            stream = stream or sys.stdout
+            tty = hasattr(stream, "isatty") and stream.isatty()
+            self._sinks.append(ProgressBar(total, start) if tty else LogLines(total, start, stream))
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
-        if self._wandb is not None:
-            self._wandb.log(row, step=step)
-        if self._progress is not None:
-            info = "  ".join(f"{short} {row[k]:.3g}" for k, short in _BAR_KEYS if k in row)
-            self._progress.update(self._task, completed=step + 1, info=info)
+        for sink in self._sinks:
+            sink.log(row)
+
+    def log_samples(self, step: int, rows: list[dict]) -> None:
+        """The rollout's recorded samples (rlrun.records) as a wandb table, when wandb is on."""
+        if self._wandb is not None and rows:
+            self._wandb.log_samples(step, rows)
 
     def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+        for sink in reversed(self._sinks):
+            sink.close()
+        self._sinks = []
         self._file.close()
 
 
@@ -84,6 +177,16 @@ def read_metrics(path: str | Path) -> list[dict]:
             row = json.loads(line)
             rows[int(row["step"])] = row
     return [rows[k] for k in sorted(rows)]
+
+
+def run_title(run_dir: str | Path) -> str:
+    """"<run.name> (<run dir's timestamp>)" from the run dir's config.yaml (the dir name without one)."""
+    import yaml
+
+    run_dir = Path(run_dir)
+    cfg = run_dir / "config.yaml"
+    name = (yaml.safe_load(cfg.read_text()) or {}).get("run", {}).get("name") if cfg.exists() else None
+    return f"{name} ({run_dir.name})" if name else run_dir.name
 
 
 def plot(run_dir: str | Path) -> Path:
@@ -106,6 +209,7 @@ def plot(run_dir: str | Path) -> Path:
     ax_l.plot(steps, [r.get("rollout/response_len_mean") for r in rows])
     ax_l.set_ylabel("mean response length (tokens)")
     ax_l.set_xlabel("rollout step")
+    fig.suptitle(run_title(run_dir))
     fig.tight_layout()
     out = run_dir / PLOT_FILE
     fig.savefig(out, dpi=100)

@@ -15,7 +15,7 @@ CONF = Path(__file__).resolve().parents[2] / "conf"
 # post norms, partial interleaved rope, rope scaling, tied/untied embeddings).
 SMALL = dict(num_layers=2, hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, head_dim=32,
              vocab_size=512, max_position_embeddings=16384)
-ARCHS = {"qwen3": "qwen3-0.6b", "llama": "llama3.1-8b", "glm4": "glm4-9b"}
+ARCHS = {"qwen3": "qwen3-0.6b", "llama": "llama3.1-8b", "glm4": "glm4-9b", "qwen2": "qwen2.5-7b", "mistral": "mistral-7b"}
 # MoE families: single-GPU checks only (megatron-core runs MoE with TP > 1 only under sequence parallelism)
 MOE_ARCHS = {"qwen3_moe": "qwen3-30b-a3b"}
 SMALL_MOE = dict(num_experts=8, top_k=2, expert_ffn_hidden_size=128)

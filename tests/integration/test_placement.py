@@ -118,3 +118,15 @@ def test_cluster_address_joins_without_owning(two_nodes):
         joined.shutdown()  # disconnects only: the cluster keeps running
     ray.init(address=two_nodes.address, include_dashboard=False, log_to_driver=False)
     assert len(alive_nodes()) == 2
+
+
+def test_preflight_runs_on_the_head_of_two_nodes(two_nodes, tmp_path):
+    """Of two nodes, the head (where `ray start --head` ran and the run's paths live) gets the preflight task."""
+    from rlrun.config.errors import ConfigError
+    from rlrun.launch.cluster import head_node_id, preflight_on_head
+
+    assert head_node_id(ray.nodes()) == two_nodes.head_node.node_id
+    cfg = load(["cluster.address=auto", f"run.output_dir={tmp_path}", f"data.prompt_data={tmp_path}/missing.jsonl"])
+    with pytest.raises(ConfigError) as exc:
+        preflight_on_head(cfg, make_plan(cfg))
+    assert exc.value.paths == ["data.prompt_data"]

@@ -104,5 +104,9 @@ def test_signal_stops_cleanly_without_orphans(tmp_path, sig):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert not _wait_gone(children, 30), f"orphans after {sig.name}: {sorted(_alive(children))}"
+    # the user is told that it stopped, where the checkpoint is and the exact command that resumes it
+    assert f"[rlrun] stopped by {sig.name}; run dir {run_dir}" in out, out[-3000:]
+    assert "[rlrun] last checkpoint: " in out
+    assert f"[rlrun] resume with: rlrun run.output_dir={tmp_path} rollout.num_rollout=8" in out
     # teardown ran: the plot of the steps so far is drawn
     assert (run_dir / "reward_length.png").is_file()

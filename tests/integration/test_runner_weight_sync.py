@@ -19,6 +19,8 @@ import pytest
 import ray
 
 from rlrun import runner
+from rlrun.parts.rollout_side import RolloutSide
+from rlrun.parts.weight_sync import WeightSync
 from rlrun.config import load
 from rlrun.config.plan import make_plan
 from rlrun.config.rundir import prepare_run_dir
@@ -41,7 +43,7 @@ def _run(tmp_path, *extra):
 def pushes(monkeypatch):
     """Every push the runner makes, with the trainer's and the engines' sha256 and versions after it."""
     seen = []
-    real = runner.Run._push
+    real = WeightSync.push
 
     def push(self, version, urls, want=None):
         real(self, version, urls, want)
@@ -49,7 +51,7 @@ def pushes(monkeypatch):
                      "trainer": self.trainer.export_weights(None), "engines": self.engines.checksums("sha256", urls),
                      "versions": self.engines.versions(urls)})
 
-    monkeypatch.setattr(runner.Run, "_push", push)
+    monkeypatch.setattr(WeightSync, "push", push)
     return seen
 
 
@@ -94,7 +96,7 @@ def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes,
     engine does not serve) until the block's sync to version 2 pushes both engines and admits it;
     rollout 2's samples all carry version 2."""
     state = {}
-    real_collect, real_step = runner.Run.collect, TrainGroup.train_step
+    real_collect, real_step = RolloutSide.collect, TrainGroup.train_step
 
     def collect(self, rollout_id, sampling):
         state["run"] = self
@@ -118,7 +120,7 @@ def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes,
             assert state["held"] not in run.router.workers()  # no traffic before the sync
         return real_step(self, batch)
 
-    monkeypatch.setattr(runner.Run, "collect", collect)
+    monkeypatch.setattr(RolloutSide, "collect", collect)
     monkeypatch.setattr(TrainGroup, "train_step", train_step)
     cfg, plan, run_dir, summary = _run(tmp_path, "train.gpus_per_node=2", "rollout.num_rollout=3")
     assert plan.weight_sync == "tensor" and plan.num_engines == 2 and summary["steps"] == 3

@@ -23,7 +23,14 @@ FAST = settings(max_examples=60, deadline=None)
 def test_grpo_advantages_zero_mean_per_group(n, groups, data, normalize_std):
     r = torch.tensor(data.draw(st.lists(floats, min_size=n * groups, max_size=n * groups)))
     adv = group_normalize(r, n, normalize_std).view(groups, n)
-    assert torch.allclose(adv.mean(dim=1), torch.zeros(groups), atol=1e-4)
+    # Exactly zero in exact arithmetic. In float32 the group mean and the n subtractions round by at
+    # most ~2n ulps of max|r| (2^-24 relative each), and the sum of the centred values adds n more;
+    # std normalisation divides that error by (std + 1e-6), so near-equal rewards (std ~1e-4)
+    # magnify it: e.g. [2.9765625, 2.9765625, 2.9764361] gives a mean of -2.1e-3 after dividing.
+    g = r.view(groups, n)
+    scale = (g.std(dim=1) + 1e-6) if normalize_std and n > 1 else torch.ones(groups)
+    tol = 4 * n * 2.0**-24 * g.abs().amax(dim=1) / scale + 1e-7
+    assert bool((adv.mean(dim=1).abs() <= tol).all()), (adv.mean(dim=1), tol)
 
 
 @FAST
@@ -62,7 +69,8 @@ def _params(estimator):
     return AlgoParams(
         advantage_estimator=estimator, eps_clip=0.2, eps_clip_high=0.28, dual_clip_c=3.0, use_kl_loss=True,
         kl_loss_coef=0.1, kl_loss_type="low_var_kl", kl_coef=0.05, entropy_coef=0.01, use_tis=True, tis_clip=2.0,
-        tis_clip_low=0.5, calculate_per_token_loss=False, normalize_std=True, normalize_advantages=True,
+        tis_clip_low=0.5, tis_level="token", tis_mode="truncate", use_opsm=False, opsm_delta=1e-4,
+        calculate_per_token_loss=False, normalize_std=True, normalize_advantages=True,
         gamma=0.9, lambd=0.8, value_clip=0.2,
     )
 

@@ -111,7 +111,7 @@ def test_megatron_derives_kv_channels_when_absent():
 
 def test_every_config_leaf_is_mapped_special_or_listed():
     covered = {r.path for r in ROWS} | set(SPECIAL) | set(NO_FLAG)
-    for overrides in ([], ["model=qwen3-30b-a3b"], ["model=deepseek-v3"]):
+    for overrides in ([], ["model=qwen3-30b-a3b"], ["model=deepseek-v3", "hardware=b200"]):
         cfg = load(overrides).model_dump(mode="python")
         missing = [p for p in _leaves(cfg) if not any(p == c or p.startswith(c + ".") for c in covered)]
         assert missing == [], f"add these to slime_table.py (ROWS, SPECIAL or NO_FLAG): {missing}"
@@ -126,7 +126,7 @@ def _leaves(tree: dict, prefix: str = "") -> list[str]:
 
 
 def test_encode_moe_mla_and_family_flags():
-    enc = encode(load(["model=deepseek-v3"]).model_dump(mode="python"))
+    enc = encode(load(["model=deepseek-v3", "hardware=b200"]).model_dump(mode="python"))
     model = [" ".join(t) for t in enc.arrays["MODEL_ARGS"]]
     for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-pos-emb-head-dim 64",
                  "--num-experts 256", "--moe-router-topk 8", "--moe-layer-freq [0]*3+[1]*58",
@@ -156,10 +156,15 @@ def test_import_seed_picks_groups_and_overrides_only_differences(imported):
     assert (o["rollout.temperature"], o["eval.top_p"], o["algo.eps_clip_high"]) == (0.8, 0.7, 0.28)
     assert o["eval.datasets"] == [{"name": "aime", "path": "/root/aime-2024/aime-2024.jsonl", "rm_type": "deepscaler"}]
     # equal to what the groups give or rlrun derives: left out
-    for path in ("model.num_layers", "parallelism.tp", "train.offload", "rollout.offload", "train.global_batch_size",
+    for path in ("model.num_layers", "parallelism.tp", "train.offload", "rollout.offload",
                  "train.gradient_accumulation_fusion", "rollout.num_gpus", "eval.temperature", "data.rm_type"):
         assert path not in o
-    assert r.unknown == []
+    # the flag the script sets is carried; the side rlrun derives from it is null (a problem names the flag)
+    assert (o["train.global_batch_size"], o["train.num_steps_per_rollout"]) == (256, None)
+    assert r.unknown == [] and r.filled == {
+        "rollout.max_concurrency": "--sglang-server-concurrency",
+        "rollout.request_timeout_s": "--sglang-router-request-timeout-secs",
+        "rollout.router.request_timeout_s": "--router-request-timeout-secs"}
     assert r.yaml_text.startswith("# @package _global_\n")
     assert "  - override /model: qwen3-4b\n" in r.yaml_text
 
@@ -224,7 +229,12 @@ def test_import_reports_unknown_flags_in_yaml_and_never_copies_secrets(tmp_path)
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "qwen3-4B.sh").write_text((DATA / "models" / "qwen3-4B.sh").read_text())
     out, err = io.StringIO(), io.StringIO()
-    assert cli_main(["import", "slime", str(script)], out, err) == 0
+    target = tmp_path / "conf" / "experiment" / "x.yaml"
+    assert cli_main(["import", "slime", str(script), "--out", str(target)], out, err) == 2
+    assert not target.exists() and "nothing written" in err.getvalue() and "--allow-unknown" in err.getvalue()
+    assert "--rollout-temprature, --optimizer-cpu-offload" in err.getvalue()  # not the secret: it is dropped on purpose
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["import", "slime", str(script), "--allow-unknown"], out, err) == 0
     yaml_text = out.getvalue()
     assert "s3cret" not in yaml_text and "s3cret" not in err.getvalue()
     assert "#   --rollout-temprature 0.8  [run.sh:" in yaml_text
@@ -391,3 +401,88 @@ def test_bf16_adam_moments_export_megatrons_three_flags_and_import_back():
     fp32 = encode(load(["hardware=h100", "train.backend=megatron"]).model_dump()).arrays["OPTIMIZER_ARGS"]
     assert not any(f[0] in ("--exp-avg-dtype", "--use-precision-aware-optimizer") for f in fp32)  # slime's default
     assert decode(parse_args(["--lr", "1e-6"])).values["optim.state_dtype"] == "fp32"
+
+
+# ---- absent flags and slime's/Megatron's own overrides (hand-computed values) ----------------------------
+def test_absent_global_batch_size_is_megatrons_micro_batch_times_dp():
+    base = "--rollout-batch-size 32 --n-samples-per-prompt 8 --actor-num-gpus-per-node 8 --tensor-model-parallel-size 2"
+    v = decode(parse_args(args(base + " --micro-batch-size 2"))).values
+    # Megatron: gbs = micro_batch_size 2 * DP (8 GPUs / TP 2 = 4) = 8; slime splits 256 samples into 256 // 8 steps
+    assert (v["train.global_batch_size"], v["train.num_steps_per_rollout"]) == (8, 32)
+    v = decode(parse_args(args(base + " --num-steps-per-rollout 4"))).values
+    assert v["train.global_batch_size"] == 64  # slime_validate_args: 32 * 8 // 4
+    assert decode(parse_args(args(base + " --use-dynamic-batch-size"))).values["train.max_tokens_per_gpu"] is None
+
+
+def test_megatron_and_slime_overrides_are_applied_and_said():
+    d = decode(parse_args(args("--num-layers 2 --hidden-size 64 --num-attention-heads 8 --num-query-groups 2 "
+                               "--tensor-model-parallel-size 1 --sequence-parallel --num-epoch 3 --num-rollout 5 "
+                               "--load /ck/ --save /ck --rollout-batch-size 2")))
+    v = d.values
+    assert (v["model.num_query_groups"], v["parallelism.sequence_parallel"]) == (8, False)
+    assert (v["run.resume"], v["checkpoint.load"], v["checkpoint.save"]) == ("auto", None, "/ck")
+    notes = " | ".join(d.notes)
+    for said in ("without --group-query-attention: Megatron builds multi-head attention (8 KV groups)",
+                 "--sequence-parallel at tensor-parallel size 1", "slime ignores --num-epoch",
+                 "--load /ck/ is the --save folder"):
+        assert said in notes
+    with_gqa = decode(parse_args(args("--num-layers 2 --num-attention-heads 8 --group-query-attention "
+                                      "--num-query-groups 2 --load /a --save /b"))).values
+    assert (with_gqa["model.num_query_groups"], with_gqa["checkpoint.load"]) == (2, "/a")
+    assert "run.resume" not in with_gqa
+
+
+@pytest.mark.parametrize("values, nodes", [
+    ({"train.num_nodes": 16, "train.gpus_per_node": 8, "train.colocate": True, "rollout.num_gpus": 128}, 16),
+    # 8 trainer + 12 rollout GPUs packed on nodes of 8: ceil(20 / 8) = 3
+    ({"train.num_nodes": 1, "train.gpus_per_node": 8, "train.colocate": False, "rollout.num_gpus": 12}, 3),
+    ({"train.num_nodes": 2, "train.gpus_per_node": 4, "train.colocate": False, "rollout.num_gpus": 0}, 2),
+])
+def test_cluster_nodes_from_the_launch_flags(values, nodes):
+    from rlrun.interop.slime_import import cluster_nodes
+
+    assert cluster_nodes({"hardware.gpus_per_node": 8, **values}) == nodes
+
+
+def test_export_writes_load_for_resume_auto():
+    enc = encode(load(["experiment=qwen3-4b-grpo-mi300x", "run.resume=auto", "checkpoint.load=null",
+                       "checkpoint.save=/ck"]).model_dump(mode="python"))
+    assert ["--load", "/ck"] in enc.arrays["CKPT_ARGS"]
+
+
+def test_icepop_and_opsm_export_slimes_flags_and_import_back():
+    over = ["algo.use_tis=true", "algo.tis_mode=mask", "algo.tis_clip_low=0.5", "algo.use_opsm=true",
+            "algo.opsm_delta=0.001"]
+    grpo = encode(load(over).model_dump()).arrays["GRPO_ARGS"]
+    assert ["--custom-tis-function-path", "slime.backends.megatron_utils.loss.icepop_function"] in grpo
+    assert ["--use-opsm"] in grpo and ["--opsm-delta", "0.001"] in grpo
+    d = decode(parse_args([x for flag in grpo for x in flag]))
+    assert d.unknown == []
+    assert (d.values["algo.tis_mode"], d.values["algo.use_opsm"], d.values["algo.opsm_delta"]) == ("mask", True, 1e-3)
+    # a level slime has no flag for becomes a comment; another custom TIS function is reported, not imported
+    seq = encode(load(["algo.use_tis=true", "algo.tis_level=sequence"]).model_dump())
+    assert not any(f[0] == "--custom-tis-function-path" for f in seq.arrays["GRPO_ARGS"])
+    assert any("algo.tis_level=sequence" in c for c in seq.comments["GRPO_ARGS"])
+    other = decode(parse_args(["--custom-tis-function-path", "my.mis:weights"]))
+    assert other.values["algo.tis_mode"] == "truncate" and len(other.unknown) == 1
+
+
+def test_async_training_round_trips_through_train_async_py(tmp_path):
+    """train.async_train <-> train_async.py; the async and partial-rollout keys <-> slime's flags."""
+    keys = ["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1", "rollout.async_buffer_size=3",
+            "rollout.update_weights_interval=2", "rollout.partial_rollout=true",
+            "rollout.mask_offpolicy_in_partial_rollout=true"]
+    text = render_script(load(keys).model_dump(mode="python"))
+    assert "train_async.py" in text
+    for flag in ("--async-buffer-size 3", "--update-weights-interval 2", "--partial-rollout",
+                 "--mask-offpolicy-in-partial-rollout"):
+        assert flag in text, flag
+    script = tmp_path / "run.sh"
+    script.write_text(text)
+    r = import_script(script, name="rt")
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "rt.yaml").write_text(r.yaml_text)
+    back = load(["experiment=rt"], config_dir=tmp_path)
+    assert back.train.async_train and not back.train.colocate
+    assert (back.rollout.async_buffer_size, back.rollout.update_weights_interval) == (3, 2)
+    assert back.rollout.partial_rollout and back.rollout.mask_offpolicy_in_partial_rollout

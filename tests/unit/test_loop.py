@@ -1,20 +1,22 @@
-"""loop.run's control flow against a recording stand-in for runner.Run.
+"""loop.run's control flow against a recording stand-in for the run's parts (rlrun.parts).
 
-The real Run needs Ray, engines and a router (tests/integration/test_runner.py runs it); here a
-stand-in with the same methods records what the loop asks for, so that the order of phases,
-the log-prob decisions and the eval/save intervals are checked in milliseconds.
+The real parts need Ray, engines and a router (tests/integration/test_runner.py runs them); here
+one stand-in with every part's methods records what the loop asks for, so that the order of
+phases, the log-prob decisions and the eval/save intervals are checked in milliseconds.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from rlrun import loop
-from rlrun.config import load
+from rlrun.config import ConfigError, load
 from rlrun.config.plan import make_plan
 from rlrun.data import Sample
+from rlrun.parts import Parts
 
 
 class _Trainer:
@@ -36,20 +38,46 @@ class _Trainer:
         return {"train/loss": float(len(self.calls))}
 
 
+class _Prompts:
+    def state_dict(self):
+        return {"position": 0}
+
+    def load_state_dict(self, state):
+        pass
+
+
 class _Run:
+    """Every part at once (their method names do not collide); `parts()` hands it to a loop."""
+
     def __init__(self, overrides, start=0):
         self.cfg = load(overrides)
         self.plan = make_plan(self.cfg)
         self.calls, self.start = [], start
         self.trainer = _Trainer(self.calls)
-        self.logged = []
+        self.logged, self.recorded = [], []
+        self.prompts = _Prompts()
+        self.check_stop = lambda: None
+
+    def parts(self) -> Parts:
+        return Parts(cfg=self.cfg, plan=self.plan, rollout=self, trainer=self.trainer, weights=self, offload=self,
+                     checkpoints=self, evaluator=self, metrics=self, check_stop=lambda: self.check_stop())
 
     def restore(self):
         self.calls.append(("restore",))
-        return self.start
+        return SimpleNamespace(next_rollout=self.start, data_state={}) if self.start else None
 
-    def check_stop(self):
+    def sync(self, version, only_if_stale=False):
         pass
+
+    def open(self, start):
+        pass
+
+    def record(self, rollout_id, samples, kept):
+        self.recorded.append((rollout_id, len(samples), len(kept)))
+
+    @contextmanager
+    def profiling(self, rollout_id):
+        yield
 
     def collect(self, rollout_id, sampling):
         r = self.cfg.rollout
@@ -60,7 +88,7 @@ class _Run:
         return samples, samples, {}
 
     @contextmanager
-    def training(self, version, timer):
+    def training(self, version, timer, push=True):
         yield
         self.calls.append(("sync", version))  # the weight sync ends the trainer's block
 
@@ -68,20 +96,23 @@ class _Run:
         self.calls.append(("eval", rollout_id))
         return {"eval/reward_mean": 0.5}
 
-    def save(self, rollout_id):
+    def save(self, rollout_id, data_state):
         self.calls.append(("save", rollout_id))
+
+    def latest(self):
+        return ""
 
     def log(self, rollout_id, metrics):
         self.logged.append((rollout_id, metrics))
 
-    def summary(self):
+    def summary(self, checkpoint):
         return {"steps": len(self.logged)}
 
 
 def test_one_step_per_rollout_trains_on_policy_and_saves_on_interval_and_at_the_end():
     r = _Run(["rollout.num_rollout=5", "checkpoint.save_interval=2", "eval.interval=3",
               "eval.datasets=[{name: x, path: x.jsonl, rm_type: exact_match}]"])
-    assert loop.run(r) == {"steps": 5}
+    assert loop.run(r.parts()) == {"steps": 5}
     kinds = [c[0] for c in r.calls]
     assert kinds[:5] == ["restore", "collect", "train", "sync", "collect"]
     assert "log_probs" not in kinds  # on-policy: the live log-probs are the old ones
@@ -95,7 +126,7 @@ def test_one_step_per_rollout_trains_on_policy_and_saves_on_interval_and_at_the_
 def test_two_steps_per_rollout_need_old_log_probs_and_split_the_batch():
     r = _Run(["rollout.num_rollout=1", "train.num_steps_per_rollout=2", "algo.use_kl_loss=true",
               "algo.kl_loss_coef=0.01"])
-    loop.run(r)
+    loop.run(r.parts())
     n = r.plan.samples_per_rollout
     assert ("log_probs", "actor", n) in r.calls and ("log_probs", "ref", n) in r.calls
     assert [c for c in r.calls if c[0] == "train"] == [("train", n // 2, True, True)] * 2
@@ -104,7 +135,7 @@ def test_two_steps_per_rollout_need_old_log_probs_and_split_the_batch():
 
 def test_ppo_asks_the_critic_for_values_and_trains_it_on_the_returns():
     r = _Run(["rollout.num_rollout=1", "algo=ppo"])
-    loop.run(r)
+    loop.run(r.parts())
     n = r.plan.samples_per_rollout
     kinds = [c[0] for c in r.calls]
     assert kinds == ["restore", "collect", "values", "train", "returns", "sync", "save"]
@@ -116,19 +147,21 @@ def test_ppo_asks_the_critic_for_values_and_trains_it_on_the_returns():
 
 def test_resume_starts_at_the_restored_rollout():
     r = _Run(["rollout.num_rollout=4"], start=3)
-    loop.run(r)
+    loop.run(r.parts())
     assert [c[1] for c in r.calls if c[0] == "collect"] == [3]
     assert ("save", 3) in r.calls and [i for i, _ in r.logged] == [3]
 
 
-def test_unsupported_settings_are_refused_before_ray_starts():
-    from rlrun.runner import check_supported
+def test_what_the_runner_cannot_do_is_a_config_problem():
+    # the runner has no refusals of its own (runner.check_supported is gone): validate decides
+    import rlrun.runner
 
-    check_supported(load([]))
-    check_supported(load(["algo=ppo"]))  # the torch backend builds the critic
-    with pytest.raises(ValueError, match="algo.advantage_estimator=ppo needs a critic") as err:
-        check_supported(load(["algo=ppo", "hardware=h100", "train.backend=megatron", "rollout.partial_rollout=true"]))
-    assert "train.backend=megatron" in str(err.value) and "rollout.partial_rollout=true" in str(err.value)
+    assert not hasattr(rlrun.runner, "check_supported")
+    load(["algo=ppo"])  # the torch backend builds the critic
+    with pytest.raises(ConfigError, match="trains a critic"):  # PPO on megatron: a config rule
+        load(["algo=ppo", "hardware=h100", "train.backend=megatron"])
+    # async training and partial rollouts run: rules.async_mode decides
+    load(["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1", "rollout.partial_rollout=true"])
 
 
 class _SyncEngines:
@@ -173,31 +206,30 @@ class _SyncTrainer:
 
 def _sync_run(tmp_path, engines, *overrides):
     from rlrun.config.plan import make_plan
-    from rlrun.runner import Run
+    from rlrun.parts.weight_sync import WeightSync
+    from rlrun.rollout.handle import PolicyVersion
 
-    r = Run.__new__(Run)  # only the attributes sync_weights reads; the real Run needs Ray
-    r.cfg, r.run_dir, r.trainer, r.engines = load(list(overrides)), tmp_path, _SyncTrainer(engines), engines
-    r.plan = make_plan(r.cfg)
-    r._engine_dtype, r._synced, r._sync_metrics = "float32", None, {}
-    return r
+    cfg = load(list(overrides))
+    engines.weight_dtype = lambda: "float32"
+    return WeightSync(cfg, make_plan(cfg), tmp_path, _SyncTrainer(engines), engines, PolicyVersion())
 
 
 @pytest.mark.parametrize("transport", ["tensor", "disk"])
 def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path, transport):
-    from rlrun.runner import WeightSyncError
+    from rlrun.parts.weight_sync import WeightSyncError
 
     opt = f"rollout.weight_sync={transport}"
     fresh = _SyncEngines(held="abc")
-    _sync_run(tmp_path, fresh, opt).sync_weights(0, only_if_stale=True)
+    _sync_run(tmp_path, fresh, opt).sync(0, only_if_stale=True)
     assert fresh.pushes == []  # same init on both sides: nothing to send
     stale = _SyncEngines(held="old")
     r = _sync_run(tmp_path, stale, opt)
-    r.sync_weights(0, only_if_stale=True)
-    assert stale.pushes == ["0"] and r._synced == (0, "abc")
+    r.sync(0, only_if_stale=True)
+    assert stale.pushes == ["0"] and r.synced == (0, "abc") and r.versions.version == 0
     if transport == "tensor":  # 2 MB in 0.5 s
-        assert r._sync_metrics == {"perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
+        assert r.pop_metrics() == {"perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
     with pytest.raises(WeightSyncError, match="weight sync to version 3"):
-        _sync_run(tmp_path, _SyncEngines(held="old", broken=True), opt).sync_weights(3)
+        _sync_run(tmp_path, _SyncEngines(held="old", broken=True), opt).sync(3)
 
 
 def test_a_stop_request_whose_exception_was_lost_stops_the_loop_before_the_next_rollout():
@@ -215,5 +247,15 @@ def test_a_stop_request_whose_exception_was_lost_stops_the_loop_before_the_next_
     real_collect = r.collect
     r.collect = lambda rid, sampling: (collected.append(rid), real_collect(rid, sampling))[1]
     with pytest.raises(SystemExit) as raised:
-        loop.run(r)
+        loop.run(r.parts())
     assert raised.value.code == 130 and collected == [0, 1]
+
+
+def test_rollout_only_generates_and_logs_without_training():
+    r = _Run(["rollout.num_rollout=2", "debug.rollout_only=true"])
+    loop.run(r.parts())
+    kinds = [c[0] for c in r.calls]
+    assert kinds == ["restore", "collect", "collect", "save"]  # no log-probs, train or weight sync
+    n = r.plan.samples_per_rollout
+    assert r.recorded == [(0, n, n), (1, n, n)]  # every rollout is recorded
+    assert "train/loss" not in r.logged[0][1] and r.logged[0][1]["rollout/reward_mean"] == 0.5

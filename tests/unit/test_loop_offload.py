@@ -1,4 +1,4 @@
-"""Run.training's offload order against a real hf engine process behind the real sglang-router.
+"""Offload.training's offload order against a real hf engine process behind the real sglang-router.
 
 Every engine endpoint the runner hits is recorded (the real HTTP calls still go out), and the
 engine's /server_info is read at each trainer call: released (all tags) while the trainer works,
@@ -22,7 +22,9 @@ from rlrun.rollout import engines as engines_mod
 from rlrun.rollout.engines import local_engine_group
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 from rlrun.rollout.weights import checksum, fingerprint
-from rlrun.runner import Run
+from rlrun.parts.offload import Offload
+from rlrun.parts.weight_sync import WeightSync
+from rlrun.rollout.handle import PolicyVersion
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,11 +79,11 @@ def _run(tmp_path, group, monkeypatch, overrides, seed):
         return real_post(url, path, body, timeout_s)
 
     monkeypatch.setattr(engines_mod, "_post", post)
-    r = Run.__new__(Run)  # only what training() reads; the real Run needs Ray
-    r.cfg, r.run_dir, r.engines = load(overrides), tmp_path, group
-    r.plan = make_plan(r.cfg)
-    r._engine_dtype, r._synced, r._sync_metrics = group.weight_dtype(), None, {}
-    r.trainer = _Trainer(group, calls, seed)
+    cfg = load(overrides)
+    plan = make_plan(cfg)
+    trainer = _Trainer(group, calls, seed)
+    weights = WeightSync(cfg, plan, tmp_path, trainer, group, PolicyVersion())
+    r = Offload(cfg, plan, trainer, group, weights)
     return r, calls
 
 
@@ -120,7 +122,8 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
     assert set(group.versions().values()) == {"7"} and _released(group) == []
     assert _generate(group).status_code == 200
     assert t.seconds["offload"] > 0 and t.seconds["weight_sync"] > 0
-    assert r._synced[0] == 7 and r._sync_metrics["perf/weight_sync_gb_per_s"] > 0
+    assert r.weights.synced[0] == 7 and r.weights.last_metrics["perf/weight_sync_gb_per_s"] > 0
+    assert r.weights.versions.version == 7  # the rollout side's requests are attributed to it from now
 
 
 def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_disk_push(tmp_path, group,

@@ -3,29 +3,20 @@ checkpoint pointers, metrics files."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import pytest
 import torch
 
 from rlrun import checkpoint as ckpt
 from rlrun.config import load
+from rlrun.data import Sample, Status
 from rlrun.launch import steps
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 
-@dataclass
-class _S:  # the Sample fields the phases read
-    prompt_tokens: list
-    response_tokens: list
-    reward: float = 0.0
-    loss_mask: list = field(default_factory=list)
-    rollout_logprobs: list = field(default_factory=list)
-    status: str = "completed"
-
-
 def _group(rewards, resp_len=2):
-    return [_S([5, 6], [7] * resp_len, r, [1] * resp_len, [-1.0] * resp_len) for r in rewards]
+    return [Sample(prompt="", prompt_tokens=[5, 6], response_tokens=[7] * resp_len, reward=r, loss_mask=[1] * resp_len,
+                   rollout_logprobs=[-1.0] * resp_len, status=Status.COMPLETED) for r in rewards]
 
 
 def test_dynamic_sampling_filter_drops_groups_whose_rewards_agree():

@@ -22,6 +22,12 @@ def hf_config(m):
         return transformers.LlamaConfig(head_dim=m.head_dim, attention_bias=m.add_qkv_bias, **common)
     if m.family == "glm4":
         return transformers.Glm4Config(head_dim=m.head_dim, attention_bias=m.add_qkv_bias, **common)
+    if m.family == "qwen2":  # q/k/v bias hard-wired; head dim = hidden / heads
+        return transformers.Qwen2Config(**common)
+    if m.family == "mistral":
+        return transformers.MistralConfig(head_dim=m.head_dim, **common)
+    if m.family == "phi3":  # fused qkv_proj and gate_up_proj: the same counts
+        return transformers.Phi3Config(**common)
     if m.family == "qwen3_moe":
         e = m.moe
         return transformers.Qwen3MoeConfig(head_dim=m.head_dim, num_experts=e.num_experts, num_experts_per_tok=e.top_k,
@@ -54,7 +60,7 @@ def active_count(m, total):
 CASES = {
     "tiny": [], "qwen3-0.6b": [], "qwen3-4b": [], "qwen3-8b": [], "glm4-9b": [], "llama3.1-8b": [],
     "qwen3-30b-a3b": ["model.num_layers=2"], "qwen3-235b-a22b": ["model.num_layers=2"],
-    "deepseek-v3": ["model.num_layers=5"],
+    "deepseek-v3": ["model.num_layers=5"], "qwen2.5-7b": [], "mistral-7b": [], "phi-3-mini": [],
 }
 
 

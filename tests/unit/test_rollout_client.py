@@ -97,7 +97,9 @@ def test_client_errors_are_not_retried(url):
 def test_per_request_timeout(url):
     async def go():
         async with RolloutClient(url, request_timeout_s=0.05, max_retries=0) as client:
-            await client.generate(input_ids=[3], sampling=Sampling(max_new_tokens=1500, temperature=1.0))
+            # ignore_eos: an early EOS would answer before the 0.05 s limit (1500 decode steps take > 1 s)
+            await client.generate(input_ids=[3], sampling=Sampling(max_new_tokens=1500, temperature=1.0,
+                                                                   ignore_eos=True))
 
     with pytest.raises(RolloutError, match="TimeoutError"):
         run(go())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from train_fixtures import toy_batch, torch_backend
-from rlrun.config import load
+from rlrun.config import ConfigError, load
 from rlrun.train.base import TrainBatch
 from rlrun.train.hf_model import hf_config
 from rlrun.train.torch_backend import TorchBackend
@@ -77,8 +77,10 @@ def test_hf_config_maps_model_fields():
 
 
 def test_deepseek_is_refused_with_the_alternative():
+    with pytest.raises(ConfigError, match="does not build family deepseek_v3"):  # validate refuses it first
+        load(["model=deepseek-v3"])
     with pytest.raises(ValueError, match="train.backend=megatron"):
-        hf_config(load(["model=deepseek-v3"]).model)
+        hf_config(load(["model=deepseek-v3", "hardware=b200"]).model)
 
 
 def test_recompute_turns_on_activation_checkpointing_without_changing_the_step():

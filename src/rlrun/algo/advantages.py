@@ -3,7 +3,8 @@
 Semantics follow slime so that a run moved from slime gets the same numbers:
 - group reward normalisation: slime/ray/rollout.py `_post_process_rewards` (mean over the group of
   n, then / (unbiased std + 1e-6) for grpo/gspo/cispo unless std normalisation is off = Dr.GRPO;
-  reinforce_plus_plus_baseline only subtracts the mean);
+  reinforce_plus_plus_baseline only subtracts the mean); groups are the samples' group ids, so
+  an incomplete group is normalised over its own members (slime: one group over the whole batch);
 - per-token advantages/returns: slime/backends/megatron_utils/loss.py
   `compute_advantages_and_returns` and slime/utils/ppo_utils.py (`get_grpo_returns`,
   `get_reinforce_plus_plus_returns`, `get_reinforce_plus_plus_baseline_advantages`,
@@ -27,23 +28,37 @@ ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_pl
 _GROUP_NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 
 
-def group_normalize(rewards: torch.Tensor, n_samples_per_prompt: int, normalize_std: bool, eps: float = 1e-6):
+def group_normalize(rewards: torch.Tensor, n_samples_per_prompt: int, normalize_std: bool, eps: float = 1e-6,
+                    group_ids: torch.Tensor | None = None):
     """Subtract each group's mean reward; optionally divide by (unbiased group std + eps).
 
-    Rewards are laid out group after group (sample i belongs to group i // n). With n == 1 the
-    std is undefined, so std normalisation is skipped (slime turns it off for n == 1 too).
+    Groups: `group_ids` (one id per sample, any order; a group is whoever shares an id), else
+    consecutive runs of n (sample i in group i // n). Statistics are over each group's members
+    as they are: a group that lost samples (aborted, dropped) is normalised over the ones left.
+    A group of one has no spread: its advantage is 0 and no std division happens (slime turns
+    std normalisation off for n == 1 too).
     """
     r = rewards.to(torch.float32).reshape(-1)
-    if n_samples_per_prompt < 1 or r.numel() % n_samples_per_prompt != 0:
-        raise ValueError(
-            f"{r.numel()} rewards do not split into groups of rollout.n_samples_per_prompt="
-            f"{n_samples_per_prompt}; pass whole groups"
-        )
-    g = r.view(-1, n_samples_per_prompt)
-    g = g - g.mean(dim=-1, keepdim=True)
-    if normalize_std and n_samples_per_prompt > 1:
-        g = g / (g.std(dim=-1, keepdim=True) + eps)
-    return g.reshape(-1)
+    if group_ids is None:
+        if n_samples_per_prompt < 1 or r.numel() % n_samples_per_prompt != 0:
+            raise ValueError(
+                f"{r.numel()} rewards do not split into groups of rollout.n_samples_per_prompt="
+                f"{n_samples_per_prompt}; pass whole groups, or the samples' group ids"
+            )
+        group_ids = torch.arange(r.numel(), device=r.device) // n_samples_per_prompt
+    elif group_ids.numel() != r.numel():
+        raise ValueError(f"{group_ids.numel()} group ids for {r.numel()} rewards; they must match")
+    uniq, ids = torch.unique(group_ids.to(r.device), return_inverse=True)
+
+    def per_group(x: torch.Tensor) -> torch.Tensor:  # sum over each group's members
+        return torch.zeros(uniq.numel(), dtype=x.dtype, device=x.device).index_add(0, ids, x)
+
+    count = per_group(torch.ones_like(r))
+    centered = r - (per_group(r) / count)[ids]
+    if normalize_std:
+        std = (per_group(centered.square()) / (count - 1).clamp_min(1)).sqrt()
+        centered = torch.where(count[ids] > 1, centered / (std[ids] + eps), centered)
+    return centered
 
 
 def discounted_cumsum(x: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -103,6 +118,7 @@ def compute_advantages(
     lambd: float = 1.0,
     cu_seqlens: torch.Tensor | None = None,
     group: dist.ProcessGroup | None = None,
+    group_ids: torch.Tensor | None = None,
 ):
     """Token-level (advantages, returns) for one rollout batch, laid out like `loss_mask`.
 
@@ -119,7 +135,7 @@ def compute_advantages(
             estimator, rewards, n_samples_per_prompt, loss_mask=pad(loss_mask), response_mask=pad(response_mask),
             logp=pad(logp), ref_logp=pad(ref_logp), values=pad(values), kl_coef=kl_coef, kl_type=kl_type,
             normalize_std=normalize_std, normalize_advantages=normalize_advantages, gamma=gamma, lambd=lambd,
-            group=group,
+            group=group, group_ids=group_ids,
         )
         return padded_to_packed(adv, cu_seqlens), padded_to_packed(ret, cu_seqlens)
 
@@ -135,7 +151,8 @@ def compute_advantages(
     tok_kl = kl_estimate(logp, ref_logp, kl_type) * rmask if kl_coef != 0 else torch.zeros_like(rmask)
 
     if estimator in _GROUP_NORMALISED:
-        r = group_normalize(r, n_samples_per_prompt, normalize_std and estimator != "reinforce_plus_plus_baseline")
+        r = group_normalize(r, n_samples_per_prompt, normalize_std and estimator != "reinforce_plus_plus_baseline",
+                            group_ids=group_ids)
     if estimator in ("grpo", "gspo", "cispo"):
         adv = r[:, None] * rmask
         ret = adv

@@ -3,7 +3,12 @@
 Composition follows slime/backends/megatron_utils/loss.py `policy_loss_function`:
 total = pg_loss - entropy_coef * entropy + kl_loss_coef * kl (the KL term only with use_kl_loss),
 where pg_loss is the PPO-clip / GSPO / CISPO loss (chosen by the advantage estimator), times the
-truncated importance weights when use_tis, and every term is reduced with the same aggregation.
+rollout-correction weights when use_tis (rlrun.algo.offpolicy: level x mode) and the OPSM mask when
+use_opsm, and every term is reduced with the same aggregation over the loss mask.
+
+Tokens outside the loss mask (tool output, off-policy tokens, pads) enter with neutral inputs
+(old = rollout = ref = the current log-prob, advantage 0): whatever those positions hold cannot
+reach the loss, and their gradient is exactly 0 (an inf there times a 0 mask would be a NaN).
 """
 
 from __future__ import annotations
@@ -13,7 +18,11 @@ from dataclasses import dataclass, fields
 import torch
 
 from rlrun.algo.kl import kl as kl_estimate
-from rlrun.algo.losses import aggregate, policy_loss, tis_weights
+from rlrun.algo.losses import aggregate, policy_loss
+from rlrun.algo.offpolicy import masked_max, opsm_keep, rollout_correction, rollout_kl
+
+# metrics that are maxima over the step, not means that add up over micro-batches (rlrun.train.step_metrics)
+MAX_METRICS = frozenset({"tis_weight_max"})
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,10 @@ class AlgoParams:
     use_tis: bool
     tis_clip: float
     tis_clip_low: float
+    tis_level: str
+    tis_mode: str
+    use_opsm: bool
+    opsm_delta: float
     calculate_per_token_loss: bool
     normalize_std: bool
     normalize_advantages: bool
@@ -78,22 +91,37 @@ def compute_loss(
 
     logp: current log-probs (with grad). old_logp: log-probs of the policy that the advantages
     were computed for (None = logp.detach(), the on-policy case). ref_logp: needed with use_kl_loss.
-    rollout_logp: the engine's log-probs, needed with use_tis. entropy: per-token entropy (needed
-    when entropy_coef != 0, reported when given). `normalizer`: see rlrun.algo.losses.aggregate.
+    rollout_logp: the engine's log-probs, needed with use_tis (and OPSM's behaviour policy when
+    given). entropy: per-token entropy (needed when entropy_coef != 0, reported when given).
+    `normalizer`: see rlrun.algo.losses.aggregate.
     """
     p = params
-    old = logp.detach() if old_logp is None else old_logp
+    keep = loss_mask > 0
+    cur = logp.detach()
+    neutral = lambda x, fill: None if x is None else torch.where(keep, x, fill)  # noqa: E731
+    old = cur if old_logp is None else neutral(old_logp, cur)
+    rollout, ref = neutral(rollout_logp, old), neutral(ref_logp, cur)
+    advantages = neutral(advantages, torch.zeros_like(cur))
     reduce = lambda x: aggregate(x, loss_mask, p.calculate_per_token_loss, cu_seqlens, normalizer)  # noqa: E731
     pg_tok, clipfrac, ppo_kl = policy_loss(
         p.policy_loss_kind, logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
     )
     metrics = {}
+    if rollout is not None:  # the engines' log-probs vs the trainer's: always reported when known
+        metrics["rollout_kl"] = reduce(rollout_kl(old, rollout))
     if p.use_tis:
-        if rollout_logp is None:
+        if rollout is None:
             raise ValueError("algo.use_tis=true needs rollout_logp (the engine's log-probs of the response)")
-        w, ratio, tis_clipfrac = tis_weights(old, rollout_logp, p.tis_clip, p.tis_clip_low)
-        pg_tok = pg_tok * w
-        metrics.update(tis=reduce(ratio), tis_clipfrac=reduce(tis_clipfrac))
+        c = rollout_correction(old, rollout, loss_mask, p.tis_level, p.tis_mode, p.tis_clip_low, p.tis_clip,
+                               cu_seqlens)
+        pg_tok = pg_tok * c.weights
+        metrics.update(tis=reduce(c.ratio), tis_clipfrac=reduce(c.clipped), tis_weight_mean=reduce(c.weights),
+                       tis_maskfrac=reduce(c.rejected), tis_weight_max=masked_max(c.weights, loss_mask))
+    if p.use_opsm:  # against the policy that sampled: the engines' log-probs when known
+        keep_seq = opsm_keep(logp, old if rollout is None else rollout, advantages, loss_mask, p.opsm_delta,
+                             cu_seqlens)
+        pg_tok = pg_tok * keep_seq
+        metrics["opsm_maskfrac"] = reduce(1.0 - keep_seq)
     pg_loss = reduce(pg_tok)
     loss = pg_loss
     metrics.update(pg_loss=pg_loss, pg_clipfrac=reduce(clipfrac), ppo_kl=reduce(ppo_kl))
@@ -104,9 +132,9 @@ def compute_loss(
     elif p.entropy_coef != 0:
         raise ValueError(f"algo.entropy_coef={p.entropy_coef} needs the per-token entropy; pass `entropy`")
     if p.use_kl_loss:
-        if ref_logp is None:
+        if ref is None:
             raise ValueError("algo.use_kl_loss=true needs ref_logp (a reference model: checkpoint.ref)")
-        kl_loss = reduce(kl_estimate(logp, ref_logp, p.kl_loss_type))
+        kl_loss = reduce(kl_estimate(logp, ref, p.kl_loss_type))
         loss = loss + p.kl_loss_coef * kl_loss
         metrics["kl_loss"] = kl_loss
     metrics["loss"] = loss

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from rlrun.algo.offpolicy import rollout_correction
 from rlrun.algo.packing import seq_broadcast, seq_sum
 
 POLICY_LOSSES = ("ppo", "gspo", "cispo")
@@ -85,14 +86,13 @@ def policy_loss(
 
 
 def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, tis_clip: float, tis_clip_low: float):
-    """Truncated importance weights between the trainer's and the rollout engine's log-probs.
-
-    w = clamp(exp(old_logp - rollout_logp), tis_clip_low, tis_clip), detached; the pg loss is
-    multiplied by w. Returns (weights, raw ratio, clipfrac).
-    """
-    ratio = torch.exp(old_logp.detach().float() - rollout_logp.detach().float())
-    w = ratio.clamp(min=tis_clip_low, max=tis_clip)
-    return w, ratio, (w != ratio).to(ratio.dtype)
+    """Token-level truncated importance weights between the trainer's and the engine's log-probs:
+    w = clamp(exp(old_logp - rollout_logp), tis_clip_low, tis_clip), detached (slime
+    `vanilla_tis_function`; the other levels and modes: rlrun.algo.offpolicy). Returns
+    (weights, raw ratio, clipfrac)."""
+    c = rollout_correction(old_logp, rollout_logp, torch.ones_like(old_logp), "token", "truncate", tis_clip_low,
+                           tis_clip)
+    return c.weights, c.ratio, c.clipped
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -112,15 +112,17 @@ def aggregate(
 
     per_token=False (slime default): sum over sequences of the masked token mean of each sequence,
     divided by the number of sequences. per_token=True (calculate_per_token_loss): masked token
-    sum divided by the number of masked tokens. `normalizer` replaces the local divisor (number
-    of sequences or tokens) so that micro-batches of one global batch add up to its mean.
+    sum divided by the number of masked tokens. A sequence with no masked-in token counts in
+    neither divisor (docs/algorithms.md, "Empty loss masks"). `normalizer` replaces the local
+    divisor (sequences or tokens) so that micro-batches of one global batch add up to its mean.
     """
     m = mask.to(loss_tok.dtype)
     if per_token:
         total, count = (loss_tok * m).sum(), m.sum()
     else:
-        per_seq = seq_sum(loss_tok * m, cu_seqlens) / seq_sum(m, cu_seqlens).clamp_min(1)
-        total, count = per_seq.sum(), per_seq.numel()
+        tokens = seq_sum(m, cu_seqlens)
+        per_seq = seq_sum(loss_tok * m, cu_seqlens) / tokens.clamp_min(1)
+        total, count = per_seq.sum(), (tokens > 0).sum()
     if normalizer is None:
         normalizer = count
     return total / (normalizer.clamp_min(1) if torch.is_tensor(normalizer) else max(normalizer, 1))

@@ -28,8 +28,39 @@ def load(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = N
 
 def load_with_choices(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None = None, *,
                       use_cache: bool = True) -> tuple["RunConfig", "Composed"]:
-    from rlrun.config.compose import compose
+    """All problems at once: an override Hydra cannot apply (an unknown key, a bad syntax) or a value of
+    the wrong type (optim.lr=abc) is reported, left out, and the rest is composed and validated again,
+    so that it hides no other problem. A group option that does not exist (model=qwen3-5b) stops there:
+    the rest would be judged against another profile, and its problems would not be the user's."""
+    from rlrun.config.compose import GROUPS, ComposeError, compose
     from rlrun.config.validate import validate
 
-    composed = compose(list(overrides), config_dir, use_cache=use_cache)
-    return validate(composed.raw), composed
+    problems: list[Problem] = []
+    todo = list(overrides)
+    for _ in range(len(todo) + 1):  # every round leaves out at least one override, or ends
+        try:
+            composed = compose(todo, config_dir, use_cache=use_cache)
+        except ComposeError as e:
+            problems += e.problems
+            if not e.complete or not e.dropped or any(_key(o) in GROUPS for o in e.dropped):
+                raise ConfigError(problems) from None
+            todo = [o for o in todo if o not in e.dropped]
+            continue
+        try:
+            cfg = validate(composed.raw)
+        except ConfigError as e:
+            bad = [o for o in todo if _key(o) in getattr(e, "schema_paths", ())]
+            new = [p for p in e.problems if p.path not in {q.path for q in problems}]
+            problems += new
+            if not bad:
+                raise ConfigError(problems) from None
+            todo = [o for o in todo if o not in bad]
+            continue
+        if problems:
+            raise ConfigError(problems)
+        return cfg, composed
+    raise ConfigError(problems)
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0].split("@")[0]

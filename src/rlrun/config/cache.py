@@ -47,8 +47,13 @@ def _version(pkg: str) -> str:
         return "unknown"
 
 
+# Bump when compose() starts refusing something it used to accept (2: unknown optional-group names), so
+# that an entry written by an older rlrun cannot let it through.
+FORMAT = 2
+
+
 def key(overrides: Sequence[str], dirs: Sequence[Path]) -> str:
-    versions = [_version(p) for p in ("rlrun", "hydra-core", "omegaconf")]
+    versions = [_version(p) for p in ("rlrun", "hydra-core", "omegaconf")] + [FORMAT]
     blob = json.dumps([list(overrides), [str(d) for d in dirs], _fingerprint(dirs), versions])
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 

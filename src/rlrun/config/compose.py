@@ -104,6 +104,10 @@ class Composer:
 
         # Hydra stops at the first bad override; drop it and retry so that all of them are reported at once.
         problems, todo = [], list(overrides)
+        for o in [o for o in todo if o.lstrip("+~").startswith(("hydra.", "hydra/"))]:
+            problems.append(hydra_key_problem(o))
+            todo.remove(o)
+        dropped = [o for o in overrides if o not in todo]
         while True:
             try:
                 cfg = compose(PRIMARY, overrides=todo + self._extra, return_hydra_config=True)
@@ -119,11 +123,16 @@ class Composer:
                 problems.append(problem)
                 culprit = _culprit(problem, todo)
                 if culprit is None:
-                    raise ConfigError(problems) from None
+                    raise ComposeError(problems, dropped, complete=False) from None
                 todo.remove(culprit)
-        if problems:
-            raise ConfigError(problems)
+                dropped.append(culprit)
         choices = {g: cfg.hydra.runtime.choices.get(g) for g in GROUPS}
+        for g, option in choices.items():  # an optional group (experiment, parallelism) skips an unknown name
+            if option is not None and option not in self.group_options(g):
+                problems.append(self.unknown_option(g, option, overrides))
+                dropped += [o for o in todo if o.lstrip("+").split("=", 1)[0] == g]
+        if problems:
+            raise ComposeError(problems, dropped, complete=True)
         with open_dict(cfg):
             del cfg["hydra"]
         return cfg, choices
@@ -137,7 +146,7 @@ class Composer:
             keys = self._keys_at(parent, overrides)
             if leaf in keys:  # the key exists: its new value (a mapping) brings keys the section lacks
                 return new_keys_problem(path, msg)
-            return unknown_key(path, keys)
+            return unknown_key(path, keys, self._paths(overrides))
         m = re.search(r"An item is already at '([^']+)'", msg)
         if m:
             return Problem(m.group(1), f"+{m.group(1)} adds a key, but {m.group(1)} is set already",
@@ -148,14 +157,7 @@ class Composer:
             return Problem(path, f"~{path}: {msg.split('. ', 1)[1].strip()}", "check the key and value", path)
         m = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
         if m:  # an unknown option of a config group
-            group, option = m.group(1), m.group(2)
-            options = self.group_options(group)
-            asked = any(o.lstrip("+~").split("=", 1)[0].split("@")[0] == group for o in overrides)
-            exp = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("experiment=")), None)
-            origin = "" if asked else (f" (asked for by experiment/{exp}.yaml's defaults list)" if exp else
-                                       " (asked for by a defaults list in conf/)")
-            return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}{origin}",
-                           f"pick one of: {', '.join(options)}", value=option)
+            return self.unknown_option(m.group(1), m.group(2), overrides)
         m = re.search(r"Could not find '([^']+)'", msg)
         if m:
             return Problem("", f"unknown config {m.group(1)!r}", "check the override's spelling", value=m.group(1))
@@ -168,32 +170,94 @@ class Composer:
         return Problem("", f"cannot compose the config: {first}",
                        "check the override syntax: key=value, group=option, +new.key=value", value=list(overrides))
 
-    def _keys_at(self, parent: str, overrides: Sequence[str]) -> list[str]:
-        """Keys under `parent` in the default composition, for did-you-mean on unknown keys."""
+    def unknown_option(self, group: str, option: str, overrides: Sequence[str]) -> Problem:
+        options = self.group_options(group)
+        asked = any(o.lstrip("+~").split("=", 1)[0].split("@")[0] == group for o in overrides)
+        exp = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("experiment=")), None)
+        origin = "" if asked else (f" (asked for by experiment/{exp}.yaml's defaults list)" if exp else
+                                   " (asked for by a defaults list in conf/)")
+        return Problem(group, f"unknown {group} {option!r}{did_you_mean(option, options)}{origin}",
+                       f"pick one of: {', '.join(options)}", value=option)
+
+    def _keys_at(self, parent: str, overrides: Sequence[str], node: bool = False):
+        """Keys under `parent` in the default composition, for did-you-mean on unknown keys
+        (node=True: the node itself, or None)."""
         from hydra import compose
         from omegaconf import OmegaConf
 
         safe = [o for o in overrides if "=" in o and o.split("=", 1)[0].lstrip("+~") in GROUPS]
         try:
-            node = compose(PRIMARY, overrides=safe + self._extra)
-            node = OmegaConf.select(node, parent) if parent else node
+            found = compose(PRIMARY, overrides=safe + self._extra)
+            found = OmegaConf.select(found, parent) if parent else found
         except Exception:  # only a suggestion: never mask the real problem
-            return []
-        return list(node.keys()) if OmegaConf.is_dict(node) else []
+            return None if node else []
+        if node:
+            return found if OmegaConf.is_dict(found) else None
+        return list(found.keys()) if OmegaConf.is_dict(found) else []
+
+    def _paths(self, overrides: Sequence[str]) -> list[str]:
+        """Every dotted key of the default composition (for `tp=3` -> "did you mean parallelism.tp")."""
+        from omegaconf import OmegaConf
+
+        def walk(node, prefix):
+            for k, v in node.items():
+                path = f"{prefix}{k}"
+                yield path
+                if isinstance(v, dict):
+                    yield from walk(v, path + ".")
+
+        root = self._keys_at("", overrides, node=True)
+        return list(walk(OmegaConf.to_container(root), "")) if root is not None else []
 
     def group_options(self, group: str) -> list[str]:
         from hydra.core.global_hydra import GlobalHydra
 
-        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+        options = set(GlobalHydra.instance().config_loader().get_group_options(group))
+        if self._extra_dir is not None:  # the search-path override reaches compose(), not this loader
+            options |= {f.stem for f in (Path(self._extra_dir) / group).glob("*.yaml")}
+        return sorted(options)
 
 
-def unknown_key(path: str, keys: Sequence[str]) -> Problem:
+class ComposeError(ConfigError):
+    """Hydra's problems plus what composing did about them: `dropped` are the overrides it had to leave
+    out; `complete` says whether the rest composed (so that it can still be validated, see load)."""
+
+    def __init__(self, problems, dropped: Sequence[str] = (), complete: bool = False):
+        super().__init__(problems)
+        self.dropped, self.complete = tuple(dropped), complete
+
+
+def hydra_key_problem(override: str) -> Problem:
+    """rlrun composes with Hydra's compose API and places run dirs itself (rundir.py, sweep.py), so
+    Hydra's own job settings (hydra.run.dir, hydra.sweep.dir/subdir, hydra.job.*) would be ignored."""
+    key, _, value = override.lstrip("+~").partition("=")
+    fix = {"hydra.run.dir": "set run.output_dir (run dirs are {run.output_dir}/{run.name}/{timestamp}) and run.name",
+           "hydra.sweep.dir": "set run.output_dir: a sweep writes {run.output_dir}/multirun/{timestamp}/{point index}/",
+           "hydra.sweep.subdir": "a sweep names each point's dir by its index (the summary table maps index -> "
+                                 "overrides); set run.output_dir to place them"}.get(key, "remove it; rlrun's own keys are "
+                                                                            "listed by `rlrun --cfg job`")
+    return Problem(key, f"{key} is a Hydra job setting, which rlrun does not use (it composes with Hydra's "
+                        "compose API and places run dirs itself), so it would be silently ignored", fix, value)
+
+
+def unknown_key(path: str, keys: Sequence[str], all_paths: Sequence[str] = ()) -> Problem:
+    """An unknown key: the closest sibling, else a key of that name (or a close one) elsewhere in the
+    tree (`tp=3` -> parallelism.tp)."""
     parent, _, leaf = path.rpartition(".")
     best = closest(leaf, keys)
+    if best:
+        best = ".".join(filter(None, [parent, best]))
+    else:  # the same (or the closest) leaf name anywhere else
+        leaves = {p.rpartition(".")[2] for p in all_paths}
+        name = leaf if leaf in leaves else closest(leaf, leaves)
+        same = [p for p in all_paths if name is not None and p.rpartition(".")[2] == name]
+        best = same[0] if len(same) == 1 else None
+        keys = same if len(same) > 1 else keys
     where = f" under {parent}" if parent else ""
-    fix = (f"write {'.'.join(filter(None, [parent, best]))}" if best else
+    fix = (f"write {best}" if best else
            f"use one of the keys{where}: {', '.join(keys)}" if keys else "check the key's spelling")
-    return Problem(path, f"unknown key {leaf!r}{where}{did_you_mean(leaf, keys)}",
+    mean = f' (did you mean "{best}"?)' if best else ""
+    return Problem(path, f"unknown key {leaf!r}{where}{mean}",
                    fix + " (`rlrun --cfg job` prints the whole tree; +key=value adds a key on purpose)", value=path)
 
 

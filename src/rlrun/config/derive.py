@@ -6,6 +6,7 @@ gives no rollout GPU count)."""
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -32,7 +33,8 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     problems: list[Problem] = []
     train, rollout, algo = _sec(raw, "train"), _sec(raw, "rollout"), _sec(raw, "algo")
     hw_defaults = _sec(_sec(raw, "hardware"), "defaults")
-    problems += _batch_identity(train, rollout)
+    if isinstance(raw.get("train"), dict) and isinstance(raw.get("rollout"), dict):  # else: the schema says so
+        problems += _batch_identity(train, rollout)
 
     # Vendor defaults: e.g. offload on for NVIDIA colocation, off on AMD (the seed recipe's choice).
     _default(train, "offload", hw_defaults.get("offload_train"))
@@ -96,8 +98,7 @@ def _derive_batch_identity(train: dict, rollout: dict) -> list[Problem]:
         if samples % gbs:
             return [Problem("train.global_batch_size",
                             f"rollout_batch_size * n_samples_per_prompt = {rbs} * {n} = {samples} samples per "
-                            f"rollout is not a multiple of global_batch_size {gbs}",
-                            _divisor_fix("train.global_batch_size", samples, gbs), gbs)]
+                            f"rollout is not a multiple of global_batch_size {gbs}", batch_fix(rbs, n, gbs), gbs)]
         train["num_steps_per_rollout"] = samples // gbs
     return []
 
@@ -106,3 +107,17 @@ def _divisor_fix(path: str, samples: int, value: int) -> str:
     divisors = [d for d in range(1, samples + 1) if samples % d == 0]
     near = sorted(divisors, key=lambda d: (abs(d - value), d))[:2]
     return f"set {path} to a divisor of {samples}, e.g. {' or '.join(map(str, sorted(near)))}"
+
+
+def batch_fix(rbs: int, n: int, gbs: int) -> str:
+    """Two ways to make global_batch_size `gbs` fit rollout_batch_size * n_samples_per_prompt, each
+    computed so that the identity holds: a divisor of the samples near gbs (the rollout unchanged), or
+    the smallest rollout_batch_sizes whose samples gbs divides (gbs unchanged)."""
+    samples = rbs * n
+    divisors = [d for d in range(1, samples + 1) if samples % d == 0]
+    near = sorted(sorted(divisors, key=lambda d: (abs(d - gbs), d))[:2], reverse=True)
+    keep_rollout = " or ".join(f"{d} (train.num_steps_per_rollout={samples // d})" for d in near)
+    step = gbs // math.gcd(gbs, n)  # rollout_batch_size must be a multiple of this for gbs | rbs * n
+    keep_gbs = " or ".join(f"{k * step} (train.num_steps_per_rollout={k * step * n // gbs})" for k in (1, 2))
+    return (f"set train.global_batch_size to a divisor of {samples}: {keep_rollout}; or keep global_batch_size "
+            f"{gbs} and set rollout.rollout_batch_size to a multiple of {step}: {keep_gbs}")

@@ -9,10 +9,24 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from rlrun.config.errors import Problem
+from rlrun.config.families import BY_MODEL_TYPE, FAMILIES
 from rlrun.config.rules import rule
 from rlrun.config.schema import RunConfig
 
-QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+
+def _family(j: dict):
+    return FAMILIES.get(BY_MODEL_TYPE.get(j.get("model_type"), ""))
+
+
+def _hardwired(key: str, hf_key: str | Callable[[dict], Any], absent: Any) -> Callable[[dict], Any]:
+    """A field the family's modeling code fixes (FAMILIES[...].fixed) wins; else config.json's hf_key, and
+    `absent` when the file lacks it (transformers' default)."""
+    def get(j: dict) -> Any:
+        fam = _family(j)
+        if fam is not None and key in fam.fixed:
+            return fam.fixed[key]
+        return hf_key(j) if callable(hf_key) else bool(j.get(hf_key, absent))
+    return get
 
 
 def _rope(j: dict, key: str, default: Any = None) -> Any:
@@ -46,7 +60,7 @@ def _moe(key: str) -> Callable[[dict], Any]:
 
 # rlrun field (under model.) -> how config.json says it
 FIELDS: dict[str, Callable[[dict], Any]] = {
-    "family": lambda j: j.get("model_type"),
+    "family": lambda j: BY_MODEL_TYPE.get(j.get("model_type"), j.get("model_type")),
     "vocab_size": lambda j: j.get("vocab_size"),
     "hidden_size": lambda j: j.get("hidden_size"),
     "ffn_hidden_size": lambda j: j.get("intermediate_size"),
@@ -60,8 +74,8 @@ FIELDS: dict[str, Callable[[dict], Any]] = {
     "max_position_embeddings": lambda j: j.get("max_position_embeddings"),
     "norm_epsilon": lambda j: j.get("rms_norm_eps"),
     "tie_word_embeddings": lambda j: bool(j.get("tie_word_embeddings", False)),
-    "qk_layernorm": lambda j: j.get("model_type") in QK_NORM_TYPES or j.get("q_lora_rank") is not None,
-    "add_qkv_bias": lambda j: bool(j.get("attention_bias", False)),
+    "qk_layernorm": _hardwired("qk_layernorm", lambda j: j.get("q_lora_rank") is not None, False),
+    "add_qkv_bias": _hardwired("add_qkv_bias", "attention_bias", False),
     "swiglu": lambda j: j.get("hidden_act", "silu") == "silu",
     "moe.num_experts": _moe("num_experts"),
     "moe.top_k": _moe("top_k"),
@@ -116,6 +130,28 @@ def hf_architecture(cfg: RunConfig) -> Iterator[Problem]:
                       "model dir (config.json + *.safetensors + tokenizer files)", path)
         return
     yield from compare(cfg, hf, f"{path}/config.json")
+    window = hf.get("sliding_window") if hf.get("use_sliding_window", True) is not False else None
+    if cfg.train.backend == "megatron" and window is not None and window < cfg.rollout.context_length:
+        yield Problem("checkpoint.hf", f"{path}/config.json has sliding-window attention ({window} tokens), which "
+                      f"rlrun's megatron layers do not implement, and rollout.context_length is "
+                      f"{cfg.rollout.context_length}: training would attend further back than the engines",
+                      f"set rollout.context_length<={window}, or train.backend=torch", window)
+
+
+@rule
+def model_family(cfg: RunConfig) -> Iterator[Problem]:
+    """The family's hard-wired architecture (FAMILIES[...].fixed) and the backends that build it."""
+    m, fam = cfg.model, FAMILIES[cfg.model.family]
+    for key, value in fam.fixed.items():
+        if getattr(m, key) != value:
+            yield Problem(f"model.{key}", f"family {m.family} builds {key}={value} (its modeling code fixes it), "
+                          f"got {getattr(m, key)}", f"set model.{key}={json.dumps(value)}", getattr(m, key))
+    if cfg.train.backend not in fam.backends:
+        yield Problem("train.backend", f"the {cfg.train.backend} backend does not build family {m.family} "
+                      f"(built by: {', '.join(fam.backends)})",
+                      f"set train.backend={fam.backends[0]}" + (" (data parallel: parallelism=tp1, "
+                                                                "rollout.gpus_per_engine=1)" if fam.backends[0] == "torch"
+                                                                else ""), cfg.train.backend)
 
 
 def hf_note(cfg: RunConfig) -> Optional[str]:

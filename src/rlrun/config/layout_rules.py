@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from rlrun.config.errors import Problem
+from rlrun.config.families import FAMILIES
 from rlrun.config.plan import engine_slots
 from rlrun.config.rules import rule
 from rlrun.config.schema import RunConfig
@@ -51,24 +52,22 @@ def pipeline(cfg: RunConfig) -> Iterator[Problem]:
     if m.num_layers % pp:
         yield Problem("parallelism.pp", f"{m.num_layers} layers do not split into PP {pp} equal stages",
                       f"use pp in {_divisors(m.num_layers)[:6]}", pp)
-    if cfg.parallelism.sequence_parallel and cfg.parallelism.tp == 1:
-        yield Problem("parallelism.sequence_parallel", "sequence parallelism shards activations over TP ranks; "
-                      "with TP 1 there is nothing to shard", "set parallelism.sequence_parallel=false or tp > 1")
 
 
 @rule
 def experts(cfg: RunConfig) -> Iterator[Problem]:
     m, p = cfg.model, cfg.parallelism
-    moe_family = m.family in ("qwen3_moe", "deepseek_v3")
-    if moe_family and m.moe is None:
+    fam = FAMILIES[m.family]
+    if fam.moe and m.moe is None:
         yield Problem("model.moe", f"family {m.family} is a mixture of experts but model.moe is null",
                       "fill model.moe (num_experts, top_k, expert_ffn_hidden_size, ...)")
-    if not moe_family and m.moe is not None:
+    if not fam.moe and m.moe is not None:
         yield Problem("model.moe", f"family {m.family} is dense but model.moe is set",
                       "set model.moe=null or model.family=qwen3_moe")
-    if (m.family == "deepseek_v3") != (m.mla is not None):
-        yield Problem("model.mla", f"MLA attention belongs to deepseek_v3 (family {m.family}, mla "
-                      f"{'set' if m.mla else 'null'})", "set model.mla for deepseek_v3 only")
+    if fam.mla != (m.mla is not None):
+        mla = [n for n, f in FAMILIES.items() if f.mla]
+        yield Problem("model.mla", f"MLA attention belongs to {', '.join(mla)} (family {m.family}, mla "
+                      f"{'set' if m.mla else 'null'})", f"set model.mla for {', '.join(mla)} only")
     if m.moe is None:
         if p.ep > 1:
             yield Problem("parallelism.ep", f"expert parallel {p.ep} on dense model {m.name}",

@@ -167,6 +167,9 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append(note)
     if cfg.data.max_prompt_len is None:
         notes.append("data.max_prompt_len is null: prompt length bounded by rollout.context_length")
+    if p.sequence_parallel and p.tp == 1:
+        notes.append("parallelism.sequence_parallel is off at TP 1 (it shards activations over TP ranks; "
+                     "Megatron drops it, and so does rlrun)")
     if t.cuda_graphs:
         notes.append("train.cuda_graphs: micro-batches are padded to a few shapes (rows to multiples of "
                      "max_tokens_per_gpu / 8, samples to powers of 2); a micro-batch replays a graph when its shape "

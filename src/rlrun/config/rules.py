@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
+from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
 from rlrun.config.plan import sample_tokens
 from rlrun.config.schema import RunConfig
@@ -21,7 +22,7 @@ def rule(fn: Rule) -> Rule:
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    from rlrun.config import hfcheck, layout_rules  # noqa: F401  (registers their rules)
+    from rlrun.config import agent_rules, debug_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
 
     return [p for r in RULES for p in r(cfg)]
 
@@ -37,8 +38,9 @@ def batch_identity(cfg: RunConfig) -> Iterator[Problem]:
                       f"batch identity broken: rollout_batch_size * n_samples_per_prompt = {r.rollout_batch_size} * "
                       f"{r.n_samples_per_prompt} = {samples}, but global_batch_size * num_steps_per_rollout = "
                       f"{t.global_batch_size} * {t.num_steps_per_rollout} = {t.global_batch_size * t.num_steps_per_rollout}",
-                      f"set train.num_steps_per_rollout=null to derive it (needs {samples} % global_batch_size == 0), "
-                      f"or train.global_batch_size=null to derive {samples} / num_steps_per_rollout",
+                      batch_fix(r.rollout_batch_size, r.n_samples_per_prompt, t.global_batch_size)
+                      if samples % t.global_batch_size else
+                      f"set train.num_steps_per_rollout={samples // t.global_batch_size} (or null: derived)",
                       {"samples_per_rollout": samples, "global_batch_size": t.global_batch_size,
                        "num_steps_per_rollout": t.num_steps_per_rollout})
 
@@ -83,8 +85,10 @@ def dynamic_batching(cfg: RunConfig) -> Iterator[Problem]:
                       "token budget per GPU", "set train.max_tokens_per_gpu (e.g. max prompt + response length)")
         return
     need, cp = _one_sample_tokens(cfg), cfg.parallelism.cp
+    # a log-prob budget equal to the training one is usually derived from it: one problem, at the source
     for key, budget in (("max_tokens_per_gpu", t.max_tokens_per_gpu),
-                        ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu)):
+                        ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu
+                         if t.log_probs_max_tokens_per_gpu != t.max_tokens_per_gpu else None)):
         if budget is not None and budget * cp < need:
             yield Problem(f"train.{key}", f"{budget} tokens{f' x CP {cp}' if cp > 1 else ''} cannot hold one "
                           f"sample of up to {need} tokens ({_sample_desc(cfg)})",
@@ -137,6 +141,11 @@ def estimator(cfg: RunConfig) -> Iterator[Problem]:
     if a.dual_clip_c is not None and a.dual_clip_c <= 1:
         yield Problem("algo.dual_clip_c", f"dual-clip c must be > 1, got {a.dual_clip_c}",
                       "set algo.dual_clip_c=3.0 (a common value) or null to turn dual clip off", a.dual_clip_c)
+    if a.eps_clip_high < a.eps_clip:
+        yield Problem("algo.eps_clip_high", f"eps_clip_high {a.eps_clip_high} is below eps_clip {a.eps_clip}: the "
+                      f"ratio's upper bound 1 + {a.eps_clip_high} would clip harder than its lower bound 1 - "
+                      f"{a.eps_clip} (clip-higher, as in DAPO, raises it: 0.28 with eps_clip 0.2)",
+                      f"set algo.eps_clip_high >= {a.eps_clip} (or null: = eps_clip)", a.eps_clip_high)
     if a.eps_clip > 1:
         yield Problem("algo.eps_clip", f"eps_clip {a.eps_clip} makes the lower ratio bound 1 - eps_clip negative",
                       "set algo.eps_clip <= 1 (0.2 is usual)", a.eps_clip)
@@ -147,6 +156,33 @@ def estimator(cfg: RunConfig) -> Iterator[Problem]:
     if a.use_tis and a.tis_clip_low >= a.tis_clip:
         yield Problem("algo.tis_clip_low", f"tis_clip_low {a.tis_clip_low} >= tis_clip {a.tis_clip}",
                       "set algo.tis_clip_low below algo.tis_clip (0 and 2 are usual)", a.tis_clip_low)
+
+
+@rule
+def critic(cfg: RunConfig) -> Iterator[Problem]:
+    a, t = cfg.algo, cfg.train
+    if a.advantage_estimator == "ppo" and t.backend != "torch":
+        yield Problem("train.backend", f"algo {a.name} (advantage_estimator ppo) trains a critic, which only the "
+                      f"torch backend builds; train.backend is {t.backend}",
+                      "set train.backend=torch (data parallel: parallelism=tp1), or a critic-free algo "
+                      "(algo=grpo, gspo, cispo, reinforce_plus_plus)", t.backend)
+
+
+@rule
+def offpolicy(cfg: RunConfig) -> Iterator[Problem]:
+    """Rollout correction (use_tis, tis_level, tis_mode) and OPSM: rlrun.algo.offpolicy."""
+    a = cfg.algo
+    if not a.use_tis:
+        for key, value, plain in (("tis_level", a.tis_level, "token"), ("tis_mode", a.tis_mode, "truncate")):
+            if value != plain:
+                yield Problem(f"algo.{key}", f"{key}={value} chooses how the rollout correction weights the loss, "
+                              "and the correction is off (algo.use_tis=false): it would be ignored",
+                              f"set algo.use_tis=true, or drop algo.{key}", value)
+    elif a.tis_clip_low < a.tis_clip and not a.tis_clip_low <= 1.0 <= a.tis_clip:  # order: rule `estimator`
+        yield Problem("algo.tis_clip", f"the band [tis_clip_low {a.tis_clip_low}, tis_clip {a.tis_clip}] excludes 1: a "
+                      f"token the engines and the trainer agree on (ratio 1) would get weight "
+                      f"{'0' if a.tis_mode != 'truncate' else min(max(1.0, a.tis_clip_low), a.tis_clip)}",
+                      "set algo.tis_clip_low <= 1 <= algo.tis_clip (0.5 and 2 are usual for icepop)", a.tis_clip)
 
 
 # ---- rollout and sampling --------------------------------------------------------------------------------
@@ -220,6 +256,27 @@ def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
         from rlrun.rollout.sglang_args import check_sglang_mapping  # pure Python, owned by the rollout layer
 
         yield from check_sglang_mapping(dict(r.sglang))
+        yield from _sglang_dp(r)
+
+
+def _sglang_dp(r) -> Iterator[Problem]:
+    """SGLang's dp_size: without enable_dp_attention a server runs dp_size replicas of tp_size GPUs each
+    (dp * tp GPUs), but rlrun gives an engine rollout.gpus_per_engine (its tp_size) GPUs and puts replicas
+    behind the router itself; with enable_dp_attention the dp_size attention groups split the tp_size GPUs,
+    so dp_size must divide tp_size."""
+    dp, tp = r.sglang.get("dp_size", 1), r.gpus_per_engine
+    if not isinstance(dp, int) or isinstance(dp, bool) or dp <= 1:
+        return
+    if not r.sglang.get("enable_dp_attention", False):
+        yield Problem("rollout.sglang.dp_size", f"dp_size {dp} without enable_dp_attention makes each engine "
+                      f"{dp} replicas of {tp} GPUs ({dp * tp} GPUs), but an engine gets rollout.gpus_per_engine "
+                      f"= {tp}", f"remove rollout.sglang.dp_size (rlrun runs rollout.num_gpus / gpus_per_engine "
+                      "engines behind the router: raise rollout.num_gpus for more replicas), or set "
+                      "rollout.sglang.enable_dp_attention=true (DP attention inside one engine)", dp)
+    elif tp % dp:
+        yield Problem("rollout.sglang.dp_size", f"with enable_dp_attention the {dp} attention DP groups split the "
+                      f"engine's {tp} GPUs (tp_size = rollout.gpus_per_engine), and {dp} does not divide {tp}",
+                      f"use a dp_size that divides {tp}", dp)
 
 
 @rule
@@ -245,7 +302,7 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
 
 # rlrun.reward's rule types (rlrun.reward.rules.RULES) plus "remote"; listed here because importing the reward
 # package costs ~0.1 s of `rlrun plan`'s start-up. tests/unit/test_config_rules.py keeps the two in step.
-RM_TYPES = ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "random", "remote")
+RM_TYPES = ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "random", "remote", "remote_rm")
 
 
 def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
@@ -257,11 +314,37 @@ def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
                       "'module.path:function'", rm_type)
 
 
+REMOTE_TYPES = ("remote", "remote_rm")
+
+
+@rule
+def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
+    """rm_type remote POSTs every sample to data.rm_url (rlrun.reward.remote); eval datasets use it too."""
+    from urllib.parse import urlparse
+
+    users = [("data.rm_type", cfg.data.rm_type)] + [(f"eval.datasets.{i}.rm_type", ds.rm_type)
+                                                    for i, ds in enumerate(cfg.eval.datasets)]
+    remote = [path for path, t in users if t in REMOTE_TYPES]
+    url = cfg.data.rm_url
+    if remote and url is None:
+        yield Problem(remote[0], "rm_type remote posts each sample to a reward server, but data.rm_url is null",
+                      "set data.rm_url to the server's POST endpoint (e.g. data.rm_url=http://127.0.0.1:8000/reward)",
+                      "remote")
+    elif url is not None and not remote:
+        yield Problem("data.rm_url", f"is set ({url}) but no rm_type is remote (data.rm_type is "
+                      f"{cfg.data.rm_type!r}), so it would be ignored",
+                      "set data.rm_type=remote, or data.rm_url=null", url)
+    elif url is not None and (urlparse(url).scheme not in ("http", "https") or not urlparse(url).netloc):
+        yield Problem("data.rm_url", f"{url!r} is not an http(s) URL with a host",
+                      "write it as http://HOST:PORT/PATH", url)
+
+
 @rule
 def data_and_eval(cfg: RunConfig) -> Iterator[Problem]:
     yield from _rm_problems("data.rm_type", cfg.data.rm_type)
-    for i, ds in enumerate(cfg.eval.datasets):
-        yield from _rm_problems(f"eval.datasets.{i}.rm_type", ds.rm_type)
+    for i, ds in enumerate(cfg.eval.datasets):  # one equal to data.rm_type is reported there (slime: --rm-type)
+        if ds.rm_type != cfg.data.rm_type:
+            yield from _rm_problems(f"eval.datasets.{i}.rm_type", ds.rm_type)
     if cfg.eval.interval is not None and not cfg.eval.datasets:
         yield Problem("eval.interval", f"evaluation every {cfg.eval.interval} rollouts but eval.datasets is empty",
                       "add eval.datasets=[{name: ..., path: ..., rm_type: ...}] or set eval.interval=null")
@@ -286,3 +369,31 @@ def training_mode(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.recompute.granularity", f"recompute method/num_layers apply to full recompute only "
                       f"(granularity is {rc.granularity})", "set train.recompute.granularity=full or method and "
                       "num_layers to null", rc.model_dump())
+
+
+@rule
+def async_mode(cfg: RunConfig) -> Iterator[Problem]:
+    """Async training and partial rollouts (docs/runner.md): keys that only the async loop reads
+    are refused in the sync one rather than ignored, and the staleness bound must be reachable."""
+    t, r = cfg.train, cfg.rollout
+    if not t.async_train:
+        off = "or train.async_train=true (with train.colocate=false)"
+        if r.partial_rollout:
+            yield Problem("rollout.partial_rollout", "partial rollout continues requests a weight push aborted, "
+                          "but the sync loop pushes only between rollouts (nothing is in flight)",
+                          f"set rollout.partial_rollout=false {off}", True)
+        for key, value, default in (("async_buffer_size", r.async_buffer_size, 1),
+                                    ("update_weights_interval", r.update_weights_interval, 1),
+                                    ("max_staleness", r.max_staleness, None)):
+            if value != default:
+                yield Problem(f"rollout.{key}", "only the async loop reads it; the sync loop generates each "
+                              "rollout with the weights of the previous one", f"remove it {off}", value)
+    if r.mask_offpolicy_in_partial_rollout and not r.partial_rollout:
+        yield Problem("rollout.mask_offpolicy_in_partial_rollout", "masks the older-version tokens of partial "
+                      "rollouts, and rollout.partial_rollout is false", "set rollout.partial_rollout=true or "
+                      "rollout.mask_offpolicy_in_partial_rollout=false", True)
+    if r.max_staleness is not None and r.max_staleness < r.update_weights_interval - 1:
+        yield Problem("rollout.max_staleness", f"with a weight push every {r.update_weights_interval} rollouts the "
+                      f"rollout side would wait for a version the trainer only pushes after training the rollout "
+                      f"being waited for (a deadlock)", f"set rollout.max_staleness >= "
+                      f"{r.update_weights_interval - 1} or lower rollout.update_weights_interval", r.max_staleness)

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlrun.config.families import NAMES as FAMILY_NAMES
+
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -94,7 +96,7 @@ class MLASection(Section):
 
 class ModelSection(Section):
     name: str
-    family: Literal["qwen3", "qwen3_moe", "llama", "glm4", "deepseek_v3"]
+    family: Literal[FAMILY_NAMES]  # type: ignore[valid-type]  # rlrun.config.families.FAMILIES
     num_layers: PosInt
     hidden_size: PosInt
     ffn_hidden_size: PosInt
@@ -187,10 +189,17 @@ class RolloutSection(Section):
     offload: bool                                   # derived from hardware.defaults.offload_rollout
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
+    mask_offpolicy_in_partial_rollout: bool
+    generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
+    async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
+    update_weights_interval: PosInt           # async: weight push every N rollouts
+    max_staleness: Optional[NonNegInt]        # async: bound on trainer version - token version
     max_concurrency: PosInt
     request_timeout_s: PosFloat
     max_retries: NonNegInt
     balance_data: bool
+    max_turns: PosInt
+    tool_timeout_s: PosFloat
     weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
     weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
     router: RouterSection
@@ -224,9 +233,11 @@ class DataSection(Section):
     metadata_key: Optional[str]
     apply_chat_template: bool
     rm_type: str
+    rm_url: Optional[str]                           # rm_type remote: the reward server's POST endpoint
     max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
     shuffle: bool
     num_epochs: PosInt
+    source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
 class AlgoSection(Section):
@@ -249,6 +260,10 @@ class AlgoSection(Section):
     use_tis: bool
     tis_clip: PosFloat
     tis_clip_low: NonNegFloat
+    tis_level: Literal["token", "sequence", "geometric"]   # rlrun.algo.offpolicy.LEVELS
+    tis_mode: Literal["truncate", "mask", "reject"]        # rlrun.algo.offpolicy.MODES
+    use_opsm: bool
+    opsm_delta: NonNegFloat
     use_rollout_logprobs: bool
 
 
@@ -277,6 +292,13 @@ class LoggingSection(Section):
     wandb: WandbSection
     tensorboard: bool
     progress: bool
+    rollout_records: Literal["none", "sample", "all"]
+
+
+class DebugSection(Section):
+    rollout_only: bool
+    profile_steps: list[NonNegInt]
+    profile_engines: bool
 
 
 class RunConfig(Section):
@@ -293,6 +315,7 @@ class RunConfig(Section):
     algo: AlgoSection
     optim: OptimSection
     logging: LoggingSection
+    debug: DebugSection
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -125,10 +125,33 @@ def _fmt(v: Any) -> str:
     return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _preflight_points(planned: list[Planned]) -> None:
+    """What the runner cannot run (rlrun.config.capability) and rlrun.config.preflight (on a local cluster; a
+    remote cluster's points are checked on its head node by the runner) for every point before any run dir
+    exists; ConfigError with each problem labelled by its point."""
+    from dataclasses import replace
+
+    from rlrun.config import capability
+    from rlrun.config.errors import ConfigError
+    from rlrun.config.preflight import preflight
+
+    def point_problems(item: Planned) -> list:
+        if item.cfg.run.dry_run:
+            return []
+        local = item.cfg.cluster.address is None
+        return capability.problems(item.cfg) + (preflight(item.cfg, item.plan) if local else [])
+
+    problems = [replace(p, message=f"[point {item.point.label}] {p.message}") for item in planned
+                for p in point_problems(item)]
+    if problems:
+        raise ConfigError(problems)
+
+
 def launch(planned: list[Planned], root: Path | None = None) -> int:
     """Run every point in turn (each in its own run dir); a failed point is recorded, the rest still run."""
     from rlrun.config.rundir import prepare_run_dir
 
+    _preflight_points(planned)
     root = root or _sweep_root(planned[0].cfg)
     root.mkdir(parents=True, exist_ok=True)
     rows = []

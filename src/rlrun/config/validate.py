@@ -14,20 +14,39 @@ from rlrun.config.schema import RunConfig
 def validate(raw: dict[str, Any], *, check_rules: bool = True) -> RunConfig:
     filled, problems = fill_derived(raw)
     cfg: Optional[RunConfig] = None
+    schema: list[Problem] = []
     try:
         cfg = RunConfig.model_validate(filled)
     except ValidationError as e:
         # A derivation that failed leaves its paths null; pydantic's "got None" there repeats it.
         covered = {path for p in problems for path in p.covers}
-        problems += [p for p in problems_from_pydantic(e, filled) if not (p.value is None and p.path in covered)]
+        schema = [p for p in problems_from_pydantic(e, filled) if not (p.value is None and p.path in covered)]
+        schema = _without_follow_ons(schema, raw, problems)
+        problems += schema
     if cfg is not None and check_rules:
         from rlrun.config import rules
 
         problems += rules.check(cfg)
     if problems:
-        raise ConfigError(_dedupe(problems))
+        err = ConfigError(_dedupe(problems))
+        err.schema_paths = frozenset(p.path for p in schema)  # type: ignore[attr-defined]  # see load()
+        raise err
     assert cfg is not None
     return cfg
+
+
+def _without_follow_ons(schema: list[Problem], raw: dict, derived: list[Problem]) -> list[Problem]:
+    """A key the YAML leaves null (derived) has no problem of its own when another one is reported: it
+    either copied a bad value from its source (optim.critic_lr <- optim.lr=abc) or stayed null because
+    its inputs were broken (train=3 leaves rollout.num_gpus underivable)."""
+    def derived_key(p: Problem) -> bool:
+        return _get(raw, tuple(p.path.split("."))) is None and p.path.count(".") > 0
+
+    own = [p for p in schema if not derived_key(p)]
+    if not own and not derived:
+        return schema
+    return own + [p for p in schema if derived_key(p) and p.value is not None
+                  and all(p.value != q.value for q in own)]
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:

@@ -66,6 +66,40 @@ def _check_messages(where: str, key: str, prompt) -> None:
                         f"got {str(prompt)[:100]!r}")
 
 
+def row_fields(where: str, row: dict, input_key: str, label_key: str | None,
+               metadata_key: str | None) -> tuple[str | list[dict], dict | None]:
+    """(prompt, metadata) of one row, or DataError naming the row and the data.* key it lacks or breaks."""
+    if input_key not in row:
+        raise DataError(f"{where}: row has no key {input_key!r} (data.input_key); keys: {sorted(row)}")
+    prompt = row[input_key]
+    if not isinstance(prompt, str):
+        _check_messages(where, input_key, prompt)
+    if label_key is not None and label_key not in row:
+        raise DataError(f"{where}: row has no key {label_key!r} (data.label_key); keys: {sorted(row)}; "
+                        "set data.label_key=null for unlabelled data")
+    metadata = row.get(metadata_key) if metadata_key else None
+    if isinstance(metadata, str):
+        try:
+            metadata = json.loads(metadata)
+        except json.JSONDecodeError:
+            raise DataError(f"{where}: key {metadata_key!r} holds a string that is not JSON") from None
+    if metadata is not None and not isinstance(metadata, dict):
+        raise DataError(f"{where}: key {metadata_key!r} must be an object, got {type(metadata).__name__}")
+    return prompt, metadata
+
+
+def check_file(path: str | Path, input_key: str, label_key: str | None, metadata_key: str | None) -> int:
+    """Read every row as PromptDataset does, without a tokenizer: the number of rows, or DataError at the first
+    bad one (`path:line`). What the preflight runs before any actor starts."""
+    path = Path(path)
+    n = 0
+    for n, (where, row) in enumerate(_read_rows(path), 1):
+        row_fields(where, row, input_key, label_key, metadata_key)
+    if n == 0:
+        raise DataError(f"{path}: no prompts (the file is empty)")
+    return n
+
+
 class PromptDataset:
     """An in-memory prompt list with seeded per-epoch shuffling and a resumable cursor."""
 
@@ -98,22 +132,7 @@ class PromptDataset:
 
     @staticmethod
     def _parse(i, where, row, input_key, label_key, metadata_key, tokenizer, apply_chat_template) -> PromptItem:
-        if input_key not in row:
-            raise DataError(f"{where}: row has no key {input_key!r} (data.input_key); keys: {sorted(row)}")
-        prompt = row[input_key]
-        if not isinstance(prompt, str):
-            _check_messages(where, input_key, prompt)
-        if label_key is not None and label_key not in row:
-            raise DataError(f"{where}: row has no key {label_key!r} (data.label_key); keys: {sorted(row)}; "
-                            "set data.label_key=null for unlabelled data")
-        metadata = row.get(metadata_key) if metadata_key else None
-        if isinstance(metadata, str):
-            try:
-                metadata = json.loads(metadata)
-            except json.JSONDecodeError:
-                raise DataError(f"{where}: key {metadata_key!r} holds a string that is not JSON") from None
-        if metadata is not None and not isinstance(metadata, dict):
-            raise DataError(f"{where}: key {metadata_key!r} must be an object, got {type(metadata).__name__}")
+        prompt, metadata = row_fields(where, row, input_key, label_key, metadata_key)
         if apply_chat_template:
             if tokenizer is None:
                 raise DataError("data.apply_chat_template=true needs a tokenizer")

@@ -2,7 +2,8 @@
 
 The CLI hands over its argv from the verb on: `cli_main(["export", "slime", "model=qwen3-4b", ...])` or
 `cli_main(["import", "slime", "run.sh", "--out", "conf/experiment/x.yaml"])`. Exit codes: 0 ok, 1 the
-config (exported or imported) does not validate, 2 bad usage or unreadable script.
+config (exported or imported) does not validate, 2 bad usage, an unreadable script, or a flag the import cannot
+carry over (a typo, a flag rlrun has no setting for) without --allow-unknown.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ rlrun export slime [--config-dir DIR] [overrides ...]
     print the slime launch (env exports, flag arrays, ray job submit line) for the resolved config
 rlrun import slime SCRIPT.sh [--out conf/experiment/NAME.yaml] [--name NAME] [--config-dir DIR]
                              [--env NAME=VALUE ...] [--model M] [--algo A] [--hardware H] [--parallelism P] [--data D]
-    read a slime run script (without running it) and write an rlrun experiment that reproduces it"""
+                             [--allow-unknown]
+    read a slime run script (without running it) and write an rlrun experiment that reproduces it; a flag it
+    cannot carry over (misspelt, or with no rlrun setting) stops it (exit 2) unless --allow-unknown"""
 
 
 def _export(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
@@ -40,6 +43,7 @@ def _export(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
 def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     from rlrun.config import ConfigError
     from rlrun.interop.slime_groups import SCORED_GROUPS
+    from rlrun.interop.slime_decode import blocking
     from rlrun.interop.slime_import import experiment_name, import_script
 
     parser = argparse.ArgumentParser(prog="rlrun import slime")
@@ -49,6 +53,8 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     parser.add_argument("--config-dir", default=None, help="an extra config dir to compose with")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable the script expects from its caller (e.g. BASE_DIR=/data); repeatable")
+    parser.add_argument("--allow-unknown", action="store_true",
+                        help="write the experiment even when flags cannot be carried over (they are listed in it)")
     for group in SCORED_GROUPS:
         parser.add_argument(f"--{group}", default=None, help=f"use this {group} group instead of the best match")
     args = parser.parse_args(argv)
@@ -65,6 +71,13 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     # ValueError: ScriptError, BashSyntaxError, no group option for the machine
     except (ConfigError, ValueError) as exc:
         err.write(f"rlrun import slime: {exc}\n")
+        return 2
+    refused = [] if args.allow_unknown else blocking(result.unknown)
+    if refused:
+        err.write(result.report(written=False) + "\n")
+        err.write(f"rlrun import slime: nothing written: {len(refused)} flag(s) would be left out, so the experiment "
+                  f"would not run what the script runs: {', '.join(o.flag for o, _ in refused)}. Fix the script "
+                  "(see the did-you-mean above) or pass --allow-unknown to import without them\n")
         return 2
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

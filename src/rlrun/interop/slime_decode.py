@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from rlrun.interop import slime_agent
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
-    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, KEEP, MOE_FLAGS, ROWS, SECRET_FLAGS, Row,
-    rows_by_flag,
+    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, ICEPOP_FUNCTION, IGNORED_WITH, KEEP,
+    MOE_FLAGS, OVERRIDES, ROWS, SECRET_FLAGS, Row, rows_by_flag,
 )
 from rlrun.interop.slime_values import same, slime_default
 
@@ -68,6 +69,13 @@ class Decoded:
     explicit: set[str]  # paths set by a flag in the script
     unknown: list[tuple[Occ, str]]  # (flag, why) to report: unknown, unsupported or secret
     notes: list[str]
+    seen: frozenset[str] = frozenset()  # the flags the script gives
+
+
+def blocking(unknown: list[tuple[Occ, str]]) -> list[tuple[Occ, str]]:
+    """The reported flags that change the job when left out (all but credentials, which are dropped on
+    purpose): `rlrun import slime` refuses them unless --allow-unknown."""
+    return [(o, why) for o, why in unknown if o.flag not in SECRET_FLAGS]
 
 
 def known_flags() -> list[str]:
@@ -75,7 +83,7 @@ def known_flags() -> list[str]:
     flags |= {f for _, f, _ in CONSTANT_FLAGS} | {f for f, _ in MOE_FLAGS} | {ATTENTION_BACKEND[1]}
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
-              "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
+              *slime_agent.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
               "--exp-avg-sq-dtype", "--use-precision-aware-optimizer",
               *_ROPE_FLAGS, *POST_NORM_FLAGS}
     return sorted(flags)
@@ -128,7 +136,7 @@ class _Decoder:
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
             self.explicit.add("rollout.sglang")
-        return Decoded(self.values, self.explicit, self.unknown, self.notes)
+        return Decoded(self.values, self.explicit, self.unknown, self.notes, frozenset(self.seen))
 
     def one(self, occ: Occ) -> None:
         flag, vals = occ.flag, occ.values
@@ -202,6 +210,15 @@ class _Decoder:
         elif flag in ("--wandb-project", "--wandb-team"):
             self.expect(occ, 1)
             self.set("logging.wandb." + ("project" if flag == "--wandb-project" else "entity"), vals[0], occ)
+        elif flag == "--custom-tis-function-path":
+            self.expect(occ, 1)
+            if vals[0] == ICEPOP_FUNCTION:
+                self.set("algo.tis_mode", "mask", occ)
+            else:
+                self.unknown.append((occ, "a custom TIS function; rlrun's corrections are algo.tis_level x "
+                                          "algo.tis_mode (docs/algorithms.md): not carried over"))
+        elif flag in slime_agent.FLAGS:
+            slime_agent.decode(self, occ)
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
             self.sglang_flag(occ)
         else:
@@ -278,6 +295,7 @@ class _Decoder:
         elif "eval.datasets" not in self.explicit:
             v["eval.datasets"] = []
         v.setdefault("logging.wandb.mode", "online" if "--use-wandb" in self.seen else "disabled")
+        v.setdefault("algo.tis_mode", "truncate")  # slime's built-in TIS
         pending = [r for r in ROWS if r.path not in self.explicit and r.default is not KEEP]
         for row in pending:  # static defaults first: derived ones read them
             if (row.path.startswith("model.") and not has_model) or callable(row.default):
@@ -292,6 +310,28 @@ class _Decoder:
                 value = slime_default(row, v)
                 if value is not KEEP:
                     v[row.path] = value
+        self.apply_overrides()
+
+    def apply_overrides(self) -> None:
+        """What slime/Megatron do instead of what the flags say (slime_table.OVERRIDES), and flags they
+        ignore (IGNORED_WITH): the value they use, and a note saying so."""
+        seen, v = set(self.seen), self.values
+        for o in OVERRIDES:
+            try:
+                applies = o.applies(v, seen)
+            except KeyError:
+                continue
+            if applies:
+                if o.why:
+                    self.notes.append(_at(self.seen[o.flag], o.why.format(**{k.replace(".", "_"): x
+                                                                               for k, x in v.items()})))
+                v[o.path] = o.value(v)
+        self.notes += [_at(self.seen[flag], "warning: " + why) for flag, other, why in IGNORED_WITH
+                       if flag in seen and other in seen]
+
+
+def _at(occ: Occ, text: str) -> str:
+    return f"{occ.where}: {text}" if occ.where else text
 
 
 def _unscaled(row: Row, value: Any) -> Any:

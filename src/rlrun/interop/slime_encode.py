@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlrun.interop.slime_table import (
-    ARRAYS, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, KEEP, LAUNCH, MOE_FLAGS, ROWS, Row,
+    ARRAYS, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, ICEPOP_FUNCTION, KEEP, LAUNCH, MOE_FLAGS,
+    ROWS, Row,
 )
+from rlrun.interop import slime_agent
 from rlrun.interop.slime_values import fmt, get_path, same, slime_default
 
 POST_NORM_FLAGS = ("--post-self-attn-layernorm", "--post-mlp-layernorm")
@@ -91,7 +93,22 @@ def _encode_model(cfg: dict, out: list[list[str]]) -> None:
             out.append([flag, *vals])
 
 
+def _encode_tis(algo: dict, arrays: dict[str, list[list[str]]], comments: dict[str, list[str]]) -> None:
+    """algo.tis_mode/tis_level: slime's built-in TIS is token/truncate; token/mask is its icepop function."""
+    mode, level = algo["tis_mode"], algo["tis_level"]
+    if (mode, level) == ("mask", "token"):
+        arrays["GRPO_ARGS"].append(["--custom-tis-function-path", ICEPOP_FUNCTION])
+    elif (mode, level) != ("truncate", "token"):
+        comments["GRPO_ARGS"].append(f"algo.tis_mode={mode} algo.tis_level={level}: no slime flag (its "
+                                     "examples/train_infer_mismatch_helper/mis.py does it through "
+                                     "--custom-tis-function-path and a config)")
+
+
 def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[str, list[str]]) -> None:
+    ck = cfg["checkpoint"]
+    if cfg["run"]["resume"] != "never" and ck["load"] is None and ck["save"]:  # slime resumes through --load
+        arrays["CKPT_ARGS"].append(["--load", ck["save"]])
+    _encode_tis(cfg["algo"], arrays, comments)
     if cfg["optim"]["state_dtype"] != "fp32":  # Megatron takes both moments' dtypes, on its TE optimizer
         arrays["OPTIMIZER_ARGS"] += [["--exp-avg-sq-dtype", cfg["optim"]["state_dtype"]],
                                      ["--use-precision-aware-optimizer"]]
@@ -108,6 +125,7 @@ def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[s
             comments["EVAL_ARGS"].append(
                 f"eval.datasets[{d['name']}].rm_type={d['rm_type']}: slime scores eval with --rm-type "
                 f"({cfg['data']['rm_type']}) unless an --eval-config file says otherwise")
+    slime_agent.encode(cfg, arrays, comments)
     wandb = cfg["logging"]["wandb"]
     if wandb["mode"] != "disabled":
         arrays["MISC_ARGS"].extend([["--use-wandb"], ["--wandb-mode", wandb["mode"]]])

@@ -20,10 +20,11 @@ from rlrun.interop.bash_script import ScriptError, read_script
 from rlrun.interop.slime_decode import Occ, decode, parse_args
 from rlrun.interop.slime_values import get_path, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
-from rlrun.interop.slime_table import PLUMBING_ENV, RLRUN_DERIVED, SECRET_FLAGS
+from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED, ROWS, SECRET_FLAGS
 
 # What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
 IMPLIED = {"train.backend": "megatron", "rollout.engine": "sglang"}
+FLAG_OF = {r.path: r.flag for r in ROWS}  # rlrun path -> its slime flag, for reports
 
 
 @dataclass
@@ -35,18 +36,25 @@ class ImportResult:
     unknown: list[tuple[Occ, str]]
     notes: list[str]
     problems: list[str] = field(default_factory=list)  # rlrun validation problems of the result
+    filled: dict[str, str] = field(default_factory=dict)  # written path -> the absent flag whose default it is
 
-    def report(self) -> str:
+    def report(self, written: bool = True) -> str:
         lines = [f"experiment {self.name}:"]
         for c in self.choices.values():
             detail = f"all {c.group}.* settings match" if not c.differing else \
                 f"{len(c.differing)} {c.group}.* setting(s) overridden: {', '.join(c.differing[:6])}" + \
                 (" ..." if len(c.differing) > 6 else "")
             lines.append(f"  {c.group}={c.option} ({detail})")
-        lines.append(f"  {len(self.overrides)} override(s) written")
+        where = "written" if written else "(not written)"
+        lines.append(f"  {len(self.overrides)} override(s) {where}")
         if self.unknown:
-            lines.append(f"  {len(self.unknown)} slime flag(s) with no rlrun setting (listed at the end of the YAML):")
+            lines.append(f"  {len(self.unknown)} slime flag(s) with no rlrun setting"
+                         + (" (listed at the end of the YAML):" if written else ":"))
             lines.extend(f"    {_occ_text(o)}  [{o.where}] {why}" for o, why in self.unknown)
+        if self.filled:
+            lines.append(f"  {len(self.filled)} setting(s) filled in with slime's/Megatron's value for an absent flag "
+                         "(listed in the YAML):")
+            lines.extend(f"    {p} = {self.overrides[p]!r}  ({flag} absent)" for p, flag in self.filled.items())
         lines.extend(f"  note: {n}" for n in self.notes)
         if self.problems:
             lines.append("  the imported config does not validate:")
@@ -79,6 +87,8 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     occs = parse_args(script.launch.args)
     decoded = decode(occs, script.launch.entry)
     values = {**decoded.values, **IMPLIED}
+    _leave_derived(values, decoded.explicit)
+    values["cluster.num_nodes"] = cluster_nodes(values)
     env = {k: v for k, v in script.env().items() if k not in PLUMBING_ENV and "${" not in v and "$(" not in v}
     dirs = [Path(config_dir)] if config_dir else []
     dirs.append(conf_dir())
@@ -92,10 +102,28 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     flat = _prune_derived(flat, base, choices, name, config_dir)
     choices = {g: replace(c, differing=tuple(p for p in flat if p.startswith(g + ".")))
                for g, c in choices.items()}
-    result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes)
+    filled = {p: FLAG_OF[p] for p in flat if p in FLAG_OF and p not in decoded.explicit and flat[p] is not None}
+    result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes, filled=filled)
     result.yaml_text = render_yaml(result, Path(script_path).name, base)
     result.problems = validate_yaml(result.yaml_text, name, config_dir)
     return result
+
+
+def _leave_derived(values: dict[str, Any], explicit: set[str]) -> None:
+    """null (rlrun derives it) for one side of a pair the script leaves unset (slime_table.DERIVED_FROM)."""
+    for path, partner in DERIVED_FROM.items():
+        if path not in explicit and values.get(partner) is not None:
+            values[path] = None
+
+
+def cluster_nodes(values: dict[str, Any]) -> int:
+    """The Ray cluster slime's launch needs (started outside slime with `ray start`): the trainer's nodes, or,
+    with separate rollout GPUs, trainer and rollout GPUs packed on nodes of --num-gpus-per-node."""
+    trainer = values["train.num_nodes"] * values["train.gpus_per_node"]
+    rollout = values.get("rollout.num_gpus") or 0
+    if values.get("train.colocate") or not rollout:
+        return values["train.num_nodes"]
+    return max(values["train.num_nodes"], -(-(trainer + rollout) // values["hardware.gpus_per_node"]))
 
 
 def _fill_eval_rm_type(values: dict[str, Any], base: dict) -> None:
@@ -151,6 +179,9 @@ def render_yaml(result: ImportResult, source: str, base: dict) -> str:
     text = "\n".join(header) + "\n"
     if body:
         text += "\n" + yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=110)
+    if result.filled:
+        text += "\n# filled in with slime's/Megatron's value, as the script does not set the flag:\n"
+        text += "".join(f"#   {p}: {result.overrides[p]!r}  ({flag} absent)\n" for p, flag in result.filled.items())
     if result.unknown:
         text += "\n# slime flags with no rlrun setting (not applied; kept here so that nothing is lost):\n"
         text += "".join(f"#   {_occ_text(o)}  [{o.where}] {why}\n" for o, why in result.unknown)
@@ -162,11 +193,14 @@ def _write_experiment(root: Path, name: str, text: str) -> None:
     (root / "experiment" / f"{name}.yaml").write_text(text)
 
 
-def _load_text(text: str, name: str, config_dir: Any) -> Any:
-    """Load the experiment from a scratch config dir (plus the caller's extra dir, copied beside it)."""
+def _load_text(text: str, name: str, config_dir: Any, derive_only: bool = False) -> Any:
+    """Load the experiment from a scratch config dir (plus the caller's extra dir, copied beside it).
+    derive_only: the composed dict with rlrun's derived values filled in, not validated."""
     import shutil
 
     from rlrun.config import load
+    from rlrun.config.compose import compose
+    from rlrun.config.derive import fill_derived
 
     # A scratch name: an older conf/experiment/NAME.yaml would otherwise shadow the new text.
     scratch = f"{name}-rlrun-import-check"
@@ -175,6 +209,8 @@ def _load_text(text: str, name: str, config_dir: Any) -> Any:
         if config_dir:
             shutil.copytree(config_dir, root, dirs_exist_ok=True)
         _write_experiment(root, scratch, text)
+        if derive_only:
+            return fill_derived(compose([f"experiment={scratch}"], config_dir=root, use_cache=False).raw)[0]
         return load([f"experiment={scratch}"], config_dir=root, use_cache=False)  # the dir is gone after this
 
 
@@ -184,30 +220,25 @@ def validate_yaml(text: str, name: str, config_dir: Any = None) -> list[str]:
     try:
         _load_text(text, name, config_dir)
     except ConfigError as exc:
-        return [str(p) for p in exc.problems]
+        return [str(p).replace(f"{p.path}:", f"{p.path} ({FLAG_OF[p.path]}):", 1) if p.path in FLAG_OF else str(p)
+                for p in exc.problems]
     return []
 
 
 def _prune_derived(flat: dict[str, Any], base: dict, choices: dict[str, Choice], name: str,
                    config_dir: Any) -> dict[str, Any]:
     """Drop overrides of null-means-derived settings when rlrun derives the same value anyway
-    (e.g. train.offload from the hardware default, rollout.num_gpus when colocated). A derived setting
-    that the config cannot do without (a validation problem names it) is kept."""
+    (e.g. train.offload from the hardware default, rollout.num_gpus when colocated). rlrun's derivation runs
+    on the composed dict, so this holds for a config that is invalid for another reason too (a follow-on
+    value is then not written, and not blamed)."""
     from rlrun.config import ConfigError
 
     derived = {p for p in flat if p in RLRUN_DERIVED and get_path(base, p) is None}
-    for _ in range(len(derived) + 1):
-        if not derived:
-            return flat
-        kept = {p: v for p, v in flat.items() if p not in derived}
-        stub = ImportResult(name, "", choices, kept, [], [])
-        try:
-            cfg = _load_text(render_yaml(stub, "-", base), name, config_dir).model_dump(mode="python")
-        except ConfigError as exc:
-            needed = {p for p in derived if any(q.path == p for q in exc.problems)}
-            if not needed:
-                return flat  # invalid for another reason: keep every imported value
-            derived -= needed
-            continue
-        return {p: v for p, v in flat.items() if p not in derived or not same(get_path(cfg, p), v)}
-    return flat
+    if not derived:
+        return flat
+    stub = ImportResult(name, "", choices, {p: v for p, v in flat.items() if p not in derived}, [], [])
+    try:
+        rlrun = _load_text(render_yaml(stub, "-", base), name, config_dir, derive_only=True)
+    except ConfigError:  # the composition itself fails (reported by validate_yaml): keep every imported value
+        return flat
+    return {p: v for p, v in flat.items() if p not in derived or not same(get_path(rlrun, p), v)}

@@ -10,6 +10,7 @@ NO_FLAG entry, so a new config field cannot be silently left out of the export.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -60,8 +61,18 @@ def _steps_per_rollout(v: dict) -> int:
     return samples // gbs if gbs else 1
 
 
+def _data_parallel(v: dict) -> int:
+    gpus = v["train.num_nodes"] * v["train.gpus_per_node"]
+    return gpus // (v["parallelism.tp"] * v["parallelism.pp"] * v["parallelism.cp"])
+
+
 def _gbs(v: dict) -> int:
-    return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+    # slime_validate_args derives it from an explicit --num-steps-per-rollout; without either flag Megatron's
+    # validate_args sets global_batch_size = micro_batch_size * data_parallel_size. (fill_defaults runs the
+    # derived defaults in ROWS order: num_steps_per_rollout is in `v` here only when the script set it.)
+    if "train.num_steps_per_rollout" in v:
+        return v["rollout.rollout_batch_size"] * v["rollout.n_samples_per_prompt"] // v["train.num_steps_per_rollout"]
+    return v["train.micro_batch_size"] * _data_parallel(v)
 
 
 def _epochs_unused(v: dict) -> Any:
@@ -132,6 +143,7 @@ ROWS: tuple[Row, ...] = (
     Row("data.apply_chat_template", "--apply-chat-template", "ROLLOUT_ARGS", "true", default=False),
     Row("data.shuffle", "--rollout-shuffle", "ROLLOUT_ARGS", "true", default=False),
     Row("data.rm_type", "--rm-type", "ROLLOUT_ARGS"),
+    Row("data.rm_url", "--rm-url", "ROLLOUT_ARGS", default=None),
     Row("data.max_prompt_len", "--rollout-max-prompt-len", "ROLLOUT_ARGS", type=int, default=None),
     Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int, default=_epochs_unused),
     Row("rollout.num_rollout", "--num-rollout", "ROLLOUT_ARGS", type=int, always=True),
@@ -148,6 +160,11 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.dynamic_sampling", "--dynamic-sampling-filter-path", "ROLLOUT_ARGS", default=None,
         values=(("nonzero_std", _CHECK_NONZERO_STD),)),
     Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
+    Row("rollout.mask_offpolicy_in_partial_rollout", "--mask-offpolicy-in-partial-rollout", "ROLLOUT_ARGS", "true",
+        default=False),
+    # train_async.py's flags (slime writes them on the launch line of its async examples)
+    Row("rollout.async_buffer_size", "--async-buffer-size", LAUNCH, type=int, default=1),
+    Row("rollout.update_weights_interval", "--update-weights-interval", LAUNCH, type=int, default=1),
     Row("rollout.context_length", "--rollout-max-context-len", "ROLLOUT_ARGS", type=int,
         default=lambda v: v["model.max_position_embeddings"]),
     Row("train.global_batch_size", "--global-batch-size", "ROLLOUT_ARGS", type=int, default=_gbs, always=True),
@@ -173,7 +190,7 @@ ROWS: tuple[Row, ...] = (
     Row("train.recompute.num_layers", "--recompute-num-layers", "PERF_ARGS", type=int, default=None),
     Row("train.micro_batch_size", "--micro-batch-size", "PERF_ARGS", type=int, default=1),
     Row("train.use_dynamic_batch_size", "--use-dynamic-batch-size", "PERF_ARGS", "true", default=False),
-    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int),
+    Row("train.max_tokens_per_gpu", "--max-tokens-per-gpu", "PERF_ARGS", type=int, default=None),
     Row("train.log_probs_max_tokens_per_gpu", "--log-probs-max-tokens-per-gpu", "PERF_ARGS", type=int,
         default=lambda v: v["train.max_tokens_per_gpu"]),
     # ---- GRPO_ARGS ------------------------------------------------------------------------------------
@@ -195,6 +212,8 @@ ROWS: tuple[Row, ...] = (
     Row("algo.tis_clip", "--tis-clip", "GRPO_ARGS", type=float, default=2.0),
     Row("algo.tis_clip_low", "--tis-clip-low", "GRPO_ARGS", type=float, default=0.0),
     Row("algo.use_rollout_logprobs", "--use-rollout-logprobs", "GRPO_ARGS", "true", default=False),
+    Row("algo.use_opsm", "--use-opsm", "GRPO_ARGS", "true", default=False),
+    Row("algo.opsm_delta", "--opsm-delta", "GRPO_ARGS", type=float, default=1e-4),
     Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
     # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
     Row("optim.optimizer", "--optimizer", "OPTIMIZER_ARGS", default="adam", always=True),
@@ -229,8 +248,14 @@ ROWS: tuple[Row, ...] = (
     Row("logging.tensorboard", "--use-tensorboard", "MISC_ARGS", "true", default=False),
 )
 
+# slime's token-level icepop: algo.tis_mode=mask with tis_level=token (slime/backends/megatron_utils/loss.py)
+ICEPOP_FUNCTION = "slime.backends.megatron_utils.loss.icepop_function"
+
 # Settings with a codec of their own in slime_encode.py/slime_decode.py (one flag is not one setting there).
 SPECIAL: dict[str, str] = {
+    "algo.tis_mode": f"mask (with tis_level=token) is `--custom-tis-function-path {ICEPOP_FUNCTION}`; truncate: "
+    "no flag (slime's built-in TIS); reject, and mask at other levels, have no slime flag (its MIS example is a custom "
+    "function with a config: the export writes a comment)",
     "model.num_query_groups": "`--group-query-attention --num-query-groups N` (absent: N = heads)",
     "model.rope_scaling_factor": "`--rotary-scaling-factor F` (llama family adds `--use-rope-scaling`); absent: 1",
     "model.post_norms": "`--post-self-attn-layernorm --post-mlp-layernorm` (GLM-4)",
@@ -246,6 +271,11 @@ SPECIAL: dict[str, str] = {
     "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag. Import "
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
+    "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
+    "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
+    "slime_agent.py)",
+    "data.source": "not exported: slime's `--data-source-path` classes take (args), rlrun's (prompts, n) "
+    "(slime_agent.py)",
     "hardware.env": "`export VAR=value` lines before `ray job submit`",
     "cluster.address": "the `ray job submit --address` (a `ray://`/`http://` address; default the local head)",
 }
@@ -254,9 +284,11 @@ SPECIAL: dict[str, str] = {
 NO_FLAG: dict[str, str] = {
     "run.name": "slime names runs through wandb (--wandb-group)",
     "run.output_dir": "slime writes to --save and wandb",
-    "run.resume": "slime resumes whenever --load holds a checkpoint",
+    "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
+    "export writes `--load` = checkpoint.save unless resume is never",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
-    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`)",
+    "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "
+    "launch flags (slime_import.cluster_nodes)",
     "cluster.cpus_per_node": "sizes rlrun's own Slurm/KubeRay launchers (`rlrun export slurm|kuberay`)",
     "cluster.slurm": "rlrun's sbatch export only (slime leaves starting Ray to the user)",
     "cluster.kuberay": "rlrun's RayJob export only",
@@ -280,7 +312,16 @@ NO_FLAG: dict[str, str] = {
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
+    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric need its MIS example "
+                      "(examples/train_infer_mismatch_helper/mis.py via --custom-tis-function-path and a config)",
     "logging.progress": "slime logs to stdout/wandb",
+    "logging.rollout_records": "slime saves whole rollouts with --save-debug-rollout-data PATH (one .pt per rollout)",
+    "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
+    "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
+    "debug.profile_engines": "slime has no engine-profile flag",
+    "rollout.max_turns": "slime has no flag: a custom generate function keeps its own (examples/search-r1: "
+    "SEARCH_R1_CONFIGS['max_turns']); rlrun passes it to slime-form functions as args.max_turns",
+    "rollout.tool_timeout_s": "slime has no tool runner; its generate functions time their own tools",
 }
 
 # rlrun settings whose null means "derived" (rlrun.config.derive): an imported value equal to what rlrun
@@ -291,6 +332,64 @@ RLRUN_DERIVED = frozenset({
     "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature",
     "algo.eps_clip_high", "checkpoint.ref",
 })
+
+# rlrun derives one setting of a pair from the other (rlrun.config.derive). A script that sets only one side gets
+# null on the other, so that rlrun derives it and a problem names the flag the user set (a derived
+# num_steps_per_rollout = 256 // 512 = 0 would otherwise be blamed). Without either flag the import keeps
+# Megatron's global batch size (micro_batch_size * DP) and derives the steps from it.
+DERIVED_FROM: dict[str, str] = {
+    "train.num_steps_per_rollout": "train.global_batch_size",
+    "train.global_batch_size": "train.num_steps_per_rollout",
+}
+
+
+@dataclass(frozen=True)
+class Override:
+    """slime or Megatron replacing what a script's flags say with another value (a fact of their argument
+    handling): `applies(values, seen flags)` -> the value they use instead is `value(values)`, and the
+    import says so with `why` (formatted with the flag values: {name} is values[name] with dots as _)."""
+
+    path: str
+    flag: str  # the flag whose value is replaced (the note points at it)
+    applies: Callable[[dict, set], bool]
+    value: Callable[[dict], Any]
+    why: str
+    source: str
+
+
+def _load_is_save(v: dict, seen: set) -> bool:
+    load, save = v.get("checkpoint.load"), v.get("checkpoint.save")
+    return bool(load and save) and os.path.normpath(load) == os.path.normpath(save)
+
+
+OVERRIDES: tuple[Override, ...] = (
+    # slime's scripts point --load at --save: Megatron loads a checkpoint there when one exists and starts from
+    # --ref-load/--hf-checkpoint otherwise, which is rlrun's run.resume=auto over checkpoint.save (a
+    # checkpoint.load must hold a checkpoint). run.resume first: the second override clears what it reads.
+    Override("run.resume", "--load", _load_is_save, lambda v: "auto",
+             "--load {checkpoint_load} is the --save folder: slime resumes from it when it holds a checkpoint and "
+             "starts fresh otherwise; imported as run.resume=auto (resume from checkpoint.save) with "
+             "checkpoint.load=null", "Megatron-LM megatron/training/checkpointing.py load_checkpoint (no tracker "
+             "file: start without loading)"),
+    Override("checkpoint.load", "--load", _load_is_save, lambda v: None, "", "(with run.resume above)"),
+    Override("model.num_query_groups", "--num-query-groups",
+             lambda v, seen: "--num-query-groups" in seen and "--group-query-attention" not in seen,
+             lambda v: v["model.num_attention_heads"],
+             "--num-query-groups {model_num_query_groups} without --group-query-attention: Megatron builds "
+             "multi-head attention ({model_num_attention_heads} KV groups); add --group-query-attention for GQA",
+             "Megatron-LM megatron/training/argument_utils.py (num_query_groups only with group_query_attention)"),
+    Override("parallelism.sequence_parallel", "--sequence-parallel",
+             lambda v, seen: v.get("parallelism.sequence_parallel") is True and v.get("parallelism.tp") == 1,
+             lambda v: False,
+             "--sequence-parallel at tensor-parallel size 1: Megatron turns it off (nothing to shard); imported "
+             "as sequence_parallel=false",
+             "Megatron-LM megatron/training/arguments.py validate_args (tensor_model_parallel_size == 1)"),
+)
+# Flags slime reads but ignores in the presence of another: (flag, the other, why) -> a warning on import.
+IGNORED_WITH: tuple[tuple[str, str, str], ...] = (
+    ("--num-epoch", "--num-rollout", "slime ignores --num-epoch when --num-rollout is set (slime_validate_args); "
+     "the run lasts --num-rollout rollouts"),
+)
 
 # Flags rlrun's export always writes with these values (Megatron settings rlrun fixes rather than exposes).
 # An imported script that spells them the same way loses nothing; a different value is reported.

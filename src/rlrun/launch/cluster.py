@@ -182,3 +182,30 @@ def check_resources(plan, vendor: str, nodes: list[NodeResources]) -> None:
         f"the plan does not fit the Ray cluster: it needs {asked}; the cluster has {have}. "
         f"Fix: lower train.num_nodes/train.gpus_per_node or rollout.num_gpus, set cluster.address to a "
         f"bigger cluster, or add nodes (`rlrun plan ...` shows the placement).")
+
+
+def head_node_id(nodes: list[dict]) -> str | None:
+    """The head node's id among ray.nodes() (it carries Ray's `node:__internal_head__` resource)."""
+    return next((n["NodeID"] for n in nodes if n.get("Alive") and "node:__internal_head__" in n.get("Resources", {})),
+                None)
+
+
+def preflight_on_head(cfg, plan) -> None:
+    """On a remote cluster (cluster.address set), run rlrun.config.preflight as a Ray task pinned to the head
+    node, where the run's paths live, before any placement group or actor exists. Raises ConfigError with
+    every problem. A local cluster is checked by `rlrun run` before Ray starts: nothing to do here."""
+    if cfg.cluster.address is None:
+        return
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from rlrun.config.errors import ConfigError
+    from rlrun.config.preflight import preflight
+
+    head = head_node_id(ray.nodes())
+    if head is None:
+        raise ResourceError("the Ray cluster reports no alive head node; cannot run the preflight there")
+    task = ray.remote(num_cpus=0)(preflight).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False))
+    problems = ray.get(task.remote(cfg, plan))
+    if problems:
+        raise ConfigError(problems)

@@ -37,15 +37,30 @@ def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: li
     return asyncio.run(run())
 
 
-def score(samples: list, rm_type: str, n: int) -> dict[str, float]:
-    """Sets sample.reward; returns the reward counters (timeouts, errors, seconds)."""
+def load_source(cfg, prompts):
+    """data.source -> a DataSource over `prompts` (None: the runner reads `prompts` directly)."""
+    if cfg.data.source is None:
+        return None
+    from rlrun.rollout.generate_api import load_object
+
+    return load_object(cfg.data.source, "data.source class")(prompts, cfg.rollout.n_samples_per_prompt)
+
+
+def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) -> dict[str, float]:
+    """Sets sample.reward of the samples that have none (a generate function, an environment or a
+    reused group may have set it); returns the reward counters (timeouts, errors, seconds).
+    remote_url: data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample."""
     from rlrun.reward import score_batch
 
     metrics: dict[str, float] = {}
-    rewards = score_batch(rm_type, [s.response for s in samples], [s.label for s in samples],
-                          [s.metadata for s in samples], prompts=[s.prompt for s in samples], group_size=n,
-                          metrics=metrics)
-    for s, r in zip(samples, rewards):
+    todo = [s for s in samples if s.reward is None]
+    if not todo:
+        return metrics
+    rewards = score_batch(rm_type, [s.response for s in todo], [s.label for s in todo],
+                          [s.metadata for s in todo], prompts=[s.prompt for s in todo],
+                          group_size=n if len(todo) == len(samples) else None, metrics=metrics,
+                          remote_url=remote_url)
+    for s, r in zip(todo, rewards):
         s.reward = float(r)
     return metrics
 
@@ -88,29 +103,63 @@ def make_samples(items: list, n: int, group_offset: int) -> list:
     return [s for g, item in enumerate(items) for s in make_group(item, n, group_offset + g)]
 
 
-def to_train_batch(samples: list) -> TrainBatch:
+def groups_of(samples: list) -> list[list]:
+    """Consecutive samples sharing a group_id -> one group each (a generate function may return
+    several samples per prompt, so a group need not have exactly n members)."""
+    groups: list[list] = []
+    for s in samples:
+        if groups and groups[-1][0].group_id == s.group_id:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def offpolicy_mask(sample) -> list[int]:
+    """1 for the tokens of the sample's last policy version, 0 for those an older version
+    generated before a partial rollout was continued (slime's --mask-offpolicy-in-partial-rollout);
+    all 1 when versions are not tracked. None (the initial weights) counts as version 0."""
+    if not sample.token_versions:
+        return [1] * len(sample.response_tokens)
+    num = lambda v: 0 if v is None else v  # noqa: E731
+    last = max(num(v) for v in sample.token_versions)
+    return [int(num(v) == last) for v in sample.token_versions]  # inserted tokens are masked already
+
+
+def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
+    """mask_offpolicy: tokens of an older policy version are left out of the loss through
+    TrainBatch.offpolicy_mask (the trainer folds it into the loss mask and reports the share it removed,
+    train/offpolicy_maskfrac)."""
+    off = [torch.tensor(offpolicy_mask(s), dtype=torch.float32) for s in samples] if mask_offpolicy else None
     return TrainBatch(
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
-        loss_mask=[torch.tensor(s.loss_mask, dtype=torch.float32) for s in samples],
-        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples])
+        loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],
+        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
 
 
 def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.rnn.pad_sequence(xs, batch_first=True) if xs else torch.zeros(0, 0)
 
 
-def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int) -> TrainBatch:
+def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
+                   group_ids: list[int] | None = None) -> TrainBatch:
     """Per-token advantages (and, for PPO, the critic's returns) from rlrun.algo on the padded view
-    of the batch (whole groups only)."""
+    of the batch. group_ids: each sample's Sample.group_id, so that a group that reaches the trainer
+    incomplete is normalised over its members (None: whole consecutive groups of n). Only trained
+    tokens (loss mask times TrainBatch.offpolicy_mask) enter whitening and REINFORCE++'s returns."""
     a = cfg.algo
     lengths = [int(m.numel()) for m in batch.loss_mask]
+    if group_ids is not None and any(g < 0 for g in group_ids):
+        raise ValueError("a sample has no group id (Sample.group_id = -1): a generate function must return its "
+                         "samples with the group_id of the prompt they answer")
     pad = lambda xs: None if xs is None else _pad(xs)  # noqa: E731
     adv, ret = compute_advantages(
-        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=_pad(batch.loss_mask),
+        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=_pad(batch.trained_mask),
         response_mask=_pad([torch.ones(k) for k in lengths]), logp=pad(batch.old_logp), ref_logp=pad(batch.ref_logp),
         values=pad(batch.values), kl_coef=a.kl_coef, kl_type=a.kl_loss_type, normalize_std=a.normalize_std,
-        normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd)
+        normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd,
+        group_ids=None if group_ids is None else torch.tensor(group_ids))
     unpad = lambda x: [x[i, :k].clone() for i, k in enumerate(lengths)]  # noqa: E731
     return batch.with_(advantages=unpad(adv), returns=unpad(ret) if a.advantage_estimator == "ppo" else None)
 

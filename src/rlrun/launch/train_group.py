@@ -81,12 +81,16 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
 class _Rank:
     """Ray actor body: builds the backend inside the worker process and forwards calls."""
 
-    def __init__(self, backend: str, cfg, rank: int, world_size: int, gpu_id: int | None, total_steps: int):
+    def __init__(self, backend: str, cfg, rank: int, world_size: int, gpu_id: int | None, total_steps: int,
+                 run_dir: str | None = None, memory_estimate_gib: float | None = None):
+        from rlrun.train.profile import StepProfiler
         from rlrun.train.torch_backend import set_cpu_threads
 
         set_cpu_threads()
         self.rank = rank
         self.device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
+        self.rank, self.run_dir, self.memory_estimate_gib = rank, run_dir, memory_estimate_gib
+        self.profiler = StepProfiler()
         self.impl = backend_class(backend)(cfg, rank=rank, world_size=world_size, gpu_id=gpu_id,
                                            total_steps=total_steps)
 
@@ -94,7 +98,24 @@ class _Rank:
         return f"trainer rank {self.rank}"
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.impl, method)(*args, **kwargs)
+        try:
+            return getattr(self.impl, method)(*args, **kwargs)
+        except torch.cuda.OutOfMemoryError as e:
+            from rlrun.train.profile import dump_oom_snapshot, oom_message
+
+            snapshot = dump_oom_snapshot(self.run_dir, self.rank)
+            gib = 2**30
+            total = torch.cuda.get_device_properties(self.device).total_memory / gib
+            raise RuntimeError(oom_message(self.rank, method, torch.cuda.max_memory_allocated(self.device) / gib,
+                                           total, self.memory_estimate_gib, snapshot)) from e
+
+    def start_profile(self) -> None:
+        self.profiler.start()
+
+    def stop_profile(self, rollout_id: int) -> str:
+        from rlrun.train.profile import trace_path
+
+        return self.profiler.stop(trace_path(self.run_dir or ".", rollout_id, self.rank))
 
     def export_weights(self, path: str | None, lead: bool) -> str | None:
         """On the lead rank: checksum of the sync state and, with `path`, the state written there
@@ -132,7 +153,7 @@ class _Rank:
 
 
 class TrainGroup:
-    def __init__(self, cfg, plan, placement: Placement, env: dict[str, str]):
+    def __init__(self, cfg, plan, placement: Placement, env: dict[str, str], run_dir: str | None = None):
         if plan.tp * plan.pp * plan.cp != 1 and cfg.train.backend == "torch":
             raise ValueError(f"train.backend=torch is data-parallel only, but the plan has tp={plan.tp} "
                              f"pp={plan.pp} cp={plan.cp}; use parallelism=tp1 or train.backend=megatron")
@@ -144,7 +165,8 @@ class TrainGroup:
             gpus = placement.gpu_ids("trainer", rank)
             opts = placement.options("trainer", rank)
             self.actors.append(actor.options(**opts, runtime_env=runtime_env(env)).remote(
-                cfg.train.backend, cfg, rank, self.world, gpus[0] if gpus else None, plan.total_steps))
+                cfg.train.backend, cfg, rank, self.world, gpus[0] if gpus else None, plan.total_steps,
+                run_dir, plan.memory_gib.get("trainer")))
         addr, port = ray.get(self.actors[0].call.remote("master_address"))
         self._all("init", addr, port)
 
@@ -187,6 +209,13 @@ class TrainGroup:
 
     def _sync_ranks(self) -> list:
         return self.actors if getattr(self._cls, "sync_is_collective", True) else self.actors[:1]
+
+    def start_profile(self) -> None:
+        ray.get([a.start_profile.remote() for a in self.actors])
+
+    def stop_profile(self, rollout_id: int) -> list[str]:
+        """Every rank's chrome trace of this rollout's trainer work (rlrun.train.profile.trace_path)."""
+        return ray.get([a.stop_profile.remote(rollout_id) for a in self.actors])
 
     def offload(self) -> None:
         """train.offload: every rank's parameters, grads and optimizer state to host memory."""

@@ -19,7 +19,8 @@ import logging
 import os
 import time
 
-from rlrun.reward.custom import call_custom, is_custom, is_per_group, load_function, per_group
+from rlrun.reward.custom import (batch_class_scores, call_custom, is_batch_class, is_custom, is_per_group,
+                                 load_function, per_group)
 from rlrun.reward.pool import RewardPool
 from rlrun.reward.rules import RULES, rule_score
 
@@ -39,6 +40,8 @@ def score(rm_type: str, response: str, label, metadata: dict | None = None, *, r
                            max_retries=max_retries)[0]
     if is_custom(rm_type):
         fn = load_function(rm_type)
+        if isinstance(fn, type):
+            return batch_class_scores(rm_type, [response], [label], [metadata])[0]
         if is_per_group(fn):
             return float(call_custom(rm_type, [response], [label], [metadata])[0])
         return float(call_custom(rm_type, response, label, metadata))
@@ -105,7 +108,19 @@ def score_batch(
         out_remote = _score_remote(remote, responses, labels, metadatas, prompts, remote_url, timeout_s, max_retries)
         for i, r in zip(remote, out_remote):
             out[i] = r
-    local = [i for i in range(n) if not is_remote[i]]
+    for t in {t for t in types if is_batch_class(t)}:
+        idx = [i for i in range(n) if types[i] == t]
+        try:
+            scores = batch_class_scores(t, [responses[i] for i in idx], [labels[i] for i in idx],
+                                        [metadatas[i] for i in idx])
+            for i, v in zip(idx, scores):
+                out[i] = (v, "ok")
+        except Exception as e:  # noqa: BLE001 - a failing reward model scores 0, counted
+            log.warning("reward class %s failed: %r", t, e)
+            for i in idx:
+                out[i] = (0.0, "error")
+    batch_types = {t for t in types if is_batch_class(t)}
+    local = [i for i in range(n) if not is_remote[i] and types[i] not in batch_types]
     in_proc = [i for i in local if types[i] in _IN_PROCESS]
     for i in in_proc:
         try:

@@ -3,6 +3,10 @@
 Per-sample signature: fn(response, label, metadata) -> float (or an awaitable of it).
 Per-group signature:  fn(responses, labels, metadatas) -> list[float], marked with @per_group;
 score_batch calls it once per group of `group_size` consecutive samples.
+Batch class: `module.path:Class` whose instances are called as inst(responses, labels, metadatas) ->
+list[float] (or an awaitable) with the whole batch, in the driver process, built once per process
+(a model-based reward loads its model in __init__). No time limit applies; an exception scores the
+batch 0 and is counted in reward/errors.
 """
 
 from __future__ import annotations
@@ -64,3 +68,20 @@ def run_sync(value):
 
 def call_custom(path: str, *args):
     return run_sync(load_function(path)(*args))
+
+
+_INSTANCES: dict[str, object] = {}
+
+
+def is_batch_class(path: str) -> bool:
+    return is_custom(path) and isinstance(load_function(path), type)
+
+
+def batch_class_scores(path: str, responses: list, labels: list, metadatas: list) -> list[float]:
+    """Score a batch with the reward class at `path` (one instance per process)."""
+    if path not in _INSTANCES:
+        _INSTANCES[path] = load_function(path)()
+    out = [float(x) for x in run_sync(_INSTANCES[path](responses, labels, metadatas))]
+    if len(out) != len(responses):
+        raise ValueError(f"reward class {path} returned {len(out)} scores for {len(responses)} responses")
+    return out

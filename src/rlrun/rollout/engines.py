@@ -78,6 +78,15 @@ def _post(url: str, path: str, body: dict, timeout_s: float = 600.0) -> dict | N
     return data
 
 
+def _profile(url: str, path: str, body: dict) -> bool:
+    """False when the engine has no profiler (501); other errors raise."""
+    r = requests.post(f"{url}{path}", json=body, timeout=120)
+    if r.status_code == 501:
+        return False
+    r.raise_for_status()
+    return True
+
+
 def _nbytes(bucket: list) -> int:
     return sum(t.numel() * t.element_size() for _, t in bucket)
 
@@ -223,6 +232,21 @@ class EngineGroup:
         """/pause_generation on every engine (abort: in-flight requests end with finish_reason abort)."""
         body = api.pause_generation_body(mode)
         self._each(lambda url: _post(url, "/pause_generation", body))
+
+    def start_profile(self, output_dir: str) -> list[str]:
+        """SGLang's /start_profile on every engine (torch profiler traces into output_dir, on the
+        engine's host); returns the engines that cannot profile (the hf engine answers 501)."""
+        body = {"output_dir": output_dir, "activities": ["CPU", "GPU"]}
+        return [u for u, ok in zip(self.urls, self._each(lambda url: _profile(url, "/start_profile", body))) if not ok]
+
+    def stop_profile(self) -> None:
+        self._each(lambda url: _profile(url, "/stop_profile", {}))
+
+    def abort_all(self) -> None:
+        """/abort_request {abort_all: true} on every engine: in-flight and queued requests end at
+        once with finish_reason abort and the tokens generated so far (partial rollout)."""
+        body = api.abort_request_body(abort_all=True)
+        self._each(lambda url: _post(url, "/abort_request", body))
 
     def continue_generation(self) -> None:
         self._each(lambda url: _post(url, "/continue_generation", {}))

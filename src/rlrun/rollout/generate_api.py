@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
@@ -37,13 +38,22 @@ STATUS_BY_FINISH = {"stop": Status.COMPLETED, "length": Status.TRUNCATED, "abort
 class Generated:
     """One engine answer: the new token ids, their log-probs under the sampling distribution, why
     it stopped ("stop" | "length" | "abort"), and the weight version that produced them (None:
-    the engines' initial weights)."""
+    the engines' initial weights). token_versions: one version per token when they differ (a
+    partial rollout continued under newer weights); None = all ``weight_version``."""
 
     token_ids: list[int]
     logprobs: list[float]
     finish: str
     weight_version: int | None
     text: str = ""
+    token_versions: list[int | None] | None = None
+
+    @property
+    def versions(self) -> list[int | None]:
+        """The policy version of each token (pass it as append_tokens' ``version``)."""
+        if self.token_versions is not None:
+            return list(self.token_versions)
+        return [self.weight_version] * len(self.token_ids)
 
 
 class GenerationHandle(Protocol):
@@ -62,24 +72,28 @@ GenerateFn = Callable[[GenerationHandle, Sample, "Sampling"], Awaitable["Sample 
 
 
 def append_tokens(sample: Sample, token_ids: list[int], *, logprobs: list[float] | None = None,
-                  trained: bool, version: int | None = None) -> None:
+                  trained: bool, version: int | None | list[int | None] = None) -> None:
     """Extend a sample's response by ``token_ids``: model tokens (trained=True: loss mask 1, their
-    log-probs and version) or inserted tool/environment tokens (loss mask 0, log-prob 0.0, version
-    None). The four per-token lists stay the same length as ``response_tokens``."""
+    log-probs and version: one for all, or one per token, ``Generated.versions``) or inserted
+    tool/environment tokens (loss mask 0, log-prob 0.0, version None). The four per-token lists
+    stay the same length as ``response_tokens``."""
     n = len(token_ids)
     if logprobs is not None and len(logprobs) != n:
         raise ValueError(f"{n} token ids but {len(logprobs)} log-probs")
+    versions = list(version) if isinstance(version, list) else [version] * n
+    if len(versions) != n:
+        raise ValueError(f"{n} token ids but {len(versions)} versions")
     sample.response_tokens = list(sample.response_tokens) + list(token_ids)
     sample.loss_mask = list(sample.effective_loss_mask[:len(sample.response_tokens) - n]) + [int(trained)] * n
     old = len(sample.response_tokens) - n
     sample.rollout_logprobs = list(sample.rollout_logprobs or [0.0] * old) + list(logprobs or [0.0] * n)
-    sample.token_versions = list(sample.token_versions or [None] * old) + [version if trained else None] * n
+    sample.token_versions = list(sample.token_versions or [None] * old) + [v if trained else None for v in versions]
 
 
 async def single_turn(handle: GenerationHandle, sample: Sample, sampling: "Sampling") -> Sample:
     """One request with the prompt's token ids; the answer becomes the whole response."""
     out = await handle.generate(list(sample.prompt_tokens), sampling)
-    append_tokens(sample, out.token_ids, logprobs=out.logprobs, trained=True, version=out.weight_version)
+    append_tokens(sample, out.token_ids, logprobs=out.logprobs, trained=True, version=out.versions)
     sample.response += out.text
     sample.weight_version = out.weight_version
     sample.status = STATUS_BY_FINISH[out.finish]
@@ -96,23 +110,35 @@ def resolve_generate_fn(spec: str | None) -> GenerateFn:
         return single_turn
     if spec in GENERATE_FNS:
         return GENERATE_FNS[spec]
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
+    if ":" not in spec:
         raise ValueError(f"generate function {spec!r} is neither a built-in ({', '.join(sorted(GENERATE_FNS))}) "
                          "nor 'package.module:function' / 'path/to/file.py:function'")
+    return load_object(spec, "generate function")
+
+
+def load_object(spec: str, what: str):
+    """``package.module:name`` or ``path/to/file.py:name`` -> the object; ValueError naming `what`
+    (e.g. "generate function", "data.source class") with what is missing and how to fix it."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise ValueError(f"{what} {spec!r} is not 'package.module:name' / 'path/to/file.py:name'")
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise ValueError(f"generate function {spec!r}: file {target} does not exist")
+            raise ValueError(f"{what} {spec!r}: file {target} does not exist")
+        folder = str(path.resolve().parent)  # the file's own imports of its neighbours work, as when run there
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         mod_spec = importlib.util.spec_from_file_location(f"rlrun_user_{path.stem}", path)
         module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[mod_spec.name] = module  # dataclasses and pickling look the module up by name
         mod_spec.loader.exec_module(module)
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as e:
-            raise ValueError(f"generate function {spec!r}: cannot import {target!r} ({e}); is it on PYTHONPATH?") from e
+            raise ValueError(f"{what} {spec!r}: cannot import {target!r} ({e}); is it on PYTHONPATH?") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"generate function {spec!r}: {target} has no function {attr!r}")
+        raise ValueError(f"{what} {spec!r}: {target} has no function or class {attr!r}")
     return fn

@@ -187,6 +187,9 @@ def build_app(engine) -> Starlette:
         engine.destroy_group(b.get("group_name", "weight_update_group"))
         return "Succeeded to destroy custom process group."
 
+    async def no_profiler(request: Request):
+        return _error(501, f"{request.url.path}: the hf engine has no profiler (SGLang engines do)")
+
     both = ["GET", "POST"]
     routes = [
         Route("/generate", generate, methods=["POST", "PUT"]),
@@ -209,6 +212,7 @@ def build_app(engine) -> Starlette:
         Route("/update_weights_from_distributed", weight_op(distributed), methods=["POST"]),
         Route("/destroy_weights_update_group", weight_op(destroy_group), methods=["POST"]),
         Route("/rlrun/weights_checksum", checksum),
+        Route("/start_profile", no_profiler, methods=["POST"]), Route("/stop_profile", no_profiler, methods=["POST"]),
     ]
     return Starlette(routes=[Route(r.path, _checked(r.endpoint), methods=r.methods) for r in routes])
 

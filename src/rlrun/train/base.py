@@ -21,6 +21,8 @@ class TrainBatch:
     loss_mask, advantages, old_logp, ref_logp, rollout_logp: one value per response token;
     None where not (yet) computed. values, returns (PPO only): the critic's values that GAE used
     and the value targets; a train_step batch with `returns` also trains the critic.
+    offpolicy_mask: optional per response token, 1 = keep (rollout.mask_offpolicy_in_partial_rollout
+    fills it): applied like the loss mask, everywhere (TrainBatch.trained_mask).
     """
 
     tokens: list[torch.Tensor]
@@ -32,6 +34,7 @@ class TrainBatch:
     rollout_logp: list[torch.Tensor] | None = None
     values: list[torch.Tensor] | None = None
     returns: list[torch.Tensor] | None = None
+    offpolicy_mask: list[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -46,6 +49,22 @@ class TrainBatch:
         n = len(self)
         start, stop = rank * n // world, (rank + 1) * n // world
         return self.select(range(start, stop))
+
+    @property
+    def trained_mask(self) -> list[torch.Tensor]:
+        """Per sample, the response tokens that train: loss_mask times offpolicy_mask (when set)."""
+        if self.offpolicy_mask is None:
+            return self.loss_mask
+        return [m * o.to(m.dtype) for m, o in zip(self.loss_mask, self.offpolicy_mask)]
+
+    def fold_offpolicy_mask(self) -> tuple[TrainBatch, float | None]:
+        """(this batch with offpolicy_mask folded into loss_mask, loss tokens the fold removed; None
+        without an offpolicy_mask): what a trainer does first, so every mask use sees one mask."""
+        if self.offpolicy_mask is None:
+            return self, None
+        trained = self.trained_mask
+        removed = sum(float(m.sum() - t.sum()) for m, t in zip(self.loss_mask, trained))
+        return replace(self, loss_mask=trained, offpolicy_mask=None), removed
 
     def with_(self, **kw) -> TrainBatch:
         return replace(self, **kw)

@@ -52,7 +52,8 @@ def micro_batches(train_cfg, lengths: list[int], max_tokens: int) -> list[list[i
 
 def loss_normalizer(loss_mask: list[torch.Tensor], per_token: bool, device, group=None) -> float:
     """The global divisor of the step's loss (rlrun.algo.losses.aggregate): loss tokens
-    (calculate_per_token_loss) or samples, summed over the DP ranks of `group`. The masks are
+    (calculate_per_token_loss) or samples with at least one loss token (an all-masked sample
+    counts in neither: docs/algorithms.md), summed over the DP ranks of `group`. The masks are
     host tensors, so the only device sync is the one all-reduce, before any forward."""
-    local = sum(float(m.sum()) for m in loss_mask) if per_token else float(len(loss_mask))
+    local = sum(float(m.sum()) for m in loss_mask) if per_token else float(sum(bool(m.any()) for m in loss_mask))
     return float(all_reduce_sum(torch.tensor([local], dtype=torch.float64, device=device), group))

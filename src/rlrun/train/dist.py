@@ -43,9 +43,9 @@ def barrier(device: torch.device) -> None:
         dist.barrier()
 
 
-def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
-    """Sum `t` in place over the ranks of `group` (None: the default group); a no-op for one rank
-    or without a process group (single-rank runs and tests)."""
+def all_reduce_sum(t: torch.Tensor, group=None, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    """Sum (or `op`) `t` in place over the ranks of `group` (None: the default group); a no-op for
+    one rank or without a process group (single-rank runs and tests)."""
     if dist.is_initialized() and dist.get_world_size(group) > 1:
-        dist.all_reduce(t, group=group)
+        dist.all_reduce(t, op=op, group=group)
     return t

@@ -15,6 +15,9 @@ _FAMILIES = {
     "qwen3_moe": (transformers.Qwen3MoeConfig, "Qwen3MoeForCausalLM"),
     "llama": (transformers.LlamaConfig, "LlamaForCausalLM"),
     "glm4": (transformers.Glm4Config, "Glm4ForCausalLM"),
+    "qwen2": (transformers.Qwen2Config, "Qwen2ForCausalLM"),
+    "mistral": (transformers.MistralConfig, "MistralForCausalLM"),
+    "phi3": (transformers.Phi3Config, "Phi3ForCausalLM"),
 }
 
 

@@ -382,6 +382,7 @@ class MegatronBackend(TrainerBackend):
         self.onload()
         self.model.train()
         batch, _ = self._model_parallel_batch(batch)
+        batch, offpolicy_masked = batch.fold_offpolicy_mask()
         dp_group = ps.get_data_parallel_group()
         normalizer = torch.tensor(loss_normalizer(batch.loss_mask, self.cfg.train.calculate_per_token_loss, self.device,
                                                   dp_group), dtype=torch.float32, device=self.device)
@@ -392,6 +393,8 @@ class MegatronBackend(TrainerBackend):
         for mb in mbs:
             mb.loss_inputs = self._loss_inputs(batch, mb, normalizer)
         sums = StepSums(self.device)  # filled on the last pipeline stage, which computes the loss
+        if offpolicy_masked is not None and self.is_last:
+            sums.add("tok/offpolicy_masked", offpolicy_masked)
         self.model.zero_grad_buffer()
         self.opt.zero_grad()
         if self.graphs is not None:

@@ -8,13 +8,17 @@ GPU time). Both backends therefore add detached device tensors here and sync onc
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from rlrun.algo.kl import kl as kl_estimate
+from rlrun.algo.loss import MAX_METRICS
 from rlrun.train.dist import all_reduce_sum
+
+MAX = "max/"  # names under this prefix keep the running maximum (over micro-batches and ranks), not the sum
 
 
 class StepSums:
-    """name -> running float64 sum on the device."""
+    """name -> running float64 sum (or, for names under MAX, maximum) on the device."""
 
     def __init__(self, device):
         self.device = device
@@ -23,7 +27,9 @@ class StepSums:
     def add(self, name: str, value) -> None:
         v = value.detach().to(self.device, torch.float64) if torch.is_tensor(value) else \
             torch.tensor(float(value), dtype=torch.float64, device=self.device)
-        self.sums[name] = self.sums[name] + v if name in self.sums else v
+        if name in self.sums:
+            v = torch.maximum(self.sums[name], v) if name.startswith(MAX) else self.sums[name] + v
+        self.sums[name] = v
 
     def add_policy(self, loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp, response_tokens: int) -> None:
         """One micro-batch of the policy loss (policy_sums) and its response-token count."""
@@ -39,38 +45,46 @@ class StepSums:
             self.add(k, v)
 
     def reduce(self, group=None) -> dict[str, float]:
-        """Sums over the ranks of `group` (one all-reduce, one host copy). Every rank of the group
-        must hold the same names (the same loss terms); an empty StepSums returns {}."""
-        if not self.sums:
-            return {}
-        keys = sorted(self.sums)
-        return dict(zip(keys, all_reduce_sum(torch.stack([self.sums[k] for k in keys]), group).tolist()))
+        """Sums (maxima for names under MAX) over the ranks of `group`: one all-reduce and one host
+        copy per kind. Every rank of the group must hold the same names (the same loss terms); an
+        empty StepSums returns {}."""
+        out: dict[str, float] = {}
+        for op, keys in ((dist.ReduceOp.SUM, sorted(k for k in self.sums if not k.startswith(MAX))),
+                         (dist.ReduceOp.MAX, sorted(k for k in self.sums if k.startswith(MAX)))):
+            if keys:
+                out.update(zip(keys, all_reduce_sum(torch.stack([self.sums[k] for k in keys]), group, op).tolist()))
+        return out
 
 
 def policy_sums(loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp) -> dict[str, torch.Tensor]:
     """One micro-batch of the policy loss as device tensors: compute_loss's metrics (already
     aggregated like the loss, so they add up over micro-batches) and token sums for the means over
     loss tokens. Pure tensor ops on the device (no host values): a CUDA graph can capture it."""
-    out = {"train/" + k: v.detach() for k, v in loss_metrics.items()}
+    out = {(MAX if k in MAX_METRICS else "") + "train/" + k: v.detach() for k, v in loss_metrics.items()}
     d = logp.detach()
+    keep = mask > 0
+    masked_sum = lambda x: torch.where(keep, x, torch.zeros_like(x)).sum()  # noqa: E731 (a masked inf stays out)
     out["tok/n"] = mask.sum()
     if entropy is not None:
-        out["tok/entropy"] = (entropy.detach() * mask).sum()
+        out["tok/entropy"] = masked_sum(entropy.detach())
     if rollout_logp is not None:
-        out["tok/mismatch"] = ((d - rollout_logp).abs() * mask).sum()
+        out["tok/mismatch"] = masked_sum((d - rollout_logp).abs())
     if ref_logp is not None:
-        out["tok/kl"] = (kl_estimate(d, ref_logp, "low_var_kl") * mask).sum()
+        out["tok/kl"] = masked_sum(kl_estimate(d, ref_logp, "low_var_kl"))
     return out
 
 
 def policy_metrics(sums: dict[str, float], grad_norm: float, lr: float) -> dict[str, float]:
     """The reduced sums of add_policy -> the step's train/* metrics (token means over loss tokens)."""
     n = max(sums.get("tok/n", 1.0), 1.0)
-    out = {k: v for k, v in sums.items() if k.startswith("train/")}
+    out = {k.removeprefix(MAX): v for k, v in sums.items() if k.removeprefix(MAX).startswith("train/")}
     out.update({"train/grad_norm": float(grad_norm or 0.0), "train/lr": lr,
                 "train/response_tokens": sums.get("tok/response_tokens", 0.0)})
     for tok, name in (("tok/entropy", "train/entropy"), ("tok/mismatch", "train/train_rollout_logp_abs_diff"),
                       ("tok/kl", "train/kl")):
         if tok in sums:
             out[name] = sums[tok] / n
+    if "tok/offpolicy_masked" in sums:  # TrainBatch.offpolicy_mask: share of the loss tokens it removed
+        masked = sums["tok/offpolicy_masked"]
+        out["train/offpolicy_maskfrac"] = masked / max(masked + sums.get("tok/n", 0.0), 1.0)
     return out

@@ -206,10 +206,11 @@ class TorchBackend(TrainerBackend):
         if batch.advantages is None:
             raise ValueError("train_step needs batch.advantages (computed by the loop from the rewards)")
         self.onload()
+        batch, offpolicy_masked = batch.fold_offpolicy_mask()
         normalizer = loss_normalizer(batch.loss_mask, self.cfg.train.calculate_per_token_loss, self.device)
         # the critic first: its step reads self.step before the actor's step advances it
         critic = self._critic_step(batch, normalizer) if batch.returns is not None else {}
-        return {**self._actor_step(batch, normalizer), **critic}
+        return {**self._actor_step(batch, normalizer, offpolicy_masked), **critic}
 
     def _lr(self, base: float) -> float:
         o = self.cfg.optim
@@ -226,9 +227,11 @@ class TorchBackend(TrainerBackend):
         opt.zero_grad(set_to_none=True)
         return grad_norm, lr
 
-    def _actor_step(self, batch: TrainBatch, normalizer: float) -> dict[str, float]:
+    def _actor_step(self, batch: TrainBatch, normalizer: float, offpolicy_masked: float | None) -> dict[str, float]:
         self.model.train()
         sums = StepSums(self.device)
+        if offpolicy_masked is not None:
+            sums.add("tok/offpolicy_masked", offpolicy_masked)
         for idx in self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu):
             logp, entropy, cu = self._forward(self.model, batch, idx, entropy_grad=self.params.entropy_coef != 0)
             mask, ref = self._cat(batch.loss_mask, idx), self._cat(batch.ref_logp, idx)

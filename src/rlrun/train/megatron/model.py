@@ -18,7 +18,7 @@ from rlrun.train.megatron import kernels, rope
 TORCH_COMPILE_FUSIONS = False
 
 # model.family -> rope flavour megatron-core must use to match the HF implementation of that family.
-_INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False}
+_INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False, "qwen2": False, "mistral": False}
 
 
 def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, cpu_init: bool = False):

@@ -1,0 +1,35 @@
+"""What rlrun's own runner cannot run yet, in configs that are valid jobs otherwise (slime runs them, and
+`rlrun plan`, `diff` and `export slime` work on them): e.g. deepseek-v3's multi-latent attention, which
+neither trainer backend builds. `rlrun validate` and `rlrun run` (and every point of a sweep) report these
+as problems before Ray starts; `rlrun plan` prints them as notes. A check is a small function
+RunConfig -> Problems, registered with @check, so that a new limitation (or a lifted one) touches this
+file only. Pure Python: `rlrun plan` imports it."""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from rlrun.config.errors import Problem
+from rlrun.config.families import FAMILIES
+from rlrun.config.schema import RunConfig
+
+Check = Callable[[RunConfig], Iterable[Problem]]
+CHECKS: list[Check] = []
+
+
+def check(fn: Check) -> Check:
+    CHECKS.append(fn)
+    return fn
+
+
+def problems(cfg: RunConfig) -> list[Problem]:
+    return [p for c in CHECKS for p in c(cfg)]
+
+
+@check
+def family_trained(cfg: RunConfig) -> Iterator[Problem]:
+    fam = FAMILIES[cfg.model.family]
+    if cfg.train.backend in fam.backends and cfg.train.backend not in fam.trains:
+        yield Problem("model.family", f"rlrun's {cfg.train.backend} backend does not train family "
+                      f"{cfg.model.family} yet ({fam.why_not}); the config is a valid slime job: `rlrun plan` and "
+                      f"`rlrun export slime` work on it", "run it with slime (`rlrun export slime ...`), or pick a "
+                      "model whose family rlrun trains (docs/config.md, families)", cfg.model.family)

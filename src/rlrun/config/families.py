@@ -1,0 +1,53 @@
+"""Model families: what each `model.family` means in a Hugging Face config.json and which trainer backends
+build it. One registry, read by the schema (the allowed names), the HF check (hfcheck.py: a key the family's
+config.json lacks means the transformers default of that family, not False) and the family rules (a
+backend that does not build the family is a config problem, not a runtime error). Adding a dense family
+of the llama layout (RMSNorm, gated SiLU MLP, rotary attention) is one entry here, one in
+rlrun.train.hf_model._FAMILIES (the transformers config class) and, for megatron, one in
+rlrun.train.megatron.model._INTERLEAVED_ROPE; tests/unit/test_config_families.py keeps the three in step.
+Pure Python: `rlrun plan` imports it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str                          # config.json's "model_type"
+    backends: tuple[str, ...]                # train.backend values that build it
+    # model.* values the architecture hard-wires (transformers' modeling code builds them so, whatever
+    # config.json says or omits): e.g. Qwen2's q/k/v projections always have a bias
+    fixed: dict[str, Any] = field(default_factory=dict)
+    moe: bool = False
+    mla: bool = False
+    # the backends among `backends` whose runner trains it today (None: all of them); the others plan and
+    # export it only, and rlrun.config.capability refuses to run it there, saying `why_not`
+    trained_by: tuple[str, ...] | None = None
+    why_not: str = ""
+
+    @property
+    def trains(self) -> tuple[str, ...]:
+        return self.backends if self.trained_by is None else self.trained_by
+
+
+BOTH = ("torch", "megatron")
+FAMILIES: dict[str, Family] = {
+    "qwen3": Family("qwen3", BOTH, {"qk_layernorm": True, "post_norms": False}),
+    "qwen3_moe": Family("qwen3_moe", BOTH, {"qk_layernorm": True, "post_norms": False}, moe=True),
+    "llama": Family("llama", BOTH, {"qk_layernorm": False, "post_norms": False}),
+    "glm4": Family("glm4", BOTH, {"qk_layernorm": False, "post_norms": True}),
+    # Qwen2 / Qwen2.5: the llama layout with a bias on q/k/v (no attention_bias key in config.json)
+    "qwen2": Family("qwen2", BOTH, {"qk_layernorm": False, "add_qkv_bias": True, "post_norms": False}),
+    "mistral": Family("mistral", BOTH, {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False}),
+    # Phi-3 stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); rlrun's megatron mapping reads the
+    # split llama names, so only the torch backend (transformers' Phi3ForCausalLM) builds it
+    "phi3": Family("phi3", ("torch",), {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False}),
+    # MLA + MoE; planned and exported (memory, parameter counts, slime flags) for megatron, trained by
+    # neither backend yet (train/megatron/model.py refuses MLA): rlrun validate / run refuse it
+    "deepseek_v3": Family("deepseek_v3", ("megatron",), {"qk_layernorm": True, "post_norms": False},
+                          moe=True, mla=True, trained_by=(),
+                          why_not="multi-latent attention (model.mla) is not built by rlrun's megatron model"),
+}
+NAMES = tuple(FAMILIES)
+BY_MODEL_TYPE = {f.model_type: name for name, f in FAMILIES.items()}

@@ -1,0 +1,276 @@
+"""The preflight: what `rlrun validate` cannot know from the config alone and a run would otherwise find out
+20-55 s later inside a Ray worker. Paths exist and are readable (checkpoints, data, eval sets, custom
+functions), data files parse (`file:line` of a bad row) and carry the configured keys, the HF config.json
+agrees with model.*, the output dir is writable, the disk holds the planned checkpoints, and online wandb has
+credentials. Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
+
+Where it runs: `rlrun run` before the run dir is made and before Ray starts (local clusters), `rlrun validate
+--check-paths`, and on a remote cluster (cluster.address set) as a Ray task on the head node before
+placement (rlrun.launch.cluster.preflight_on_head), where the paths are the cluster's. No torch, no ray here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import netrc
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional
+from urllib.parse import urlparse
+
+from rlrun.config.errors import Problem
+from rlrun.config.schema import RunConfig
+
+Check = Callable[[RunConfig, Any], Iterable[Problem]]  # (config, plan or None) -> problems
+CHECKS: list[Check] = []
+
+# Bytes one saved checkpoint holds per parameter (rlrun.checkpoint's layout, written by the backends' save()):
+# megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16);
+# torch: fp32 HF weights 4 + Adam m and v 8. A PPO critic (torch backend) saves a second model and optimizer.
+CHECKPOINT_BYTES_PER_PARAM = {("megatron", "fp32"): 14, ("megatron", "bf16"): 10, ("torch", "fp32"): 12}
+# Keys naming a Python function ("package.module:function" or "path/to/file.py:function"), checked to exist.
+FUNCTION_KEYS = ("data.rm_type", "rollout.generate_fn")
+WANDB_HOST = "api.wandb.ai"
+# What a model folder must hold besides config.json: (what, any of these globs). rlrun reads weights from
+# *.safetensors only (rlrun.rollout.weights.load_hf_dir) and the tokenizer with transformers' AutoTokenizer.
+WEIGHTS = ("weights (*.safetensors)", ("*.safetensors",))
+TOKENIZER = ("tokenizer files", ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
+
+
+def check(fn: Check) -> Check:
+    CHECKS.append(fn)
+    return fn
+
+
+def preflight(cfg: RunConfig, plan: Any = None) -> list[Problem]:
+    """Every preflight problem of `cfg` on this machine (plan: rlrun.config.plan.Plan, for the checkpoint size)."""
+    return [p for c in CHECKS for p in c(cfg, plan)]
+
+
+# ---- paths -------------------------------------------------------------------------------------------------
+
+def _unreadable(key: str, path: str, want_dir: bool | None, what: str, fix: str) -> Optional[Problem]:
+    p = Path(path).expanduser()
+    if not p.exists():
+        near = _existing_parent(p)
+        return Problem(key, f"{path} does not exist ({what}; the nearest existing folder is {near})", fix, path)
+    if want_dir is not None and p.is_dir() != want_dir:
+        return Problem(key, f"{path} is a {'file' if want_dir else 'folder'}, {what} is a "
+                       f"{'folder' if want_dir else 'file'}", fix, path)
+    if not os.access(p, os.R_OK | (os.X_OK if p.is_dir() else 0)):
+        return Problem(key, f"{path} is not readable by this user ({what})", f"fix its permissions (chmod) or {fix}",
+                       path)
+    return None
+
+
+def _existing_parent(p: Path) -> Path:
+    p = p.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+@check
+def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    from rlrun.config.hfcheck import compare, read_hf_config
+
+    ck = cfg.checkpoint
+    if ck.hf is not None:
+        bad = _unreadable("checkpoint.hf", ck.hf, True, "a Hugging Face model folder",
+                          "point checkpoint.hf at a folder with config.json, *.safetensors and the tokenizer files")
+        if bad:
+            yield bad
+        elif (hf := read_hf_config(ck.hf)) is None:
+            yield Problem("checkpoint.hf", f"{ck.hf} has no config.json", "point checkpoint.hf at a Hugging Face "
+                          "model folder (config.json + *.safetensors + tokenizer files)", ck.hf)
+        else:
+            yield from compare(cfg, hf, f"{ck.hf}/config.json")
+            yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
+    if ck.ref is not None and ck.ref != ck.hf:
+        bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
+                          "fix checkpoint.ref, or null to use checkpoint.hf")
+        yield from [bad] if bad else _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
+    if ck.load is not None:
+        yield from _trainer_checkpoint(ck.load)
+
+
+def _holds(key: str, path: str, wanted: tuple[tuple[str, tuple[str, ...]], ...]) -> Iterator[Problem]:
+    folder = Path(path).expanduser()
+    for what, globs in wanted:
+        if not any(next(folder.glob(g), None) for g in globs):
+            yield Problem(key, f"{path} has no {what} (looked for {', '.join(globs)})",
+                          f"point {key} at a complete Hugging Face model folder (e.g. a `huggingface-cli download`)",
+                          path)
+
+
+def _trainer_checkpoint(path: str) -> Iterator[Problem]:
+    from rlrun.checkpoint import LATEST, find_latest
+
+    fix = "point checkpoint.load at a run's checkpoints/ folder (with a `latest` file) or an iter_* folder, or set " \
+          "checkpoint.load=null and run.resume=auto to continue a run by name"
+    bad = _unreadable("checkpoint.load", path, True, "a trainer checkpoint folder", fix)
+    if bad:
+        yield bad
+        return
+    try:
+        found = find_latest(path)
+    except FileNotFoundError as exc:
+        yield Problem("checkpoint.load", str(exc), fix, path)
+        return
+    if found is None:
+        yield Problem("checkpoint.load", f"no complete checkpoint under {path} (neither {path}/{LATEST} nor "
+                      f"{path}/driver.json)", fix, path)
+
+
+@check
+def data_files(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    d = cfg.data
+    files = [("data.prompt_data", d.prompt_data)] if d.prompt_data is not None else []
+    files += [(f"eval.datasets.{i}.path", ds.path) for i, ds in enumerate(cfg.eval.datasets)]
+    for key, path in files:
+        yield from _data_file(key, path, d.input_key, d.label_key, d.metadata_key)
+
+
+def _data_file(key: str, path: str, input_key: str, label_key: Optional[str],
+               metadata_key: Optional[str]) -> Iterator[Problem]:
+    from rlrun.data.dataset import DataError, check_file
+
+    bad = _unreadable(key, path, False, "a JSONL or Parquet prompt file", f"fix {key}")
+    if bad:
+        yield bad
+        return
+    try:
+        check_file(path, input_key, label_key, metadata_key)
+    except DataError as exc:
+        text = str(exc)
+        blamed = next((k for k in ("data.input_key", "data.label_key") if f"({k})" in text), key)
+        yield Problem(blamed, text, _data_fix(blamed, key), path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        yield Problem(key, f"{path}: cannot be read ({type(exc).__name__}: {exc})", f"fix the file or {key}", path)
+
+
+def _data_fix(blamed: str, key: str) -> str:
+    if blamed == "data.input_key":
+        return "set data.input_key to the key that holds the prompt in every row (see the row's keys above)"
+    if blamed == "data.label_key":
+        return "set data.label_key to the key that holds the answer, or null for unlabelled data"
+    return f"fix that row of the file (or point {key} at another file)"
+
+
+@check
+def functions(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    specs = [(k, _get(cfg, k)) for k in FUNCTION_KEYS]
+    specs += [(f"eval.datasets.{i}.rm_type", ds.rm_type) for i, ds in enumerate(cfg.eval.datasets)
+              if ds.rm_type != cfg.data.rm_type]
+    for key, spec in specs:
+        if isinstance(spec, str) and ":" in spec:
+            yield from _function(key, spec)
+
+
+def _get(cfg: RunConfig, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part, None)
+    return node
+
+
+def _function(key: str, spec: str) -> Iterator[Problem]:
+    target, _, attr = spec.rpartition(":")
+    if target.endswith(".py"):
+        bad = _unreadable(key, target, False, f"the file of {spec!r}", f"fix the path in {key}")
+        if bad:
+            yield bad
+        return
+    try:
+        found = importlib.util.find_spec(target)  # imports the parent packages, not the module itself
+    except (ImportError, ValueError) as exc:
+        found, why = None, f" ({exc})"
+    else:
+        why = ""
+    if found is None:
+        yield Problem(key, f"module {target!r} of {spec!r} cannot be found on this machine{why}",
+                      f"put {target.split('.')[0]} on PYTHONPATH (or install it), or fix {key}", spec)
+
+
+# ---- outputs -----------------------------------------------------------------------------------------------
+
+def _writable(key: str, path: str) -> Optional[Problem]:
+    near = _existing_parent(Path(path).expanduser())
+    if not near.is_dir():
+        return Problem(key, f"{path}: {near} is a file, so the folder cannot be made", f"set {key} to a folder", path)
+    if not os.access(near, os.W_OK | os.X_OK):
+        made = "" if near == Path(path).expanduser().absolute() else f" (it would be made inside {near})"
+        return Problem(key, f"{path} is not writable by this user{made}",
+                       f"set {key} to a folder you can write, or fix the permissions of {near}", path)
+    return None
+
+
+def _save_dir(cfg: RunConfig) -> tuple[str, str]:
+    return ("checkpoint.save", cfg.checkpoint.save) if cfg.checkpoint.save else ("run.output_dir", cfg.run.output_dir)
+
+
+@check
+def outputs(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    seen = set()
+    for key, path in (("run.output_dir", cfg.run.output_dir), _save_dir(cfg)):
+        if path not in seen and (bad := _writable(key, path)):
+            yield bad
+        seen.add(path)
+
+
+def checkpoint_count(cfg: RunConfig) -> int:
+    """Checkpoints a run keeps: one every save_interval rollouts plus the final one (the loop saves both)."""
+    n, every = cfg.rollout.num_rollout, cfg.checkpoint.save_interval
+    return (n // every + (n % every != 0) if every else 1)
+
+
+def checkpoint_bytes(cfg: RunConfig, params: int) -> int:
+    per = CHECKPOINT_BYTES_PER_PARAM.get((cfg.train.backend, cfg.optim.state_dtype), 14)
+    critic = 2 if cfg.algo.advantage_estimator == "ppo" else 1
+    return params * per * critic
+
+
+@check
+def disk(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    from rlrun.config.params import count_params
+
+    key, path = _save_dir(cfg)
+    near = _existing_parent(Path(path).expanduser())
+    if not near.is_dir():
+        return  # reported by outputs()
+    params = plan.params_total if plan is not None else count_params(cfg.model).total
+    count, each = checkpoint_count(cfg), checkpoint_bytes(cfg, params)
+    free = shutil.disk_usage(near).free
+    if count * each > free:
+        fits = max(free // each, 0)
+        yield Problem("checkpoint.save_interval" if cfg.checkpoint.save_interval else key,
+                      f"{count} checkpoint(s) of ~{_gib(each)} ({params / 1e9:.2f} B params x "
+                      f"{each // params} B) need {_gib(count * each)}, but {near} has {_gib(free)} free",
+                      f"save less often (checkpoint.save_interval; {fits} checkpoint(s) fit), or point "
+                      f"{key} at a bigger disk", cfg.checkpoint.save_interval or path)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024 ** 3:.1f} GiB"
+
+
+# ---- credentials -------------------------------------------------------------------------------------------
+
+@check
+def wandb_credentials(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    if cfg.logging.wandb.mode != "online" or os.environ.get("WANDB_API_KEY"):
+        return
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "")).hostname or WANDB_HOST
+    if _netrc_has(host):
+        return
+    yield Problem("logging.wandb.mode", f"online logging needs wandb credentials, but WANDB_API_KEY is not set and "
+                  f"~/.netrc has no entry for {host} (the run would log offline instead)",
+                  "export WANDB_API_KEY (or run `wandb login`), or set logging.wandb.mode=offline", "online")
+
+
+def _netrc_has(host: str) -> bool:
+    path = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return netrc.netrc(str(path)).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False

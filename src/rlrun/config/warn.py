@@ -1,0 +1,43 @@
+"""Warnings: settings that are valid but probably not what the user meant. They are printed (stderr, or
+the "warnings" list of `--json`) by validate, plan and run, and never fail a config: a rule that must
+stop a job belongs in rules.py. A warning is a small function (RunConfig, overrides) -> Problems,
+registered with @warning, so that adding one touches this file only."""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Sequence
+
+from rlrun.config.errors import Problem
+from rlrun.config.schema import RunConfig
+
+Warning_ = Callable[[RunConfig, Sequence[str]], Iterable[Problem]]
+WARNINGS: list[Warning_] = []
+
+
+def warning(fn: Warning_) -> Warning_:
+    WARNINGS.append(fn)
+    return fn
+
+
+def check(cfg: RunConfig, overrides: Sequence[str] = ()) -> list[Problem]:
+    return [p for w in WARNINGS for p in w(cfg, overrides)]
+
+
+def render(problems: Sequence[Problem]) -> str:
+    return "\n".join(f"warning: {p}" for p in problems)
+
+
+def _set_by_user(key: str, overrides: Sequence[str]) -> bool:
+    return any(o.lstrip("+~").split("=", 1)[0] == key for o in overrides)
+
+
+@warning
+def epochs_do_not_set_the_length(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """slime ignores --num-epoch when --num-rollout is set; rlrun always has rollout.num_rollout, and
+    data.num_epochs only lets the data repeat (the run stops with an error when the data runs out)."""
+    if _set_by_user("data.num_epochs", overrides) and not _set_by_user("rollout.num_rollout", overrides):
+        yield Problem("data.num_epochs", f"does not set the run length: rollout.num_rollout="
+                      f"{cfg.rollout.num_rollout} rollouts of {cfg.rollout.rollout_batch_size} prompts do; "
+                      f"data.num_epochs={cfg.data.num_epochs} only lets the prompts repeat up to that many times "
+                      "(slime, too, ignores --num-epoch when --num-rollout is set)",
+                      "set rollout.num_rollout = epochs x dataset rows / rollout.rollout_batch_size",
+                      cfg.data.num_epochs)

@@ -1,0 +1,66 @@
+"""slime's multi-turn flags <-> rlrun (docs/agents.md, docs/slime.md).
+
+--custom-generate-function-path a.b.generate   <-> rollout.generate_fn=slime:a.b:generate
+    slime imports the dotted path (its load_function splits at the last dot); rlrun runs the function
+    through rlrun.agent.slime_adapter. rlrun's own generate functions and Environment classes take a
+    handle, not slime's args, so they are not exported (a comment says so); nor is a file path.
+--custom-rm-path, --data-source-path, --buffer-filter-path
+    slime's signatures (custom_rm(args, sample); DataSource(args); filter(args, rollout_id, buffer, n))
+    differ from rlrun's reward functions (response, label, metadata) and data sources (prompts, n), so
+    an import reports them (with the rlrun setting to port them to) instead of mapping them silently.
+"""
+from __future__ import annotations
+
+from rlrun.agent.slime_adapter import PREFIX
+
+GENERATE_FLAG = "--custom-generate-function-path"
+SLIME_DEFAULT_SOURCE = "slime.rollout.data_source.RolloutDataSourceWithBuffer"
+PORT = {
+    "--custom-rm-path": "slime's custom_rm(args, sample) has another signature than rlrun's reward functions; "
+                        "port it to data.rm_type=module:function (fn(response, label, metadata), docs/rewards.md) "
+                        "or set the reward in an Environment's reward() (docs/agents.md)",
+    "--data-source-path": "slime's DataSource(args) classes do not run in rlrun; port it to data.source, a "
+                          "subclass of rlrun.agent.source.DataSource / BufferedDataSource (docs/agents.md)",
+    "--buffer-filter-path": "set buffer_filter(buffer, n) on a BufferedDataSource subclass named by data.source "
+                            "(docs/agents.md)",
+}
+FLAGS = (GENERATE_FLAG, *PORT)
+
+
+def to_rlrun(dotted: str) -> str:
+    module, _, attr = dotted.rpartition(".")
+    if not module:
+        raise ValueError(f"{GENERATE_FLAG} {dotted!r} is not a dotted module.function path")
+    return f"{PREFIX}{module}:{attr}"
+
+
+def to_slime(spec: str | None) -> tuple[str | None, str | None]:
+    """rollout.generate_fn -> (slime's dotted path or None, a comment or None)."""
+    if spec is None:
+        return None, None
+    target = spec[len(PREFIX):] if spec.startswith(PREFIX) else None
+    module, _, attr = (target or "").rpartition(":")
+    if target is None or module.endswith(".py") or not module:
+        return None, (f"rollout.generate_fn={spec}: not exported; slime runs only its own form, an importable "
+                      f"`async def generate(args, sample, sampling_params)` ({GENERATE_FLAG} module.function)")
+    return f"{module}.{attr}", None
+
+
+def decode(dec, occ) -> None:
+    """A Decoder's handling of FLAGS (dec: slime_decode.Decoder)."""
+    dec.expect(occ, 1)
+    value = occ.values[0]
+    if occ.flag == GENERATE_FLAG:
+        dec.set("rollout.generate_fn", to_rlrun(value), occ)
+    elif not (occ.flag == "--data-source-path" and value == SLIME_DEFAULT_SOURCE):
+        dec.unknown.append((occ, PORT[occ.flag]))
+
+
+def encode(cfg: dict, arrays: dict, comments: dict) -> None:
+    dotted, comment = to_slime(cfg["rollout"]["generate_fn"])
+    if dotted:
+        arrays["ROLLOUT_ARGS"].append([GENERATE_FLAG, dotted])
+    if comment:
+        comments["ROLLOUT_ARGS"].append(comment)
+    if cfg["data"]["source"]:
+        comments["ROLLOUT_ARGS"].append(f"data.source={cfg['data']['source']}: not exported; " + PORT["--data-source-path"])

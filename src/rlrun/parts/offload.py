@@ -1,0 +1,60 @@
+"""The trainer's block of a step: GPU memory swaps around training and the weight push."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+
+class Offload:
+    def __init__(self, cfg, plan, trainer, engines, weights):
+        self.cfg, self.plan, self.trainer, self.engines, self.weights = cfg, plan, trainer, engines, weights
+
+    @contextmanager
+    def training(self, version: int, timer, push: bool = True):
+        """The trainer's part of a step (the block), ending with the weight sync to `version`
+        (push=False: no sync this step, async's rollout.update_weights_interval).
+
+        Restarted engines are held out of the router from here to the sync (their weights would
+        be older than the others' afterwards), and the sync includes them.
+        Offload (docs/runner.md): colocated with rollout.offload, the engines lend the trainer
+        their GPU memory for the block and get it back around the weight push, in the order
+        SGLang needs (docs/rollout.md); with train.offload the trainer holds the GPU only here:
+            [pause, release weights+kv_cache+cuda_graph] [trainer onload] -> block
+            tensor/distributed: -> [resume weights] -> push + verify -> [trainer offload]
+            disk:               -> export -> [trainer offload] [resume weights] -> push + verify
+            -> [resume kv_cache+cuda_graph, continue]
+        The trainer pushes from its GPU memory (CUDA IPC handles, NCCL), so it offloads after the
+        push; the disk export is a file, so the trainer leaves first. The bracketed calls are
+        timed as time/offload_s, export and push as time/weight_sync_s. An error in the block
+        leaves the engines released: the run is going down, and teardown stops them."""
+        lend = self.cfg.train.colocate and self.cfg.rollout.offload
+        swap = self.cfg.train.offload
+        disk = self.plan.weight_sync == "disk" and push
+        self.engines.defer_restarts()
+        if lend or swap:
+            with timer("offload"):
+                if lend:
+                    self.engines.pause("abort")  # release needs idle engines (the rollout is over)
+                    self.engines.release_memory()  # tags None = all
+                if swap:
+                    self.trainer.onload()
+        yield
+        want = None
+        if disk:
+            with timer("weight_sync"):
+                want = self.weights.export()
+        if (swap and (disk or not push)) or lend:
+            with timer("offload"):
+                if swap and (disk or not push):
+                    self.trainer.offload()
+                if lend:
+                    self.engines.resume_memory(["weights"])  # SGLang loads the update into these
+        if push:
+            with timer("weight_sync"):
+                self.weights.push_all(version, want)
+        if (swap and push and not disk) or lend:
+            with timer("offload"):
+                if swap and push and not disk:
+                    self.trainer.offload()
+                if lend:
+                    self.engines.resume_memory(["kv_cache", "cuda_graph"])
+                    self.engines.continue_generation()

@@ -1,0 +1,111 @@
+"""The rollout side: engines behind sglang-router, the prompt data, generation through the
+generate function (rollout.generate_fn, rlrun.rollout.generate_api), rewards, dynamic sampling.
+Both loops use it; the async loop runs `collect` in its producer thread."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from rlrun.agent.resolve import load_generate_fn
+from rlrun.data.sample import Status
+from rlrun.launch import steps
+from rlrun.rollout.handle import PolicyVersion, generate_samples
+
+MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
+
+
+class RolloutSide:
+    def __init__(self, cfg, tokenizer, run_dir: Path, router, engines, model_dir: str | None = None):
+        self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
+        self.router, self.engines, self.model_dir = router, engines, model_dir
+        self.versions = PolicyVersion()  # what the engines serve (WeightSync writes it)
+        # rollout.generate_fn (a function, an Environment class, slime:<path>; docs/agents.md)
+        self.generate_fn = load_generate_fn(cfg.rollout.generate_fn)
+        self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
+        self.source = steps.load_source(cfg, self.prompts)  # data.source; None = the prompts directly
+
+    @classmethod
+    def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
+        """Engines (Ray actors) -> sglang-router -> the engines registered and watched; each
+        stopped by `stack` in reverse order."""
+        from rlrun.launch.engines import start_engines
+        from rlrun.rollout.engines import EngineGroup
+        from rlrun.rollout.router import Router
+
+        engines, restart = start_engines(cfg, plan, placement, env, model_dir, str(Path(run_dir) / "logs"))
+        router = Router.from_config(cfg.rollout, Path(run_dir) / "logs")
+        stack.callback(router.stop)
+        router.start()
+        group = EngineGroup(router, engines, restart)
+        stack.callback(group.stop)
+        group.start()
+        return cls(cfg, tokenizer, run_dir, router, group, model_dir)
+
+    def generate(self, samples: list, sampling, seeds: list[int]) -> tuple[list, dict]:
+        """The generate function on every sample -> (samples, counters)."""
+        return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=self.generate_fn,
+                                tokenizer=self.tokenizer, versions=self.versions,
+                                partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
+
+    @contextmanager
+    def profiling(self, rollout_id: int):
+        """debug.profile_engines: the engines' /start_profile ... /stop_profile around the generation
+        of the rollouts in debug.profile_steps (SGLang writes RUN_DIR/profile/rollout_N/engines)."""
+        d = self.cfg.debug
+        if not (d.profile_engines and rollout_id in d.profile_steps):
+            yield
+            return
+        from rlrun.train.profile import trace_path
+
+        out = trace_path(self.run_dir, rollout_id, 0).parent / "engines"
+        cannot = self.engines.start_profile(str(out.resolve()))
+        if cannot:
+            print(f"[rlrun] debug.profile_engines: engines {cannot} have no profiler (rollout.engine="
+                  f"{self.cfg.rollout.engine}); only SGLang engines write traces", flush=True)
+        try:
+            yield
+        finally:
+            if len(cannot) < len(self.engines.urls):
+                self.engines.stop_profile()
+
+    def collect(self, rollout_id: int, sampling):
+        """rollout_batch_size prompts x n samples, generated and scored -> (all samples, kept
+        samples, metrics). With dynamic sampling, more rounds of over_sampling_batch_size prompts
+        until rollout_batch_size groups carry signal (at most MAX_DRAWS rounds)."""
+        from rlrun.data import GroupCollector
+
+        r = self.cfg.rollout
+        n = r.n_samples_per_prompt
+        collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
+        per_round = r.rollout_batch_size if r.dynamic_sampling is None else r.over_sampling_batch_size
+        samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
+        while not collector.done and collector.rounds < MAX_DRAWS:
+            new = self._draw(collector.prompts_to_request(per_round), n, collector.generated)
+            if self.source is not None:  # a data source's buffered groups, not generated again
+                info["rollout/reused_samples"] = info.get("rollout/reused_samples", 0.0) + sum(
+                    s.status is not Status.PENDING for s in new)
+            if not new:
+                raise RuntimeError(f"the prompt data ran out after {self.prompts.epoch} epochs (data.num_epochs="
+                                   f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
+            seeds = [steps.request_seed(self.cfg.run.seed, rollout_id, len(samples) + i) for i in range(len(new))]
+            new, counts = self.generate(new, sampling, seeds)
+            for k, v in counts.items():
+                info[k] = info.get(k, 0.0) + v
+            t0 = time.perf_counter()
+            for k, v in steps.score(new, self.cfg.data.rm_type, n, self.cfg.data.rm_url).items():
+                info[k] = info.get(k, 0.0) + v
+            info["time/reward_s"] += time.perf_counter() - t0
+            samples += new
+            collector.add(steps.groups_of(new))
+        info.update(collector.metrics())
+        kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
+        if self.source is not None:  # groups that passed the filter but were not trained on (surplus)
+            self.source.add_samples(collector.kept[r.rollout_batch_size:])
+        return samples, kept, info
+
+    def _draw(self, prompts: int, n: int, group_offset: int) -> list:
+        """`prompts` groups of n fresh samples, from data.source when one is set."""
+        if self.source is None:
+            return steps.make_samples(self.prompts.next_batch(prompts), n, group_offset)
+        return [s for g in self.source.sample(prompts) for s in g]

@@ -1,0 +1,114 @@
+"""Trainer weights -> every engine, versioned and verified.
+
+rollout.weight_sync (plan.weight_sync, auto resolved): "tensor" and "distributed" are pushed by
+the trainer's lead rank itself (TrainGroup.push_weights: the tensors never pass through this
+driver) and verified by fingerprint; "disk" is a safetensors file under the run dir, loaded by
+every engine and verified by sha256. SGLang servers have no checksum endpoint: for
+rollout.engine=sglang the check is that every engine reports the pushed weight_version.
+
+Every push runs inside `versions.pushing(version)` (new generation requests wait for it to end);
+with rollout.partial_rollout the requests in flight are aborted first (/abort_request) and the
+rollout side continues them under the new weights (rlrun.rollout.handle).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
+
+
+class WeightSyncError(RuntimeError):
+    pass
+
+
+class WeightSync:
+    def __init__(self, cfg, plan, run_dir: Path, trainer, engines, versions):
+        self.cfg, self.plan, self.run_dir = cfg, plan, Path(run_dir)
+        self.trainer, self.engines, self.versions = trainer, engines, versions
+        # the engines' weight dtype (the trainer fingerprints in it), the latest verified
+        # (version, checksum) for restarts, the latest push's metrics for the step's row
+        self.engine_dtype = engines.weight_dtype() if cfg.rollout.engine == "hf" else None
+        self.synced: tuple[int, str] | None = None
+        self.last_metrics: dict[str, float] = {}
+        engines.resync = self.resync
+
+    def sync(self, version: int, only_if_stale: bool = False) -> None:
+        """Trainer weights -> every engine, verified. only_if_stale: skip the push when the engines
+        already hold the weights (a fresh random init: the engines loaded the same init from
+        engine_init/); never skipped for sglang engines, which cannot be asked."""
+        if only_if_stale and self.cfg.rollout.engine == "hf" and self.engines_hold():
+            return
+        self.push_all(version, self.export() if self.plan.weight_sync == "disk" else None)
+
+    def push_all(self, version: int, want: str | None = None) -> None:
+        """Every engine (held restarts included) gets `version`; disk: `want` is the export's checksum."""
+        with self.versions.pushing(version):
+            if self.cfg.rollout.partial_rollout:
+                self.engines.abort_all()
+            self.engines.sync(lambda urls: self.push(version, urls, want))
+
+    def engines_hold(self) -> bool:
+        """Whether every engine holds the trainer's weights (compared without pushing anything)."""
+        kind = self.check_kind()
+        if kind == "sha256":
+            want = self.trainer.export_weights(None)
+        else:
+            want = self.trainer.push_weights([], **self.push_args(0))["fingerprint"]
+        return all(c == want for c in self.engines.checksums(kind).values())
+
+    def check_kind(self) -> str:
+        return "sha256" if self.plan.weight_sync == "disk" else "fingerprint"
+
+    def push_args(self, version: int) -> dict:
+        r = self.cfg.rollout
+        return dict(transport=self.plan.weight_sync, version=version, bucket_bytes=r.weight_sync_bucket_mb << 20,
+                    engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
+                    copies=r.gpus_per_engine if r.engine == "sglang" else 1,
+                    # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
+                    tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
+
+    def export(self) -> str:
+        """disk: the trainer writes its weights under the run dir; returns their sha256."""
+        return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR))
+
+    def push(self, version: int, urls: list[str], want: str | None = None) -> None:
+        """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
+        the export's checksum (the file is already written)."""
+        if self.plan.weight_sync == "disk":
+            self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
+        else:
+            out = self.trainer.push_weights(urls, **self.push_args(version))
+            want = out["fingerprint"]
+            if out["bytes"]:
+                # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
+                self.last_metrics = {"perf/weight_sync_gb_per_s": out["bytes"] / out["seconds"] / 1e9,
+                                     "perf/weight_sync_gb": out["bytes"] / 1e9}
+        self.verify(version, urls, want)
+        self.synced = (version, want)
+
+    def verify(self, version: int, urls: list[str], want: str) -> None:
+        if self.cfg.rollout.engine == "hf":
+            kind = self.check_kind()
+            bad = {url: c[:12] for url, c in self.engines.checksums(kind, urls).items() if c != want}
+            if bad:
+                raise WeightSyncError(f"weight sync to version {version} ({self.plan.weight_sync}): engines {bad} "
+                                      f"disagree with the trainer ({kind} {want[:12]}) after the push; the engine "
+                                      f"model does not match model.*")
+        stale = {url: v for url, v in self.engines.versions(urls).items() if v != str(version)}
+        if stale:
+            raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
+
+    def resync(self, url: str) -> None:
+        """EngineGroup's restart callback (outside the trainer's block: inside it restarts are
+        deferred to the block's own sync): the restarted engine at `url` gets the version the others serve."""
+        if self.synced is None:
+            return  # nothing pushed yet: the engines serve the init the restarted one loaded too
+        version, want = self.synced
+        self.push(version, [url], want)
+        if self.cfg.train.offload:
+            self.trainer.offload()  # the push onloaded it (megatron's export); the rollout has the GPU
+
+    def pop_metrics(self) -> dict[str, float]:
+        """The latest push's bandwidth, once (for the step's metrics row)."""
+        out, self.last_metrics = self.last_metrics, {}
+        return out

@@ -1,0 +1,115 @@
+"""rlrun validate for rollout.generate_fn, rollout.max_turns and data.source; the data sources' semantics."""
+import pytest
+
+from rlrun.agent.source import BufferedDataSource, DataSource
+from rlrun.config import ConfigError, load
+from rlrun.data.dataset import PromptItem
+
+USER = '''
+from rlrun.agent import Environment
+from rlrun.agent.source import BufferedDataSource
+
+async def good(handle, sample, sampling):
+    return sample
+
+async def two(handle, sample):
+    return sample
+
+def not_async(handle, sample, sampling):
+    return sample
+
+async def slime_style(args, sample, sampling_params):
+    return sample
+
+class Env(Environment):
+    pass
+
+class NotASource:
+    pass
+
+class BadParser(Environment):
+    parser = "qwen_xml"
+
+class BadTools(Environment):
+    tools = {"lookup": "not a function"}
+
+class Source(BufferedDataSource):
+    pass
+'''
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    path = tmp_path / "user_code.py"
+    path.write_text(USER)
+    return path
+
+
+def problems(overrides):
+    with pytest.raises(ConfigError) as e:
+        load(overrides)
+    return {p.path: p for p in e.value.problems}
+
+
+@pytest.mark.parametrize("name,slime", [("good", False), ("Env", False), ("slime_style", True)])
+def test_valid_generate_fns(user_file, name, slime):
+    cfg = load([f"rollout.generate_fn={'slime:' if slime else ''}{user_file}:{name}", "rollout.max_turns=3",
+                f"data.source={user_file}:Source"])
+    assert cfg.rollout.max_turns == 3
+
+
+@pytest.mark.parametrize("spec,words", [
+    ("{f}:two", "takes 2 required positional arguments"),
+    ("{f}:not_async", "is not an async function"),
+    ("{f}:NotASource", "not an rlrun.agent.Environment subclass"),
+    ("{f}:BadParser", "parser 'qwen_xml' is not one of hermes, none"),
+    ("{f}:BadTools", "tools ['lookup'] are not callable"),
+    ("{f}:missing", "has no function or class 'missing'"),
+    ("no/such/file.py:f", "does not exist"),
+    ("no_such_pkg.mod:f", "cannot import 'no_such_pkg.mod'"),
+    ("nonsense", "neither a built-in"),
+])
+def test_bad_generate_fns_are_problems_on_the_key(user_file, spec, words):
+    p = problems([f"rollout.generate_fn={spec.format(f=user_file)}"])["rollout.generate_fn"]
+    assert words in p.message and "async function (handle, sample, sampling)" in p.fix
+
+
+def test_max_turns_without_a_generate_fn_and_bad_sources_are_reported_together(user_file):
+    found = problems(["rollout.max_turns=4", f"data.source={user_file}:NotASource"])
+    assert "max_turns would be ignored" in found["rollout.max_turns"].message
+    assert "has no sample, add_samples" in found["data.source"].message
+
+
+class Prompts:
+    """A PromptDataset stand-in with its next_batch/state_dict surface (the data source's only use of it)."""
+
+    def __init__(self):
+        self.pos = 0
+
+    def next_batch(self, n):
+        items = [PromptItem(i, f"p{i}", f"p{i}", [i], str(i)) for i in range(self.pos, self.pos + n)]
+        self.pos += n
+        return items
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+
+def test_plain_source_makes_fresh_groups_and_drops_what_it_is_given():
+    src = DataSource(Prompts(), 2)
+    groups = src.sample(3)
+    assert [[s.prompt for s in g] for g in groups] == [["p0", "p0"], ["p1", "p1"], ["p2", "p2"]]
+    assert [g[0].group_id for g in groups] == [0, 1, 2]
+    src.add_samples(groups[:1])
+    assert [g[0].prompt for g in src.sample(1)] == ["p3"]
+
+
+def test_buffered_source_hands_back_groups_first_in_order():
+    src = BufferedDataSource(Prompts(), 2)
+    first = src.sample(3)
+    src.add_samples([first[2], first[0]])
+    again = src.sample(3)
+    assert again[0] is first[2] and again[1] is first[0] and again[2][0].prompt == "p3"
+    assert src.buffer == []
+    with pytest.raises(ValueError, match="n_samples_per_prompt=2"):
+        src.add_samples([first[1][:1]])

@@ -1,0 +1,136 @@
+"""The invalid-config catalogue in slime-script form (tests/unit/invalid_configs/slime/*.sh): each script is the
+seed recipe (base/seed-args.sh + base/launch.sh) with one defect, or a valid control. Through the real CLI:
+`rlrun import slime X.sh --out conf/experiment/X.yaml`, then `rlrun validate experiment=X`.
+
+A script's header says what must happen (`# expect: ...`):
+  import FLAG       the import refuses the script (exit 2) naming FLAG, and writes nothing
+  validate KEY      the import writes the experiment; validate exits 2 and every problem names KEY (the key of
+                    the flag the user set: no follow-on problem on a key the import derived)
+  valid             both exit 0
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlrun.cli import main
+from rlrun.config import load
+
+CATALOGUE = Path(__file__).resolve().parent / "invalid_configs" / "slime"
+SCRIPTS = sorted(CATALOGUE.glob("*.sh"))
+
+
+def expectation(script: Path) -> tuple[str, str | None]:
+    m = re.search(r"^# expect: (import|validate|valid)\b ?(\S+)?", script.read_text(), re.M)
+    assert m, f"{script.name}: no `# expect:` line"
+    return m.group(1), m.group(2)
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    rc = main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def import_and_validate(script: Path, conf: Path, capsys):
+    target = conf / "experiment" / f"{script.stem}.yaml"
+    imported = run_cli(["import", "slime", str(script), "--out", str(target)], capsys)
+    if not target.exists():
+        return imported, None, target
+    validated = run_cli(["validate", "--json", "--config-dir", str(conf), f"experiment={script.stem}"], capsys)
+    return imported, validated, target
+
+
+def test_catalogue_has_both_kinds():
+    kinds = [expectation(s)[0] for s in SCRIPTS]
+    assert kinds.count("import") >= 2 and kinds.count("validate") >= 10 and kinds.count("valid") >= 5
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_slime_script_catalogue(script, tmp_path, capsys):
+    kind, name = expectation(script)
+    (irc, _, ierr), validated, target = import_and_validate(script, tmp_path / "conf", capsys)
+    if kind == "import":
+        assert irc == 2 and not target.exists(), ierr
+        assert f"{name} " in ierr and "did you mean" in ierr and "--allow-unknown" in ierr
+        return
+    assert validated is not None, ierr
+    vrc, vout, verr = validated
+    if kind == "valid":
+        assert (irc, vrc) == (0, 0), ierr + vout + verr
+        return
+    assert irc == 1 and vrc == 2, ierr + vout
+    problems = json.loads(vout)["problems"]
+    assert {p["path"] for p in problems} == {name}, problems
+    assert all(p["fix"] for p in problems)
+    # the import's own report names the slime flag beside the key
+    assert f"{name} (--" in ierr or name.startswith("model."), ierr
+
+
+# ---- what the valid controls import to (slime's and Megatron's behaviour, not rlrun's defaults) ---------
+def imported_yaml(stem: str, tmp_path: Path, capsys) -> tuple[dict, str]:
+    (irc, _, ierr), validated, target = import_and_validate(CATALOGUE / f"{stem}.sh", tmp_path / "conf", capsys)
+    assert irc == 0 and validated[0] == 0, ierr
+    return yaml.safe_load(target.read_text()), ierr
+
+
+def test_sixteen_nodes_size_the_cluster(tmp_path, capsys):
+    doc, _ = imported_yaml("valid_16_nodes", tmp_path, capsys)
+    assert (doc["cluster"]["num_nodes"], doc["train"]["num_nodes"]) == (16, 16)
+
+
+def test_disaggregated_cluster_holds_trainer_and_rollout_gpus(tmp_path, capsys):
+    doc, _ = imported_yaml("valid_disaggregated_two_nodes", tmp_path, capsys)
+    # 8 trainer GPUs + 8 rollout GPUs on nodes of 8 (--num-gpus-per-node's default)
+    assert (doc["cluster"]["num_nodes"], doc["train"]["colocate"], doc["rollout"]["num_gpus"]) == (2, False, 8)
+
+
+def test_sequence_parallel_at_tp1_is_dropped_as_megatron_does(tmp_path, capsys):
+    _, err = imported_yaml("valid_tp1_sequence_parallel", tmp_path, capsys)
+    p = load(["experiment=valid_tp1_sequence_parallel"], config_dir=tmp_path / "conf").parallelism
+    assert (p.tp, p.sequence_parallel) == (1, False)
+    assert "Megatron turns it off" in err
+
+
+def test_num_epoch_beside_num_rollout_is_a_warning(tmp_path, capsys):
+    _, err = imported_yaml("valid_num_epoch_with_num_rollout", tmp_path, capsys)
+    assert "warning: slime ignores --num-epoch when --num-rollout is set" in err
+
+
+def test_absent_global_batch_size_is_megatrons_micro_batch_times_dp(tmp_path, capsys):
+    doc, err = imported_yaml("valid_no_global_batch_size", tmp_path, capsys)
+    # Megatron: global_batch_size = micro_batch_size 1 * DP (8 GPUs / TP 2) = 4; 32 * 8 / 4 = 64 steps derived
+    assert (doc["train"]["global_batch_size"], doc["train"]["num_steps_per_rollout"]) == (4, None)
+    assert "train.global_batch_size = 4  (--global-batch-size absent)" in err
+
+
+def test_kv_groups_without_gqa_import_as_multi_head_attention(tmp_path, capsys):
+    target = tmp_path / "conf" / "experiment" / "x.yaml"
+    rc, _, err = run_cli(["import", "slime", str(CATALOGUE / "kv_groups_without_gqa.sh"), "--out", str(target)], capsys)
+    assert rc == 1 and yaml.safe_load(target.read_text())["model"]["num_query_groups"] == 32
+    assert "without --group-query-attention: Megatron builds multi-head attention (32 KV groups)" in err
+
+
+def test_allow_unknown_writes_the_experiment_with_the_flag_listed(tmp_path, capsys):
+    target = tmp_path / "conf" / "experiment" / "x.yaml"
+    rc, _, _ = run_cli(["import", "slime", str(CATALOGUE / "flag_typo.sh"), "--out", str(target),
+                        "--allow-unknown"], capsys)
+    assert rc == 0 and "#   --rollout-temprature 0.6  [flag_typo.sh:" in target.read_text()
+
+
+def test_console_entry_point_refuses_an_invalid_import(tmp_path):
+    """The installed command line, not the in-process function: exit codes and the named key."""
+    conf = tmp_path / "conf"
+    cli = [sys.executable, "-m", "rlrun.cli"]
+    script = CATALOGUE / "gbs_above_rollout.sh"
+    imp = subprocess.run([*cli, "import", "slime", str(script), "--out", str(conf / "experiment" / "g.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert imp.returncode == 1, imp.stderr
+    val = subprocess.run([*cli, "validate", "--config-dir", str(conf), "experiment=g"], capture_output=True,
+                         text=True, timeout=120)
+    assert val.returncode == 2 and "train.global_batch_size" in val.stderr, val.stderr
