@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,27 +78,37 @@ def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Clus
         configure_logging=True,
     )
     if address:
-        ray.init(address=address, **common)
-        _reinstall_signal_handlers()
+        with _keep_signal_handlers():
+            ray.init(address=address, **common)
         return Cluster(address=address, owned=False)
     kwargs: dict = {}
     if vendor == "cpu":
         kwargs = dict(num_cpus=sum(plan_demand(plan)) + 1, num_gpus=0,
                       # the object store only carries small batches and the tiny model's weights
                       object_store_memory=256 * 1024**2)
-    ray.init(**kwargs, **common)
+    # address="local": always a new embedded cluster. Without it ray.init() joins any cluster that
+    # `ray start` left running on this machine (Ray finds its processes), and on the CPU profile it then
+    # fails on num_cpus/num_gpus; cluster.address=auto is the way to join one.
+    with _keep_signal_handlers():
+        ray.init(address="local", **kwargs, **common)
     ray_pids = [p for p in reaper.descendants(os.getpid()) if _is_ray_process(p)]
     return Cluster(address=None, owned=True, reaper=reaper.spawn(ray_pids))
 
 
-def _reinstall_signal_handlers() -> None:
-    """Joining a cluster, Ray's core worker installs its own SIGTERM handler (it logs "SIGTERM
-    received" and the process dies at once), over the one the runner set to tear the run down.
-    `rlrun stop` / `ray job stop` send SIGTERM: put Python's handlers back so the teardown runs."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            handler = signal.getsignal(sig)
-            if callable(handler):
+@contextmanager
+def _keep_signal_handlers():
+    """ray.init replaces the driver's SIGTERM handler: in Python (ray._private.worker.sigterm_handler:
+    sys.exit, so the run's stop request is never recorded) and, joining a cluster, in the core worker's
+    C++ (it logs "SIGTERM received" and the process dies at once). `rlrun stop`, `ray job stop`, Slurm and
+    a Ctrl-C'd shell send SIGTERM/SIGINT: the handlers the runner set before are put back, so the
+    teardown and the stop message run."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
                 signal.signal(sig, handler)
 
 
