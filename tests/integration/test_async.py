@@ -93,7 +93,9 @@ def test_sigint_stops_the_producer_and_leaves_no_process(tmp_path):
     proc = _rlrun(tmp_path)
     deadline = time.monotonic() + 300
     while not [p for p in tmp_path.glob("*/*/" + METRICS_FILE) if len(read_metrics(p)) >= 2]:
-        assert proc.poll() is None and time.monotonic() < deadline, "no second step"
+        assert proc.poll() is None, f"the run ended (rc {proc.returncode}) before its second step:\n" + \
+            proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "no second step within 300 s"
         time.sleep(0.1)
     children = descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
