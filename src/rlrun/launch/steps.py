@@ -1,20 +1,18 @@
 """The phases of one loop step, each a small function, so that rlrun/loop.py reads as the recipe.
 
-generate: prompts -> n samples each, through the rollout client -> sglang-router -> engines
+(generation itself: rlrun.rollout.handle.generate_samples, called by rlrun.parts.rollout_side)
 score: rule/remote/custom rewards (rlrun.reward.score_batch)
 group_filter: dynamic sampling (drop groups whose rewards all agree: they carry no GRPO signal)
 to_train_batch / add_advantages: samples -> TrainBatch with per-token advantages (rlrun.algo)
 """
 from __future__ import annotations
 
-import asyncio
 import statistics
 from pathlib import Path
 
 import torch
 
 from rlrun.algo import compute_advantages
-from rlrun.rollout.client import RolloutClient, Sampling
 from rlrun.train.base import TrainBatch
 
 TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cycled by data.num_epochs
@@ -23,18 +21,6 @@ TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cyc
 def request_seed(run_seed: int, rollout_id: int, index: int) -> int:
     """Per-request sampling seed: a resumed run draws the very same samples as the original."""
     return (run_seed * 1_000_003 + rollout_id * 100_003 + index) % (2**31 - 1)
-
-
-def generate(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: list[int]) -> int:
-    """One /generate per sample (all in flight, bounded by rollout.max_concurrency); fills them in
-    place and returns how many requests the client retried."""
-
-    async def run():
-        async with RolloutClient.from_config(url, rollout_cfg) as client:
-            await client.generate_batch(samples, sampling, seeds)
-            return client.retries
-
-    return asyncio.run(run())
 
 
 def load_source(cfg, prompts):
