@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -72,6 +73,22 @@ def find_latest(save_dir: str | Path) -> Path | None:
         raise FileNotFoundError(f"{pointer} names {ckpt.name}, but {ckpt}/driver.json is missing; the checkpoint "
                                 f"dir was changed by hand. Fix: point {pointer} at a complete iter_* dir or delete it")
     return ckpt
+
+
+def prune(save_dir: str | Path, keep: int) -> list[Path]:
+    """Deletes the iter_* dirs older than the newest `keep` complete checkpoints (half-written ones
+    among them too); returns what it deleted. The checkpoint `latest` names is always among the kept."""
+    save_dir = Path(save_dir)
+    iters = sorted((p for p in save_dir.glob("iter_*") if p.name[5:].isdigit()), key=lambda p: int(p.name[5:]))
+    complete = [p for p in iters if (p / "driver.json").is_file()]
+    if len(complete) <= keep:
+        return []
+    oldest_kept = int(complete[-keep].name[5:])
+    latest = (save_dir / LATEST).read_text().strip() if (save_dir / LATEST).is_file() else None
+    gone = [p for p in iters if int(p.name[5:]) < oldest_kept and p.name != latest]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
 
 
 def read_driver_state(ckpt: Path) -> DriverState:

@@ -63,7 +63,8 @@ def _run_dir(tmp_path: Path) -> Path | None:
 
 
 def test_sigkill_then_resume_continues_from_the_last_checkpoint(tmp_path):
-    proc = _rlrun(tmp_path)
+    keep = "checkpoint.keep_last=1"  # the older checkpoints go as the run saves, before and after the kill
+    proc = _rlrun(tmp_path, keep)
     run_dir = _wait_for(lambda: _run_dir(tmp_path), proc, 120, "the run dir")
     latest = run_dir / "checkpoints" / "latest"
 
@@ -78,13 +79,17 @@ def test_sigkill_then_resume_continues_from_the_last_checkpoint(tmp_path):
     killed_rows = read_metrics(run_dir / METRICS_FILE)
     assert not _wait_gone(children, 30), "processes outlived a SIGKILLed rlrun"
 
-    resumed = _rlrun(tmp_path, "run.resume=auto")
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*")) == ["iter_0000004"]
+
+    resumed = _rlrun(tmp_path, keep, "run.resume=auto")
     out, _ = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out[-3000:]
     assert f"resumed from {run_dir / 'checkpoints' / 'iter_0000004'} at rollout 4" in out
     rows = read_metrics(run_dir / METRICS_FILE)
     assert [r["step"] for r in rows] == list(range(8))
     assert (run_dir / "checkpoints" / "latest").read_text() == "iter_0000008"
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*")) == ["iter_0000008"]
+    assert f"[rlrun] removed {run_dir / 'checkpoints' / 'iter_0000006'} (checkpoint.keep_last=1)" in out
     # step 4 ran before the kill and again after the resume: same prompts, seeds and weights
     before, after = killed_rows[4], rows[4]
     for key in ("rollout/reward_mean", "rollout/response_len_mean"):

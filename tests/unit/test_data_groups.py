@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlrun.data import GroupCollector, PartialRolloutBuffer, PromptItem, Sample, Status, make_group, split_groups
+from rlrun.data import GroupCollector, PartialRolloutBuffer, PromptItem, Sample, Status, groups_of, make_group
 from rlrun.data.toy import TOY_TASKS, TOY_VOCAB_SIZE, build_toy_tokenizer, toy_dataset, write_toy_jsonl
 
 
@@ -15,11 +15,11 @@ def test_make_and_split_groups():
     g = make_group(item, 3, group_id=4) + make_group(item, 3, group_id=5)
     assert [s.group_id for s in g] == [4, 4, 4, 5, 5, 5] and g[0].prompt_tokens == [5, 18]
     assert g[0].metadata is not g[1].metadata  # each sample owns its metadata
-    assert len(split_groups(g, 3)) == 2
-    with pytest.raises(ValueError, match="groups of rollout.n_samples_per_prompt=4"):
-        split_groups(g, 4)
-    with pytest.raises(ValueError, match="mixes group ids"):
-        split_groups(g[1:] + g[:1], 3)
+    assert [[s.group_id for s in grp] for grp in groups_of(g)] == [[4, 4, 4], [5, 5, 5]]
+    # a generate function may return any number per prompt: runs of one id, in order, sizes kept
+    odd = group(7, [1]) + group(2, [0, 1, 1, 0]) + group(7, [0, 0])
+    assert [(grp[0].group_id, len(grp)) for grp in groups_of(odd)] == [(7, 1), (2, 4), (7, 2)]
+    assert groups_of([]) == []
 
 
 def test_dynamic_sampling_drops_zero_std_groups_and_over_samples():

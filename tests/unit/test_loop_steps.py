@@ -71,6 +71,23 @@ def test_latest_points_at_the_last_complete_checkpoint(tmp_path):
     assert ckpt.find_latest(ckpt.iter_dir(tmp_path, 2)).name == "iter_0000002"  # checkpoint.load=an iter dir
 
 
+def test_prune_keeps_the_newest_complete_checkpoints(tmp_path):
+    for step in (2, 4, 6, 8):
+        where = ckpt.iter_dir(tmp_path, step)
+        ckpt.write_driver_state(where, ckpt.DriverState.capture(step, {"position": step}))
+        ckpt.mark_latest(tmp_path, where)
+    ckpt.iter_dir(tmp_path, 5).mkdir()   # half-written by a killed run: older than the kept ones, so it goes
+    ckpt.iter_dir(tmp_path, 9).mkdir()   # newer than every complete one: left alone
+    (tmp_path / "iter_notes").mkdir()    # not a checkpoint name: never touched
+    assert ckpt.prune(tmp_path, keep=4) == []
+    gone = ckpt.prune(tmp_path, keep=2)
+    assert [p.name for p in gone] == ["iter_0000002", "iter_0000004", "iter_0000005"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000006", "iter_0000008", "iter_0000009",
+                                                          "iter_notes", "latest"]
+    (tmp_path / "latest").write_text("iter_0000006")  # latest names an older one (set by hand): it stays
+    assert ckpt.prune(tmp_path, keep=1) == [] and ckpt.find_latest(tmp_path).name == "iter_0000006"
+
+
 def test_driver_rng_round_trips():
     import random
 

@@ -175,6 +175,10 @@ def test_checkpoint_arithmetic():
     assert checkpoint_count(cfg) == 150 and checkpoint_bytes(cfg, 10) == 140
     odd = load(["experiment=qwen3-4b-grpo-mi300x", "rollout.num_rollout=45"])
     assert checkpoint_count(odd) == 3  # saves after 20, 40 and the final 45
+    # keep_last=K: K kept + the new one, complete before the oldest is deleted; never more than the saves
+    assert checkpoint_count(load(["experiment=qwen3-4b-grpo-mi300x", "checkpoint.keep_last=2"])) == 3
+    assert checkpoint_count(load(["experiment=qwen3-4b-grpo-mi300x", "rollout.num_rollout=45",
+                                  "checkpoint.keep_last=5"])) == 3
     lean = load(["experiment=qwen3-4b-grpo-mi300x", "optim.state_dtype=bf16", "hardware=h100"])
     assert checkpoint_bytes(lean, 10) == 100
 
@@ -187,9 +191,17 @@ def test_too_little_disk(tmp_path, monkeypatch):
     monkeypatch.setattr(pf.shutil, "disk_usage", lambda p: type("U", (), free)())
     problems = preflight(cfg, plan)
     assert paths(problems) == ["checkpoint.save_interval"] and "5 checkpoint(s)" in problems[0].message
-    assert "4 checkpoint(s) fit" in problems[0].fix
+    assert "4 checkpoint(s) fit" in problems[0].fix and "checkpoint.keep_last=3: 3 kept" in problems[0].fix
     free["free"] = need
     assert preflight(cfg, plan) == []
+    # keeping 3 needs room for 4 at the peak: blamed on the key the user set
+    free["free"] = 4 * checkpoint_bytes(cfg, plan.params_total) - 1
+    kept = cfg_with(tmp_path, "rollout.num_rollout=10", "checkpoint.save_interval=2", "checkpoint.keep_last=3")
+    problems = preflight(kept, plan)
+    assert paths(problems) == ["checkpoint.keep_last"] and "4 checkpoint(s)" in problems[0].message
+    assert "checkpoint.keep_last=2" in problems[0].fix
+    assert preflight(cfg_with(tmp_path, "rollout.num_rollout=10", "checkpoint.save_interval=2",
+                              "checkpoint.keep_last=2"), plan) == []
 
 
 def test_wandb_online_needs_credentials(tmp_path, monkeypatch):

@@ -219,9 +219,11 @@ def outputs(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
 
 
 def checkpoint_count(cfg: RunConfig) -> int:
-    """Checkpoints a run keeps: one every save_interval rollouts plus the final one (the loop saves both)."""
-    n, every = cfg.rollout.num_rollout, cfg.checkpoint.save_interval
-    return (n // every + (n % every != 0) if every else 1)
+    """Checkpoints on disk at the peak: one every save_interval rollouts plus the final one (the loop saves
+    both); with checkpoint.keep_last=K, K + 1 (a new checkpoint is complete before the oldest is deleted)."""
+    n, every, keep = cfg.rollout.num_rollout, cfg.checkpoint.save_interval, cfg.checkpoint.keep_last
+    saves = n // every + (n % every != 0) if every else 1
+    return min(saves, keep + 1) if keep else saves
 
 
 def checkpoint_bytes(cfg: RunConfig, params: int) -> int:
@@ -243,11 +245,14 @@ def disk(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     free = shutil.disk_usage(near).free
     if count * each > free:
         fits = max(free // each, 0)
-        yield Problem("checkpoint.save_interval" if cfg.checkpoint.save_interval else key,
-                      f"{count} checkpoint(s) of ~{_gib(each)} ({params / 1e9:.2f} B params x "
+        keep = (f"keep fewer (checkpoint.keep_last={fits - 1}: {fits - 1} kept + the one being written), "
+                if fits >= 2 else "")
+        blamed = ("checkpoint.keep_last", cfg.checkpoint.keep_last) if cfg.checkpoint.keep_last else \
+            ("checkpoint.save_interval", cfg.checkpoint.save_interval) if cfg.checkpoint.save_interval else (key, path)
+        yield Problem(blamed[0], f"{count} checkpoint(s) of ~{_gib(each)} ({params / 1e9:.2f} B params x "
                       f"{each // params} B) need {_gib(count * each)}, but {near} has {_gib(free)} free",
-                      f"save less often (checkpoint.save_interval; {fits} checkpoint(s) fit), or point "
-                      f"{key} at a bigger disk", cfg.checkpoint.save_interval or path)
+                      f"{keep}save less often (checkpoint.save_interval; {fits} checkpoint(s) fit), or point "
+                      f"{key} at a bigger disk", blamed[1])
 
 
 def _gib(n: int) -> str:

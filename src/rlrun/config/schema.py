@@ -124,6 +124,7 @@ class CheckpointSection(Section):
     load: Optional[str]
     save: Optional[str]        # null = {run dir}/checkpoints (decided when the run dir exists)
     save_interval: Optional[PosInt]
+    keep_last: Optional[PosInt]   # null = keep every checkpoint (slime's and Megatron's behaviour)
 
 
 class ParallelismSection(Section):

@@ -2,10 +2,10 @@
 
 from rlrun.data.buffer import PartialRolloutBuffer
 from rlrun.data.dataset import DataError, PromptDataset, PromptItem
-from rlrun.data.groups import GroupCollector, make_group, reward_std_nonzero, split_groups
+from rlrun.data.groups import GroupCollector, groups_of, make_group, reward_std_nonzero
 from rlrun.data.sample import Sample, Status
 
 __all__ = [
     "DataError", "GroupCollector", "PartialRolloutBuffer", "PromptDataset", "PromptItem", "Sample", "Status",
-    "make_group", "reward_std_nonzero", "split_groups",
+    "groups_of", "make_group", "reward_std_nonzero",
 ]

@@ -21,14 +21,15 @@ def make_group(item: PromptItem, n: int, group_id: int) -> list[Sample]:
                    metadata=dict(item.metadata), group_id=group_id) for _ in range(n)]
 
 
-def split_groups(samples: list[Sample], n: int) -> list[list[Sample]]:
-    """Consecutive samples -> groups of n; checks that each group shares one group_id."""
-    if n < 1 or len(samples) % n:
-        raise ValueError(f"{len(samples)} samples do not split into groups of rollout.n_samples_per_prompt={n}")
-    groups = [samples[i:i + n] for i in range(0, len(samples), n)]
-    for g in groups:
-        if len({s.group_id for s in g}) != 1:
-            raise ValueError(f"a group mixes group ids {sorted({s.group_id for s in g})}; samples are out of order")
+def groups_of(samples: list[Sample]) -> list[list[Sample]]:
+    """Consecutive samples sharing a group_id -> one group each (a generate function may return
+    several samples per prompt, so a group need not have exactly n members)."""
+    groups: list[list[Sample]] = []
+    for s in samples:
+        if groups and groups[-1][0].group_id == s.group_id:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
     return groups
 
 

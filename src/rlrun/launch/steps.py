@@ -89,18 +89,6 @@ def make_samples(items: list, n: int, group_offset: int) -> list:
     return [s for g, item in enumerate(items) for s in make_group(item, n, group_offset + g)]
 
 
-def groups_of(samples: list) -> list[list]:
-    """Consecutive samples sharing a group_id -> one group each (a generate function may return
-    several samples per prompt, so a group need not have exactly n members)."""
-    groups: list[list] = []
-    for s in samples:
-        if groups and groups[-1][0].group_id == s.group_id:
-            groups[-1].append(s)
-        else:
-            groups.append([s])
-    return groups
-
-
 def offpolicy_mask(sample) -> list[int]:
     """1 for the tokens of the sample's last policy version, 0 for those an older version
     generated before a partial rollout was continued (slime's --mask-offpolicy-in-partial-rollout);

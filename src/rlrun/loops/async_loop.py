@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from rlrun.data.groups import groups_of
 from rlrun.launch import steps
 from rlrun.loops import phases
 from rlrun.metrics import Timer
@@ -121,7 +122,7 @@ def run(p) -> dict:
             t = Timer()
             with t("rollout_wait"):  # the part of generation not hidden behind training
                 got = producer.get(p.check_stop)
-            groups = steps.groups_of(got.kept)
+            groups = groups_of(got.kept)
             lag = staleness(groups, version=rollout_id)  # the trainer has trained rollout_id rollouts
             fresh = [g for g, s in zip(groups, lag) if r.max_staleness is None or s <= r.max_staleness]
             kept = [s for g in fresh for s in g]

@@ -18,6 +18,9 @@ class Checkpoints:
         self.trainer.save(str(ckpt.trainer_dir(where)))
         ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, data_state))
         ckpt.mark_latest(self.save_dir, where)
+        if keep := self.cfg.checkpoint.keep_last:
+            for gone in ckpt.prune(self.save_dir, keep):
+                print(f"[rlrun] removed {gone} (checkpoint.keep_last={keep})", flush=True)
 
     def restore(self):
         """Loads the newest checkpoint into the trainer (and the RNG) when resuming; returns its

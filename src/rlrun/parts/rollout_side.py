@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rlrun.agent.resolve import load_generate_fn
+from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
 from rlrun.launch import steps
 from rlrun.rollout.handle import PolicyVersion, generate_samples
@@ -97,7 +98,7 @@ class RolloutSide:
                 info[k] = info.get(k, 0.0) + v
             info["time/reward_s"] += time.perf_counter() - t0
             samples += new
-            collector.add(steps.groups_of(new))
+            collector.add(groups_of(new))
         info.update(collector.metrics())
         kept = [s for g in collector.kept[:r.rollout_batch_size] for s in g]
         if self.source is not None:  # groups that passed the filter but were not trained on (surplus)
