@@ -77,6 +77,30 @@ def test_router_with_initial_worker_urls_and_bad_policy(engines, tmp_path):
         assert set(router.workers()) == set(engines)
 
 
+def test_a_port_taken_before_the_router_binds_it_is_retried_then_reported(engines, tmp_path, monkeypatch, capsys):
+    """free_port() -> bind is a race: another process may take the port in between. Taken ports are
+    handed out here on purpose (a listening socket), first the router's, then the prometheus one."""
+    import socket
+
+    import rlrun.rollout.router as router_mod
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        real = router_mod.free_port
+        handed = iter([busy, real(), real(), busy])  # (port, prometheus) of the first two tries; then free ones
+        monkeypatch.setattr(router_mod, "free_port", lambda host="127.0.0.1": next(handed, None) or real(host))
+        with Router(worker_urls=engines, log_dir=tmp_path) as router:
+            assert router.port_retries == 2 and router.port != busy
+            assert set(router.workers()) == set(engines)
+        out = capsys.readouterr().out
+        assert f"taken before it bound it ({busy}); retrying on new ports (1/2)" in out
+        assert "taken before it bound it (prometheus); retrying on new ports (2/2)" in out
+        with pytest.raises(RuntimeError, match=f"rollout.router.port={busy} is in use"):
+            Router(port=busy, log_dir=tmp_path).start()  # the user's port: reported at once, not retried
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_router_dies_with_its_parent(tmp_path, sig):
     """A parent killed by SIGTERM (atexit via SystemExit) or SIGKILL (PDEATHSIG) leaves no router."""

@@ -204,6 +204,20 @@ def test_too_little_disk(tmp_path, monkeypatch):
                               "checkpoint.keep_last=2"), plan) == []
 
 
+def test_a_fixed_router_port_must_be_free(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        problems = preflight(cfg_with(tmp_path, f"rollout.router.port={port}"))
+        assert paths(problems) == ["rollout.router.port"] and f"127.0.0.1:{port}" in problems[0].message
+        assert "Address already in use" in problems[0].message and "null to let rlrun pick" in problems[0].fix
+    assert preflight(cfg_with(tmp_path, f"rollout.router.port={port}")) == []  # closed: free again
+    assert preflight(cfg_with(tmp_path, "rollout.router.port=null")) == []
+
+
 def test_wandb_online_needs_credentials(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_BASE_URL", raising=False)

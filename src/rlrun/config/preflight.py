@@ -1,8 +1,8 @@
 """The preflight: what `rlrun validate` cannot know from the config alone and a run would otherwise find out
 20-55 s later inside a Ray worker. Paths exist and are readable (checkpoints, data, eval sets, custom
 functions), data files parse (`file:line` of a bad row) and carry the configured keys, the HF config.json
-agrees with model.*, the output dir is writable, the disk holds the planned checkpoints, and online wandb has
-credentials. Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
+agrees with model.*, the output dir is writable, the disk holds the planned checkpoints, a fixed router port is
+free, and online wandb has credentials. Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
 
 Where it runs: `rlrun run` before the run dir is made and before Ray starts (local clusters), `rlrun validate
 --check-paths`, and on a remote cluster (cluster.address set) as a Ray task on the head node before
@@ -14,6 +14,7 @@ import importlib.util
 import netrc
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import urlparse
@@ -257,6 +258,21 @@ def disk(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
 
 def _gib(n: int) -> str:
     return f"{n / 1024 ** 3:.1f} GiB"
+
+
+@check
+def router_port(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """A fixed rollout.router.port must be free where the driver starts the router (null: rlrun picks one)."""
+    host, port = cfg.rollout.router.host, cfg.rollout.router.port
+    if port is None:
+        return
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the router binds: TIME_WAIT does not count
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            yield Problem("rollout.router.port", f"sglang-router cannot listen on {host}:{port} here: {exc.strerror}",
+                          "choose a free port, or null to let rlrun pick one (check rollout.router.host too)", port)
 
 
 # ---- credentials -------------------------------------------------------------------------------------------

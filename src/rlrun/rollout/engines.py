@@ -31,22 +31,23 @@ import requests
 
 from rlrun.rollout import api
 from rlrun.rollout import weights as W
-from rlrun.rollout.process import ServerProcess, free_port
+from rlrun.rollout.process import ServerProcess
 from rlrun.rollout.router import Router
 
 
 class HFEngineProcess:
-    """`python -m rlrun.rollout.hf_engine` as a child process on this machine."""
+    """`python -m rlrun.rollout.hf_engine` as a child process on this machine. It binds port 0 and
+    logs 'READY <url>' (no race for a port picked here and bound later); `url` is known after
+    wait_healthy()."""
 
     def __init__(self, model_dir: str | Path, *, seed: int = 0, log_dir: str | Path = "/tmp/rlrun-engines",
                  host: str = "127.0.0.1", threads: int = 1, max_batch_size: int = 64,
                  device: str = "cpu", dtype: str = "float32", env: dict[str, str] | None = None):
-        self.port = free_port(host)
-        self.url = f"http://{host}:{self.port}"
+        self.url: str | None = None
         argv = [sys.executable, "-m", "rlrun.rollout.hf_engine", "--model-dir", str(model_dir),
-                "--host", host, "--port", str(self.port), "--seed", str(seed), "--threads", str(threads),
+                "--host", host, "--port", "0", "--seed", str(seed), "--threads", str(threads),
                 "--max-batch-size", str(max_batch_size), "--device", device, "--dtype", dtype]
-        self.process = ServerProcess(f"hf engine {self.url}", argv, Path(log_dir) / f"hf-engine-{self.port}.log",
+        self.process = ServerProcess(f"hf engine (seed {seed})", argv, Path(log_dir) / f"hf-engine-seed{seed}.log",
                                      env={**os.environ, **env} if env else None)
 
     def start(self) -> "HFEngineProcess":
@@ -55,7 +56,10 @@ class HFEngineProcess:
         return self
 
     def wait_healthy(self, timeout_s: float = 120.0) -> "HFEngineProcess":
-        self.process.wait_healthy(f"{self.url}/health", timeout_s)
+        t0 = time.monotonic()
+        self.url = self.process.wait_line("READY ", timeout_s)
+        self.process.name = f"hf engine {self.url}"
+        self.process.wait_healthy(f"{self.url}/health", max(1.0, timeout_s - (time.monotonic() - t0)))
         return self
 
     def alive(self) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 import requests
 
 _LIVE: set["ServerProcess"] = set()
+PORT_TAKEN = "Address already in use"  # what a server that lost a free_port() race to another process logs
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -54,6 +55,7 @@ class ServerProcess:
     def start(self) -> "ServerProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        self.log_start = log.tell()  # a restart appends: what this process wrote begins here
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
         log.close()
@@ -77,6 +79,23 @@ class ServerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and not self._exited()
+
+    def wait_line(self, prefix: str, timeout_s: float) -> str:
+        """The rest of the first line this process logged that starts with prefix (e.g. 'READY ' and
+        the url of a server that bound port 0); raises with the log tail if it dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_start)
+                for line in f.read().decode(errors="replace").splitlines():
+                    if line.startswith(prefix):
+                        return line[len(prefix):].strip()
+            if not self.alive() or time.monotonic() > deadline:
+                what = f"exited with code {self.proc.wait()}" if not self.alive() else f"printed none in {timeout_s:.0f}s"
+                self.stop()
+                raise RuntimeError(f"{self.name} {what} before a {prefix.strip()!r} line. Command: {' '.join(self.argv)}"
+                                   f"\n--- last lines of {self.log_path} ---\n{log_tail(self.log_path)}")
+            time.sleep(0.05)
 
     def wait_healthy(self, url: str, timeout_s: float, interval_s: float = 0.2) -> None:
         """Polls url until 200; raises with the log tail if the process dies or time runs out."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import requests
 
-from rlrun.rollout.process import ServerProcess, free_port
+from rlrun.rollout.process import PORT_TAKEN, ServerProcess, free_port
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 
@@ -27,13 +27,11 @@ class Router:
                  log_dir: str | Path = "/tmp/rlrun-router", worker_urls: list[str] | None = None):
         if policy not in POLICIES:
             raise ValueError(f"rollout.router.policy={policy!r} unknown; sglang-router 0.3.2 offers {POLICIES}")
-        self.policy, self.host = policy, host
-        self.port = port or free_port(host)
-        self.url = f"http://{host}:{self.port}"
+        self.policy, self.host, self.fixed_port = policy, host, port
         self.initial_workers = list(worker_urls or [])
-        argv = [
-            sys.executable, "-m", "sglang_router.launch_router",
-            "--host", host, "--port", str(self.port), "--policy", policy,
+        self.log_dir = Path(log_dir)
+        self.flags = [
+            "--policy", policy,
             "--request-timeout-secs", str(int(request_timeout_s)),
             "--health-check-interval-secs", str(int(health_check_interval_s)),
             "--health-failure-threshold", str(int(health_failure_threshold)),
@@ -43,12 +41,19 @@ class Router:
             # A burst of failed requests would open the circuits of healthy engines too (503 for
             # cb-timeout, 60 s, stalling the rollout); EngineGroup removes dead engines instead.
             "--disable-circuit-breaker",
-            "--prometheus-port", str(free_port(host)),  # default 29000 collides between routers
             "--log-level", "warn",
-        ]
-        if self.initial_workers:
-            argv += ["--worker-urls", *self.initial_workers]
-        self.process = ServerProcess("sglang-router", argv, Path(log_dir) / f"router-{self.port}.log")
+        ] + (["--worker-urls", *self.initial_workers] if self.initial_workers else [])
+        self.port_retries = 0  # lost port races (counted; each logged)
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        """The router binds its ports itself (0.3.2 takes no port 0): free_port() picks them, and another
+        process may take one before the router binds it. start() then picks again."""
+        self.port = self.fixed_port or free_port(self.host)
+        self.url = f"http://{self.host}:{self.port}"
+        argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", self.host, "--port", str(self.port),
+                *self.flags, "--prometheus-port", str(free_port(self.host))]  # default 29000 collides between routers
+        self.process = ServerProcess("sglang-router", argv, self.log_dir / f"router-{self.port}.log")
 
     @classmethod
     def from_config(cls, rollout_cfg, log_dir: str | Path) -> "Router":
@@ -56,9 +61,27 @@ class Router:
         return cls(policy=r.policy, host=r.host, port=r.port, request_timeout_s=r.request_timeout_s,
                    log_dir=log_dir)
 
-    def start(self, timeout_s: float = 60.0) -> "Router":
-        self.process.start()
-        self.process.wait_healthy(f"{self.url}/health", timeout_s)
+    def start(self, timeout_s: float = 60.0, port_tries: int = 3) -> "Router":
+        for attempt in range(1, port_tries + 1):
+            self.process.start()
+            try:
+                self.process.wait_healthy(f"{self.url}/health", timeout_s)
+                break
+            except RuntimeError as exc:  # exited before healthy
+                if PORT_TAKEN not in str(exc):
+                    raise
+                metrics_port = "FailedToCreateHTTPListener" in str(exc)  # the prometheus port (always picked here)
+                if attempt == port_tries or (self.fixed_port and not metrics_port):
+                    fix = (f"rollout.router.port={self.fixed_port} is in use: choose a free one, or null to let "
+                           f"rlrun pick" if self.fixed_port and not metrics_port else
+                           f"ports picked {port_tries} times were taken before the router bound them")
+                    raise RuntimeError(f"sglang-router could not bind its port: {fix}\n{exc}") from None
+                self.process.stop()
+                self.port_retries += 1
+                print(f"[rlrun] sglang-router: a port picked for it was taken before it bound it "
+                      f"({'prometheus' if metrics_port else self.port}); retrying on new ports "
+                      f"({attempt}/{port_tries - 1})", flush=True)
+                self._pick_ports()
         if self.initial_workers:
             self.wait_for_workers(self.initial_workers, timeout_s)
         return self
