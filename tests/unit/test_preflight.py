@@ -27,6 +27,15 @@ def write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def roomy_disk(monkeypatch):
+    """The disk check reads the machine's free space, and one Qwen3-4B checkpoint needs 56 GB (4.02 B params x
+    14 B): with 52 GiB free a fresh-clone run failed two HF tests here on a run.output_dir problem. Every test
+    sees 1 PiB free; the disk tests set their own free space."""
+    real = pf.shutil.disk_usage
+    monkeypatch.setattr(pf.shutil, "disk_usage", lambda p: real(p)._replace(free=2 ** 50))
+
+
 def cfg_with(tmp_path: Path, *overrides: str):
     return load([f"run.output_dir={tmp_path / 'outputs'}", *overrides])
 
@@ -286,7 +295,7 @@ def test_preflight_time_on_the_seed_recipe(tmp_path):
     t = time.process_time()  # CPU time: see RUN
     problems = preflight(cfg, plan)
     secs = time.process_time() - t
-    assert [p for p in problems if p.path != "checkpoint.save"] == [], problems  # the disk may be small
+    assert problems == [], problems
     assert secs < 2.0, secs
 
 
