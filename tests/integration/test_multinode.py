@@ -114,7 +114,7 @@ def test_jobs_logs_and_stop(cluster, tmp_path):
     logs = rlrun("logs", job, "--address", cluster.dashboard, cwd=tmp_path, timeout=60)
     assert "run dir: " in logs.stdout
     # the runner's SIGTERM teardown ran inside Ray's grace period: the plot of the steps so far is drawn
-    assert (run_dirs()[0].parent / "reward_length.png").is_file()
+    assert (run_dirs()[0].parent / "reward_length.png").is_file(), logs.stdout[-4000:]
 
 
 def test_lost_node_then_resume_through_submit_follow(cluster, tmp_path):
