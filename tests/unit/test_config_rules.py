@@ -97,3 +97,16 @@ def test_weight_sync_bucket_must_be_positive():
     assert [p.path for p in e.value.problems] == ["rollout.weight_sync_bucket_mb"]
     with pytest.raises(ConfigError, match="use one of: auto, tensor, distributed, disk"):
         load(["rollout.weight_sync=nccl"])
+
+
+def test_toy_task_names_match_the_packaged_tasks_and_are_refused_with_real_data():
+    import typing
+
+    from rlrun.config.schema import DataSection
+    from rlrun.data.toy import TOY_TASKS
+
+    assert set(typing.get_args(DataSection.model_fields["toy_task"].annotation)) == set(TOY_TASKS)
+    with pytest.raises(ConfigError) as e:
+        load(["data.toy_task=reverse", "data.prompt_data=/data/x.jsonl"])
+    assert [p.path for p in e.value.problems] == ["data.toy_task"]
+    assert load(["data.toy_task=reverse"]).data.toy_task == "reverse"

@@ -17,8 +17,8 @@ def _wheel():
     wheel = os.environ.get("RLRUN_SGLANG_WHEEL", "")
     if wheel and Path(wheel).is_file():
         return wheel
-    pytest.skip("sglang wheel not present: `pip download sglang==0.5.10.post1 --no-deps -d DIR` and set "
-                "RLRUN_SGLANG_WHEEL=DIR/sglang-0.5.10.post1-py3-none-any.whl")
+    pytest.skip("sglang wheel not present: `pip download sglang==0.5.16 --no-deps -d DIR` and set "
+                "RLRUN_SGLANG_WHEEL=DIR/sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl")
 
 
 def test_snapshots_equal_a_fresh_extraction_from_the_wheel():
@@ -29,7 +29,7 @@ def test_snapshots_equal_a_fresh_extraction_from_the_wheel():
 
 def test_snapshot_has_the_fields_rlrun_relies_on():
     fields = sglang_schema.server_args_schema()["fields"]
-    assert len(fields) > 300  # ~350 in 0.5.10.post1
+    assert len(fields) > 400  # 445 in 0.5.16 (349 in 0.5.10.post1)
     assert fields["tp_size"]["cli"]["flag"] == "--tp-size"  # dest differs: --tensor-parallel-size
     assert fields["enable_memory_saver"]["cli"]["action"] == "store_true"
     assert fields["mem_fraction_static"]["type"] == "Optional[float]"
@@ -63,6 +63,21 @@ def test_unknown_sglang_key_fails_with_did_you_mean():
     problems = check_sglang_mapping({"cuda_graph_max_bz": 64, "chunked_prefill_size": 4096})
     assert [p.path for p in problems] == ["rollout.sglang.cuda_graph_max_bz"]
     assert 'did you mean "cuda_graph_max_bs"' in problems[0].message
+
+
+def test_fields_declared_in_annotations_and_renamed_spellings():
+    """0.5.13+ declares most flags as `A[type, Arg(...)]` annotations; older spellings stay accepted."""
+    schema = sglang_schema.server_args_schema()
+    fields, renamed = schema["fields"], schema["renamed"]
+    assert fields["cuda_graph_backend_decode"]["cli"]["choices"] == ["full", "breakable", "tc_piecewise", "disabled"]
+    assert fields["disable_radix_cache"]["cli"]["action"] == "store_true"
+    assert fields["disable_cuda_graph"]["cli"]["deprecated"] == "DeprecatedStoreTrueAction"
+    assert renamed["cuda_graph_max_bs"]["field"] == "cuda_graph_max_bs_decode"
+    assert check_sglang_mapping({"cuda_graph_max_bs": 64, "cuda_graph_max_bs_decode": 64}) == []
+    assert to_argv({"cuda_graph_max_bs": 64, "disable_cuda_graph": True}) == [
+        "--cuda-graph-max-bs", "64", "--disable-cuda-graph"]
+    assert [p.path for p in check_sglang_mapping({"disable_piecewise_cuda_graph": "yes"})] == [
+        "rollout.sglang.disable_piecewise_cuda_graph"]
 
 
 def test_typed_fields_cannot_be_set_twice_and_types_are_checked():
@@ -102,8 +117,9 @@ def test_server_args_for_a_disaggregated_h100_config_with_offload_and_extras():
     assert argv[argv.index("--cuda-graph-max-bs") + 1] == "64"
     assert "--disable-radix-cache" in argv and "--enable-memory-saver" in argv
     assert argv[argv.index("--attention-backend") + 1] == "fa3"
-    assert _argv_fields(argv) <= {f["cli"]["flag"] for f in sglang_schema.server_args_schema()["fields"].values()
-                                  if f["cli"]}
+    schema = sglang_schema.server_args_schema()  # every flag is one SGLang parses (old spellings included)
+    assert _argv_fields(argv) <= ({f["cli"]["flag"] for f in schema["fields"].values() if f["cli"]}
+                                  | {r["flag"] for r in schema["renamed"].values()})
 
 
 def test_store_true_false_is_omitted_and_lists_expand():

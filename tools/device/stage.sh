@@ -13,7 +13,15 @@ mkdir -p "$SITE" "$STAGE"
 # Ray's wheel comes in parts (NAME.whl.part-aa, -ab, ... and NAME.whl.nparts) over two calls
 # (.wB/ in the first, .wC/ with the sglang-router wheel in the second, while the machine is still
 # warm): keep what came in $HOME/stage, join once every part is there.
-for p in .wB/* .wC/*; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
+for p in .wB/* .wC/* .sgl/*.tar.xz; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
+# The SGLang 0.5.16 kit (.sgl/, built by tools/device/sglang_kit.sh: a py3.12 site tree, xz): unpacked
+# first, so that its pins (pydantic 2.14.4, transformers 5.12.1, fastapi, ...) win over the same
+# packages in .wA/.wC: one version of each package in /tmp/site.
+for t in "$STAGE"/*.tar.xz; do
+  [ -e "$t" ] || continue
+  m="$SITE/.kit-$(basename "$t")"
+  [ -e "$m" ] || { tar -C "$SITE" -xJf "$t" && touch "$m"; }
+done
 for n in "$STAGE"/*.nparts; do
   [ -e "$n" ] || continue
   whl="${n%.nparts}"
@@ -22,7 +30,11 @@ for n in "$STAGE"/*.nparts; do
   fi
 done
 pkgs=()
-for f in .wA/*.whl .wA/*.tar.gz "$STAGE"/*.whl; do [ -e "$f" ] && pkgs+=("$f"); done
+have() {  # a distribution already in /tmp/site (from the kit): NAME-VER.whl / NAME-VER.tar.gz
+  local n; n=$(basename "$1" | sed -E 's/-[0-9].*//' | tr 'A-Z-.' 'a-z__')
+  ls -d "$SITE"/*.dist-info 2>/dev/null | sed -E 's#.*/##; s/-[0-9].*//' | tr 'A-Z-.' 'a-z__' | grep -qx "$n"
+}
+for f in .wA/*.whl .wA/*.tar.gz "$STAGE"/*.whl; do [ -e "$f" ] && ! have "$f" && pkgs+=("$f"); done
 marker="$SITE/.staged-$(printf '%s\n' "${pkgs[@]}" | md5sum | cut -c1-8)"
 if [ ! -e "$marker" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-build-isolation --target "$SITE" "${pkgs[@]}"
@@ -35,5 +47,15 @@ mkdir -p "$SITE/rlrun-$ver.dist-info"
 printf 'Metadata-Version: 2.1\nName: rlrun\nVersion: %s\n' "$ver" > "$SITE/rlrun-$ver.dist-info/METADATA"
 export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ -d "$SITE/sglang" ]; then
+  # sgl_kernel's library has no RPATH for the CUDA 13 libraries torch ships (libnvrtc.so.13, ...)
+  NVLIBS=$(python3 -c 'import glob, os, torch; sp = os.path.dirname(os.path.dirname(torch.__file__)); print(":".join(sorted({os.path.dirname(p) for p in glob.glob(sp + "/nvidia/**/lib/*.so*", recursive=True)}) + [os.path.join(os.path.dirname(torch.__file__), "lib")]))')
+  export LD_LIBRARY_PATH="$NVLIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  NVCC=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+  [ -z "${CUDA_HOME:-}" ] && [ -n "$NVCC" ] && export CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
+  export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  export TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}
+fi
 python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)"
 python3 -c "import ray, sglang_router; print('staged: ray', ray.__version__, '+ sglang-router')" 2>/dev/null || true
+python3 -c "import importlib.metadata as m; print('staged: sglang', m.version('sglang'), 'pydantic', m.version('pydantic'), 'transformers', m.version('transformers'))" 2>/dev/null || true

@@ -302,7 +302,8 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
 
 # rlrun.reward's rule types (rlrun.reward.rules.RULES) plus "remote"; listed here because importing the reward
 # package costs ~0.1 s of `rlrun plan`'s start-up. tests/unit/test_config_rules.py keeps the two in step.
-RM_TYPES = ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "random", "remote", "remote_rm")
+RM_TYPES = ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "char_match", "random", "remote",
+            "remote_rm")
 
 
 def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
@@ -342,6 +343,10 @@ def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def data_and_eval(cfg: RunConfig) -> Iterator[Problem]:
     yield from _rm_problems("data.rm_type", cfg.data.rm_type)
+    if cfg.data.prompt_data is not None and cfg.data.toy_task != "echo":
+        yield Problem("data.toy_task", f"={cfg.data.toy_task} picks a packaged toy task, but data.prompt_data is "
+                      f"set ({cfg.data.prompt_data}), so it would be ignored",
+                      "set data.prompt_data=null to train on the toy task, or drop data.toy_task", cfg.data.toy_task)
     for i, ds in enumerate(cfg.eval.datasets):  # one equal to data.rm_type is reported there (slime: --rm-type)
         if ds.rm_type != cfg.data.rm_type:
             yield from _rm_problems(f"eval.datasets.{i}.rm_type", ds.rm_type)

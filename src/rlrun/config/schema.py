@@ -229,6 +229,8 @@ class EvalSection(Section):
 class DataSection(Section):
     name: str
     prompt_data: Optional[str]                      # null = the packaged toy task
+    # the packaged toy task's kind (rlrun.data.toy.TOY_TASKS; a test keeps the two in step)
+    toy_task: Literal["echo", "last", "first", "max", "add", "copy", "reverse"]
     input_key: str
     label_key: Optional[str]
     metadata_key: Optional[str]

@@ -11,6 +11,10 @@ Tasks (prompt -> label):
     first  "73915=" -> "7"   first digit
     max    "73915=" -> "9"   largest digit (needs attention over the whole prompt)
     add    "3+4="   -> "7"   (a + b) mod 10 of two digits (hardest)
+Multi-token tasks (use rm_type char_match for partial credit and rollout.max_response_len = the
+answer's length, so that the model need not learn to stop):
+    copy    "739="  -> "739"  the prompt's three digits
+    reverse "739="  -> "937"  the prompt's three digits reversed
 The reward (rm_type exact_match) compares the decoded response (special tokens skipped, whitespace
 stripped) with the label. Measured with rlrun.data.toy_grpo (tiny Qwen3, random init, GRPO, 8x8
 samples per step; docs/data.md): with rollout.max_response_len=1 and lr 4e-3, `echo` passes a
@@ -79,8 +83,18 @@ def _add(rng):
     return f"{a}+{b}=", str((a + b) % 10)
 
 
+def _copy(rng):
+    s = _digits(rng, 3, 3)
+    return f"{s}=", s
+
+
+def _reverse(rng):
+    s = _digits(rng, 3, 3)
+    return f"{s}=", s[::-1]
+
+
 TOY_TASKS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
-    "echo": _echo, "last": _last, "first": _first, "max": _max, "add": _add,
+    "echo": _echo, "last": _last, "first": _first, "max": _max, "add": _add, "copy": _copy, "reverse": _reverse,
 }
 
 

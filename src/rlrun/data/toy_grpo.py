@@ -63,8 +63,8 @@ def sample(model, ids, attn, max_new_tokens: int, temperature: float, eos: int, 
 
 
 def run(task="echo", lr=4e-3, steps=40, prompts_per_step=8, n=8, seed=0, max_new_tokens=1, temperature=1.0,
-        steps_per_rollout=1, log=print) -> list[float]:
-    """GRPO for `steps` rollouts; returns the mean exact-match reward of each rollout.
+        steps_per_rollout=1, log=print, rm_type="exact_match") -> list[float]:
+    """GRPO for `steps` rollouts; returns the mean reward (rm_type) of each rollout.
 
     steps_per_rollout > 1 splits each rollout into that many optimizer steps (whole groups per
     mini-batch, PPO-clipped against the rollout-time log-probs), like train.num_steps_per_rollout.
@@ -90,7 +90,7 @@ def run(task="echo", lr=4e-3, steps=40, prompts_per_step=8, n=8, seed=0, max_new
         ids, attn = _left_pad([tok(r["input"])["input_ids"] for r in rows], tok.pad_token_id)
         resp, mask = sample(model, ids, attn, max_new_tokens, temperature, tok.eos_token_id, tok.pad_token_id, gen)
         texts = tok.batch_decode(resp, skip_special_tokens=True)
-        rewards = torch.tensor([score("exact_match", t, r["label"]) for t, r in zip(texts, rows)])
+        rewards = torch.tensor([score(rm_type, t, r["label"]) for t, r in zip(texts, rows)])
         adv, _ = compute_advantages("grpo", rewards, n, loss_mask=mask)
         full_ids = torch.cat([ids, resp], 1)
         full_attn = torch.cat([attn, mask.long()], 1)
@@ -122,9 +122,11 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=1)
     ap.add_argument("--steps-per-rollout", type=int, default=1)
+    ap.add_argument("--rm-type", default="exact_match")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    curve = run(a.task, a.lr, a.steps, a.prompts, a.n, a.seed, a.max_new_tokens, steps_per_rollout=a.steps_per_rollout)
+    curve = run(a.task, a.lr, a.steps, a.prompts, a.n, a.seed, a.max_new_tokens, steps_per_rollout=a.steps_per_rollout,
+                rm_type=a.rm_type)
     k = max(1, len(curve) // 4)
     print(f"task={a.task} lr={a.lr} first-{k} mean={sum(curve[:k]) / k:.3f} last-{k} mean={sum(curve[-k:]) / k:.3f}")
 

@@ -32,12 +32,17 @@ class SglangFlag:
 def _flags() -> dict[str, tuple[str, dict]]:
     from rlrun.rollout.sglang_schema import server_args_schema  # json only: no sglang, torch or ray
 
+    schema = server_args_schema()
     out: dict[str, tuple[str, dict]] = {}
-    for name, spec in server_args_schema()["fields"].items():
+    for name, spec in schema["fields"].items():
         cli = spec.get("cli") or {}
         for flag in (cli.get("flag"), *(cli.get("aliases") or [])):
             if flag and flag.startswith("--"):
                 out[flag] = (name, spec)
+    # older spellings SGLang still parses (e.g. --cuda-graph-bs, renamed cuda_graph_bs_decode in 0.5.13):
+    # kept under their own name, which rollout.sglang accepts and passes on as the same flag
+    for name, cli in schema["renamed"].items():
+        out.setdefault(cli["flag"], (name, {"cli": cli, "type": schema["fields"][cli["field"]]["type"]}))
     return out
 
 

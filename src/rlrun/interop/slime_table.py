@@ -287,6 +287,7 @@ NO_FLAG: dict[str, str] = {
     "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
     "export writes `--load` = checkpoint.save unless resume is never",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
+    "data.toy_task": "rlrun's packaged toy task (data.prompt_data null); slime always reads --prompt-data",
     "checkpoint.keep_last": "slime (Megatron's save) keeps every checkpoint it writes; the import leaves it null "
     "(keep all)",
     "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "

@@ -75,7 +75,7 @@ def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, trai
         if path is None:
             path = run_dir / "data" / "toy.jsonl"
             if not path.exists():
-                write_toy_jsonl(path, TOY_PROMPTS, cfg.run.seed)
+                write_toy_jsonl(path, TOY_PROMPTS, cfg.run.seed, d.toy_task)
     return PromptDataset(path, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
                          tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
                          max_prompt_len=d.max_prompt_len, shuffle=d.shuffle and train, seed=cfg.run.seed,

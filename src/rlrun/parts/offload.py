@@ -25,7 +25,9 @@ class Offload:
         The trainer pushes from its GPU memory (CUDA IPC handles, NCCL), so it offloads after the
         push; the disk export is a file, so the trainer leaves first. The bracketed calls are
         timed as time/offload_s, export and push as time/weight_sync_s. An error in the block
-        leaves the engines released: the run is going down, and teardown stops them."""
+        leaves the engines released: the run is going down, and teardown stops them.
+        SGLang does not keep released weights (they read back as garbage after a resume), so a
+        block without a push (async's update_weights_interval) releases only kv_cache+cuda_graph."""
         lend = self.cfg.train.colocate and self.cfg.rollout.offload
         swap = self.cfg.train.offload
         disk = self.plan.weight_sync == "disk" and push
@@ -34,7 +36,7 @@ class Offload:
             with timer("offload"):
                 if lend:
                     self.engines.pause("abort")  # release needs idle engines (the rollout is over)
-                    self.engines.release_memory()  # tags None = all
+                    self.engines.release_memory(None if push else ["kv_cache", "cuda_graph"])  # None = all
                 if swap:
                     self.trainer.onload()
         yield
@@ -46,7 +48,7 @@ class Offload:
             with timer("offload"):
                 if swap and (disk or not push):
                     self.trainer.offload()
-                if lend:
+                if lend and push:
                     self.engines.resume_memory(["weights"])  # SGLang loads the update into these
         if push:
             with timer("weight_sync"):

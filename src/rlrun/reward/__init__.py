@@ -27,7 +27,7 @@ from rlrun.reward.rules import RULES, rule_score
 __all__ = ["RULES", "RewardPool", "per_group", "score", "score_batch"]
 log = logging.getLogger(__name__)
 # Linear-time, allocation-free types are not worth a round trip to a worker process.
-_IN_PROCESS = ("exact_match", "random")
+_IN_PROCESS = ("exact_match", "char_match", "random")
 _default_pool: RewardPool | None = None
 
 

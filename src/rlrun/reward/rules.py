@@ -6,6 +6,7 @@
     f1           SQuAD token F1 between response and label (articles/punctuation/case removed)
     gpqa         chosen option letter (A-J) == label letter (or label index / choice text) -> 1 else 0
     exact_match  response.strip() == label.strip() -> 1 else 0
+    char_match   characters equal at the same position / the longer length (partial credit)
     random       0 or 1 uniformly (a smoke-test reward, as in slime)
 A `boxed_` prefix (e.g. boxed_f1) first replaces the response by its last \\boxed{} content.
 Equivalence uses math-verify (rlrun.reward.mathgrade) instead of a hand-written grader.
@@ -135,13 +136,21 @@ def exact_match(response: str, label, metadata=None) -> float:
     return float(response.strip() == str(label).strip())
 
 
+def char_match(response: str, label, metadata=None) -> float:
+    """Partial credit for string answers: characters equal at the same position, over the longer of
+    the two (stripped), so that a missing, wrong or extra character each costs 1/len."""
+    got, want = response.strip(), str(label).strip()
+    width = max(len(got), len(want))
+    return 1.0 if width == 0 else sum(a == b for a, b in zip(got, want)) / width
+
+
 def random_reward(response: str, label, metadata=None) -> float:
     return float(random.randint(0, 1))
 
 
 RULES: dict[str, Callable[..., float]] = {
     "deepscaler": deepscaler, "math": math, "dapo": dapo, "f1": f1, "gpqa": gpqa,
-    "exact_match": exact_match, "random": random_reward,
+    "exact_match": exact_match, "char_match": char_match, "random": random_reward,
 }
 
 

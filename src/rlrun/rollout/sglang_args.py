@@ -48,11 +48,21 @@ def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") 
     fields = server_args_schema()["fields"]
     version = server_args_schema()["sglang_version"]
     problems = []
+    renamed = server_args_schema()["renamed"]
     for key, value in mapping.items():
         where = f"{path}.{key}"
+        if key in renamed:  # an older spelling SGLang still accepts (with a warning): check it as its field
+            if renamed[key]["field"] in TYPED_FIELDS:
+                problems.append(Problem(where, f"{key} sets {renamed[key]['field']}, which rlrun sets from "
+                                               f"{TYPED_FIELDS[renamed[key]['field']]}",
+                                        f"remove {where} and set {TYPED_FIELDS[renamed[key]['field']]} instead",
+                                        value))
+            elif renamed[key]["action"] == "store_true" and not isinstance(value, bool):
+                problems.append(Problem(where, f"{key} is a switch, got {value!r}", "give true or false", value))
+            continue
         if key not in fields:
             problems.append(Problem(where, f"{key!r} is not a field of sglang {version} ServerArgs"
-                                           f"{did_you_mean(key, fields)}",
+                                           f"{did_you_mean(key, [*fields, *renamed])}",
                                     "use a ServerArgs field name (snake_case, as in `python -m "
                                     "sglang.launch_server --help` with dashes -> underscores)", value))
             continue
@@ -114,10 +124,10 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
 
 def to_argv(args: dict[str, Any]) -> list[str]:
     """ServerArgs fields -> `python -m sglang.launch_server` flags, by each field's argparse action."""
-    fields = server_args_schema()["fields"]
+    fields, renamed = server_args_schema()["fields"], server_args_schema()["renamed"]
     argv: list[str] = []
     for name, value in args.items():
-        cli = fields[name]["cli"]
+        cli = renamed[name] if name in renamed else fields[name]["cli"]
         flag, action = cli["flag"], cli["action"]
         if action == "store_true":
             if value:

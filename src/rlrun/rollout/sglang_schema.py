@@ -1,12 +1,15 @@
 """SGLang's ServerArgs and request dataclasses, read from the pinned sglang source with `ast`.
 
-SGLang itself cannot be imported here (it pins torch==2.9.1), so the facts rlrun needs from it are
-extracted from the wheel's source text and committed as JSON next to this file:
+SGLang needs CUDA and pins torch==2.11.0 (the CPU machine has 2.13), so it is never imported here: the
+facts rlrun needs from it are extracted from the wheel's source text and committed as JSON next to this file:
   sglang_server_args.json  every ServerArgs field: type, default, CLI flag and argparse action
   sglang_io_struct.json    the request dataclasses of the HTTP endpoints rlrun calls
 Regenerate after bumping the pin:
-    pip download sglang==0.5.10.post1 --no-deps -d /tmp/w
-    python -m rlrun.rollout.sglang_schema /tmp/w/sglang-0.5.10.post1-py3-none-any.whl
+    pip download sglang==0.5.16 --no-deps -d /tmp/w
+    python -m rlrun.rollout.sglang_schema /tmp/w/sglang-0.5.16-*.whl
+Since 0.5.13 most ServerArgs fields declare their flag in the annotation, `A[type, "help"]` or
+`A[type, Arg(choices=..., aliases=..., action=..., no_cli=True)]` (sglang/srt/arg_groups/arg_utils.py,
+`add_cli_args_from_dataclass`); the rest still call `parser.add_argument` in `add_cli_args`. Both are read.
 tests/unit/test_rollout_sglang_schema.py re-extracts from the wheel (when present) and compares.
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ import zipfile
 from functools import lru_cache
 from pathlib import Path
 
-SGLANG_VERSION = "0.5.10.post1"
+SGLANG_VERSION = "0.5.16"
 HERE = Path(__file__).parent
 SERVER_ARGS_JSON = HERE / "sglang_server_args.json"
 IO_STRUCT_JSON = HERE / "sglang_io_struct.json"
@@ -41,16 +44,82 @@ def _class(tree: ast.Module, name: str) -> ast.ClassDef:
     raise LookupError(f"class {name} not found in the sglang source; did the pin change?")
 
 
+def _annotated(annotation: ast.expr) -> tuple[ast.expr, ast.expr | None]:
+    """`A[T, meta]` / `Annotated[T, meta]` -> (T, meta); any other annotation -> (it, None)."""
+    if (isinstance(annotation, ast.Subscript) and isinstance(annotation.value, ast.Name)
+            and annotation.value.id in ("A", "Annotated") and isinstance(annotation.slice, ast.Tuple)):
+        inner, *meta = annotation.slice.elts
+        return inner, (meta[0] if meta else None)
+    return annotation, None
+
+
+def _default(value: ast.expr | None) -> str | None:
+    """The default's source; `field(default=X, ...)` -> X (dataclass fields written either way)."""
+    if value is None:
+        return None
+    if isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field"):
+        for k in value.keywords:
+            if k.arg == "default":
+                return ast.unparse(k.value)
+    return ast.unparse(value)
+
+
 def _own_fields(cls: ast.ClassDef) -> dict[str, dict]:
     out = {}
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            inner, _ = _annotated(stmt.annotation)
             out[stmt.target.id] = {
-                "type": ast.unparse(stmt.annotation),
-                "default": None if stmt.value is None else ast.unparse(stmt.value),
+                "type": ast.unparse(inner),
+                "default": _default(stmt.value),
                 "required": stmt.value is None,
             }
     return out
+
+
+def _unwrap(node: ast.expr, name: str) -> ast.expr | None:
+    """`name[X]` -> X (e.g. Optional[int] -> int), else None."""
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value) in (name, f"typing.{name}"):
+        return node.slice
+    return None
+
+
+def _literal(node: ast.expr):
+    try:
+        return ast.literal_eval(node)
+    except ValueError:  # computed (a list built elsewhere in the module): keep the expression
+        return ast.unparse(node)
+
+
+def _annotation_cli(name: str, annotation: ast.expr) -> dict | None | bool:
+    """CLI facts of an `A[T, "help"]` / `A[T, Arg(...)]` field, as add_cli_args_from_dataclass
+    derives them; None: no_cli; False: not an annotated field (its flag, if any, is added by hand)."""
+    inner, meta = _annotated(annotation)
+    if meta is None:
+        return False
+    kw: dict[str, ast.expr] = {}
+    if isinstance(meta, ast.Call) and ast.unparse(meta.func) == "Arg":
+        kw = {k.arg: k.value for k in meta.keywords if k.arg}
+    elif not (isinstance(meta, ast.Constant) and isinstance(meta.value, str)):
+        return False
+    if "no_cli" in kw and _literal(kw["no_cli"]) is True:
+        return None
+    flag = _literal(kw["cli_name"]) if "cli_name" in kw else "--" + name.replace("_", "-")
+    facts = {"flag": flag, "aliases": list(_literal(kw["aliases"])) if "aliases" in kw else [],
+             "action": "value", "nargs": _literal(kw["nargs"]) if "nargs" in kw else None,
+             "choices": _literal(kw["choices"]) if "choices" in kw else None}
+    base = _unwrap(inner, "Optional") or inner
+    if "action" in kw:
+        facts["action"] = ast.unparse(kw["action"]).strip("'\"")
+    elif (lit := _unwrap(base, "Literal")) is not None:
+        if not isinstance(facts["choices"], list):  # the Literal's values beat an unresolved expression
+            facts["choices"] = list(_literal(lit)) if isinstance(lit, ast.Tuple) else [_literal(lit)]
+    elif _unwrap(base, "List") is not None or _unwrap(base, "list") is not None:
+        if "type_parser" not in kw:
+            facts["nargs"] = facts["nargs"] or "+"
+    elif ast.unparse(base) == "bool":
+        facts["action"] = "store_true"
+    return facts
 
 
 def _argparse_calls(cls: ast.ClassDef) -> dict[str, dict]:
@@ -64,14 +133,9 @@ def _argparse_calls(cls: ast.ClassDef) -> dict[str, dict]:
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else flags[0].lstrip("-").replace("-", "_")
         action = ast.unparse(kw["action"]).strip("'\"") if "action" in kw else "value"
-        choices = None
-        if "choices" in kw:
-            try:
-                choices = ast.literal_eval(kw["choices"])
-            except ValueError:  # computed choices (e.g. a list built elsewhere): keep the expression
-                choices = ast.unparse(kw["choices"])
+        choices = _literal(kw["choices"]) if "choices" in kw else None
         facts = {
-            "flag": flags[0], "aliases": flags[1:], "action": action,
+            "flag": flags[0], "aliases": flags[1:], "action": action, "dest": dest,
             "nargs": kw["nargs"].value if isinstance(kw.get("nargs"), ast.Constant) else None,
             "choices": choices,
         }
@@ -84,13 +148,35 @@ def _argparse_calls(cls: ast.ClassDef) -> dict[str, dict]:
     return out
 
 
+def _switch_or_value(facts: dict) -> dict:
+    """A hand-added flag's facts without its dest; SGLang's Deprecated*Action flags (still accepted,
+    with a warning) become what they are on the command line: a switch (StoreTrue, StoreConst:
+    no value) or a flag with a value."""
+    out = {k: v for k, v in facts.items() if k != "dest"}
+    if out["action"].startswith("Deprecated"):
+        switch = any(kind in out["action"] for kind in ("StoreTrue", "StoreConst"))
+        out.update(deprecated=out["action"], action="store_true" if switch else "value")
+    return out
+
+
 def extract_server_args(source: str) -> dict:
     cls = _class(ast.parse(source), "ServerArgs")
     fields = _own_fields(cls)
     cli = _argparse_calls(cls)
+    annotations = {s.target.id: s.annotation for s in cls.body
+                   if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
     for name, facts in fields.items():
-        facts["cli"] = cli.get(name)  # None: internal field, not settable from the command line
-    return {"sglang_version": SGLANG_VERSION, "source": SERVER_ARGS_SRC, "fields": fields}
+        declared = _annotation_cli(name, annotations[name])
+        # the annotation's own flag first; fields declared no_cli or not annotated may still have a
+        # hand-written add_argument (deprecated spellings: DeprecatedStoreTrueAction and friends);
+        # None: internal field, not settable from the command line
+        facts["cli"] = declared or (_switch_or_value(cli[name]) if name in cli else None)
+    # old spellings SGLang still accepts for a field under another name (e.g. --cuda-graph-max-bs, whose
+    # dest became cuda_graph_max_bs_decode in 0.5.13): slime scripts and older configs use them
+    renamed = {spelling: {"field": facts["dest"], **_switch_or_value(facts)} for spelling, facts in cli.items()
+               if spelling not in fields and facts["dest"] in fields and facts["dest"] != spelling}
+    return {"sglang_version": SGLANG_VERSION, "source": SERVER_ARGS_SRC, "fields": fields,
+            "renamed": dict(sorted(renamed.items()))}
 
 
 def extract_io_struct(source: str) -> dict:
@@ -112,7 +198,8 @@ def extract_from_wheel(wheel: str | Path) -> tuple[dict, dict]:
     with zipfile.ZipFile(wheel) as zf:
         server_args = extract_server_args(zf.read(SERVER_ARGS_SRC).decode())
         io_struct = extract_io_struct(zf.read(IO_STRUCT_SRC).decode())
-    return server_args, io_struct
+    # as the committed JSON holds them (literal tuples become lists)
+    return json.loads(json.dumps(server_args)), json.loads(json.dumps(io_struct))
 
 
 @lru_cache(maxsize=1)

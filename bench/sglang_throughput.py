@@ -1,0 +1,111 @@
+"""Rollout throughput with a real SGLang engine: SGLang alone vs rlrun's path (client -> router -> engine).
+
+    python bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --new 256 --repeat 3
+(on the lent GPU with the kit staged: tools/device/sglang.sh). One engine is started by rlrun's own
+launch code (SGLangEngine with rollout.sglang's kernels), the real sglang-router in front of it. The
+same work is sent two ways, alternately, --repeat times each:
+  sglang   one batched POST /generate of all prompts straight to the engine (as the kit and
+           sglang.bench_offline_throughput measure SGLang alone)
+  rlrun    one request per sample through rlrun's RolloutClient (max_concurrency = prompts) and the
+           router, with return_logprob (what a rollout asks for)
+Every request generates exactly --new tokens (ignore_eos, T=1). Prints one JSON line per way: median
+tokens/s and rlrun / sglang. Random-init weights of the model's shape, the toy tokenizer (vocab 64).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def _engine_dir(cfg, out: Path) -> str:
+    from rlrun.data.toy import build_toy_tokenizer
+    from rlrun.runner import write_engine_init_dir
+
+    return write_engine_init_dir(cfg, build_toy_tokenizer(), out)
+
+
+def _prompts(n: int) -> list[list[int]]:
+    return [[4 + (i + j) % 40 for j in range(32)] for i in range(n)]  # 32-token prompts, all different
+
+
+def alone(url: str, prompts: list[list[int]], new: int) -> tuple[float, int]:
+    body = {"input_ids": prompts, "return_logprob": True,
+            "sampling_params": {"max_new_tokens": new, "temperature": 1.0, "ignore_eos": True}}
+    t0 = time.perf_counter()
+    r = requests.post(f"{url}/generate", json=body, timeout=600)
+    r.raise_for_status()
+    return time.perf_counter() - t0, sum(len(o["output_ids"]) for o in r.json())
+
+
+async def through_rlrun(url: str, prompts: list[list[int]], new: int) -> tuple[float, int]:
+    from rlrun.rollout.client import RolloutClient
+
+    async with RolloutClient(url, max_concurrency=len(prompts), request_timeout_s=600) as client:
+        async def one(ids):
+            out = await client.post("/generate", {"input_ids": ids, "return_logprob": True, "sampling_params": {
+                "max_new_tokens": new, "temperature": 1.0, "ignore_eos": True}})
+            return len(out["output_ids"])
+
+        t0 = time.perf_counter()
+        counts = await asyncio.gather(*(one(p) for p in prompts))
+        return time.perf_counter() - t0, sum(counts)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="qwen3-0.6b")
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--new", type=int, default=256)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--sglang", nargs="*", default=["attention_backend=triton", "sampling_backend=pytorch",
+                                                   "cuda_graph_backend_decode=full", "cuda_graph_max_bs_decode=64",
+                                                   "cuda_graph_backend_prefill=disabled"])
+    a = p.parse_args()
+    from rlrun.config import load
+    from rlrun.rollout.router import Router
+    from rlrun.rollout.sglang_engine import SGLangEngine
+
+    tmp = Path(tempfile.mkdtemp(prefix="sglbench"))
+    cfg = load(["hardware=h100", f"model={a.model}", "model.vocab_size=64", "rollout.engine=sglang",
+                "train.gpus_per_node=1", "rollout.offload=false", "rollout.mem_fraction_static=0.5",
+                f"run.output_dir={tmp}", *[f"+rollout.sglang.{kv}" for kv in a.sglang]])
+    model_dir = _engine_dir(cfg, tmp / "model")
+    engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp, model_path=model_dir)
+    t0 = time.perf_counter()
+    engine.start(timeout_s=420)
+    print(f"engine healthy after {time.perf_counter() - t0:.1f} s", flush=True)
+    router = Router.from_config(cfg.rollout, tmp).start()
+    try:
+        router.add_worker(engine.url)
+        prompts = _prompts(a.prompts)
+        alone(engine.url, prompts[:8], 16)  # warm-up (first batches compile kernels)
+        asyncio.run(through_rlrun(router.url, prompts[:8], 16))
+        runs: dict[str, list[float]] = {"sglang": [], "rlrun": []}
+        for _ in range(a.repeat):
+            for way in runs:
+                dt, toks = alone(engine.url, prompts, a.new) if way == "sglang" else \
+                    asyncio.run(through_rlrun(router.url, prompts, a.new))
+                assert toks == a.prompts * a.new, (way, toks)
+                runs[way].append(toks / dt)
+        med = {way: statistics.median(v) for way, v in runs.items()}
+        for way, v in runs.items():
+            print(json.dumps({"way": way, "model": a.model, "prompts": a.prompts, "new_tokens": a.new,
+                              "tokens_per_s": [round(x) for x in v], "median": round(med[way])}))
+        print(json.dumps({"rlrun_over_sglang": round(med["rlrun"] / med["sglang"], 3)}))
+    finally:
+        router.stop()
+        engine.stop()
+
+
+if __name__ == "__main__":
+    main()

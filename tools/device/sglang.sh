@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Issue 22 on the lent GPU: rlrun's production path with the real SGLang 0.5.16 (kit in .sgl/,
+# tools/device/sglang_kit.sh) and the Megatron trainer. After the three staging calls
+# (tools/device/README.md: .sgl, then .wB, then .wC + .wA), in as few calls as the 10-minute limit allows:
+#
+#   source tools/device/stage.sh && ITEMS="tests" bash tools/device/sglang.sh
+#
+# Items (ITEMS picks and orders; each runs under tools/device/watchdog.py with its own limit, output
+# streamed to $OUT/ITEM.log; a summary line per item in $OUT/results.md):
+#   tests      tests/gpu/test_sglang_engine.py: every SGLang endpoint rlrun uses, through rlrun's launch
+#              code and the real router (one server start + one restart)                   ~250 s
+#   learn      `rlrun experiment=copy-grpo-h100`: Megatron + SGLang colocated, 150 GRPO steps on the
+#              3-digit copy task; the reward curve and per-phase times                       ~300 s
+#   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
+#   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
+#   gpu        the whole tests/gpu suite                                                      ~300 s
+#   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
+# LEARN_EXTRA / STEPS_EXTRA add overrides.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/runs
+RES=$OUT/results.md
+ITEMS=${ITEMS:-tests learn}
+export PYTHONUNBUFFERED=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+RLRUN=(python3 -c 'import sys; from rlrun.cli import main; sys.exit(main())')
+KIT=(+rollout.sglang.attention_backend=triton +rollout.sglang.sampling_backend=pytorch)  # the kit has no FA3
+echo "# tools/device/sglang.sh $(date -u '+%Y-%m-%d %H:%M UTC') items: $ITEMS" >> "$RES"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$RES" 2>&1
+
+run() {  # run NAME LIMIT CMD...
+  local name=$1 limit=$2 t0=$SECONDS rc
+  shift 2
+  python3 tools/device/watchdog.py --limit "$limit" --log "$OUT/$name.log" --name "$name" -- "$@"
+  rc=$?
+  echo "ITEM $name rc=$rc wall=$((SECONDS - t0))s" | tee -a "$RES"
+  return $rc
+}
+
+summary() {  # summary RUN_NAME: the reward curve and per-phase means of the newest run dir of that name
+  local m
+  m=$(ls -t /tmp/runs/"$1"/*/metrics.jsonl 2>/dev/null | head -1)
+  [ -n "$m" ] || { echo "no metrics for $1" | tee -a "$RES"; return; }
+  cp "$m" "$OUT/metrics_$1.jsonl"
+  python3 - "$m" <<'PY' | tee -a "$RES"
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+r = [row["rollout/reward_mean"] for row in rows if "rollout/reward_mean" in row]
+print("rewards every 10th:", [round(x, 3) for x in r[::10]], "last:", round(r[-1], 3) if r else None)
+k = min(10, len(r) // 2) or 1
+print(f"first{k} {statistics.fmean(r[:k]):.3f} last{k} {statistics.fmean(r[-k:]):.3f} over {len(r)} rollouts")
+keys = sorted(k for k in rows[-1] if k.startswith(("time/", "perf/")))
+print("means after the first rollout:", {k: round(statistics.fmean(row[k] for row in rows[1:] if k in row), 4)
+                                         for k in keys})
+PY
+}
+
+for item in $ITEMS; do
+  case $item in
+    tests) run tests 330 python3 -m pytest -x -q -s -p no:cacheprovider tests/gpu/test_sglang_engine.py ;;
+    learn) run learn 420 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+           summary copy-grpo-h100
+           tail -c 3000 "$OUT/learn.log" | grep -i -E "error|traceback" && tail -40 "$OUT/learn.log" ;;
+    hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
+              rollout.num_rollout=6 run.name=copy-hf run.output_dir=/tmp/runs
+            summary copy-hf ;;
+    throughput) run throughput 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --new 256 --repeat 3
+                grep -E '^\{' "$OUT/throughput.log" | tee -a "$RES" ;;
+    gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu
+         tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
+    steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-4b}; do
+             run "steps_$shape" 300 "${RLRUN[@]}" hardware=h100 model=$shape model.vocab_size=64 data=toy \
+               parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
+               rollout.num_rollout=4 rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 \
+               rollout.max_response_len=512 rollout.mem_fraction_static=0.4 \
+               "${KIT[@]}" \
+               logging.wandb.mode=disabled \
+               run.name=steps-$shape run.output_dir=/tmp/runs ${STEPS_EXTRA:-}
+             summary steps-$shape
+           done ;;
+    *) echo "unknown item $item" | tee -a "$RES" ;;
+  esac
+done
+tar -C /tmp/runs -czf "$OUT/runs_logs.tar.gz" --exclude='*.safetensors' --exclude='checkpoints' --exclude='*.pt' . 2>/dev/null
