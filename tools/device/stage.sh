@@ -36,7 +36,7 @@ have() {  # a distribution already in /tmp/site (from the kit): NAME-VER.whl / N
 }
 for f in .wA/*.whl .wA/*.tar.gz "$STAGE"/*.whl; do [ -e "$f" ] && ! have "$f" && pkgs+=("$f"); done
 marker="$SITE/.staged-$(printf '%s\n' "${pkgs[@]}" | md5sum | cut -c1-8)"
-if [ ! -e "$marker" ]; then
+if [ ${#pkgs[@]} -gt 0 ] && [ ! -e "$marker" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-build-isolation --target "$SITE" "${pkgs[@]}"
   touch "$marker"
 fi
@@ -56,6 +56,7 @@ if [ -d "$SITE/sglang" ]; then
   export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   export TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}
 fi
-python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)"
+python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)" \
+  || echo "stage.sh: megatron-core not importable yet (carry .wA and .wC: tools/device/README.md)"
 python3 -c "import ray, sglang_router; print('staged: ray', ray.__version__, '+ sglang-router')" 2>/dev/null || true
 python3 -c "import importlib.metadata as m; print('staged: sglang', m.version('sglang'), 'pydantic', m.version('pydantic'), 'transformers', m.version('transformers'))" 2>/dev/null || true
