@@ -109,7 +109,9 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
         ("block", ALL),
         ("/resume_memory_occupation", {"tags": ["weights"]}),
         ("trainer.push", ["cuda_graph", "kv_cache"]),  # the engine's weights are back to load into
-        *PUSH,
+        # no /continue_generation yet: a request scheduled before the KV cache is back would prefill
+        # into released memory (SGLang 0.5.16's scheduler died so, on the lent H100, 2026-11-25)
+        *PUSH[:-1],
         ("trainer.offload", ["cuda_graph", "kv_cache"]),
         ("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]}),
         ("/continue_generation", {}),

@@ -56,7 +56,7 @@ PY
 
 for item in $ITEMS; do
   case $item in
-    tests) run tests 330 python3 -m pytest -x -q -s -p no:cacheprovider tests/gpu/test_sglang_engine.py ;;
+    tests) run tests 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_engine.py ;;
     learn) run learn 420 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100
            tail -c 3000 "$OUT/learn.log" | grep -i -E "error|traceback" && tail -40 "$OUT/learn.log" ;;

@@ -28,7 +28,7 @@ def backend_class(name: str):
 
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
-               copies: int = 1, tied: tuple[str, ...] = ()) -> dict:
+               copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True) -> dict:
     """The lead rank's push of its sync state to the engines at `urls`; returns the state's
     fingerprint in the engines' dtype (W.Fingerprint), the bytes pushed per engine and the push's
     seconds. No urls: only the fingerprint.
@@ -62,7 +62,7 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
             prepare(bucket)
     elif transport == "tensor":
         nbytes = E.push_tensors(urls, named, str(version), transport="ipc", bucket_bytes=bucket_bytes,
-                                prepare=prepare, copies=copies)
+                                prepare=prepare, copies=copies, resume=resume)
     elif transport == "distributed":
         import ray
 
@@ -200,11 +200,13 @@ class TrainGroup:
         return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(self._sync_ranks())])[0]
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
-                     engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = ()) -> dict:
+                     engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
+                     resume: bool = True) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
-        seconds. Every rank takes part where the export is a collective."""
+        seconds. Every rank takes part where the export is a collective. resume=False: the engines
+        stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
         how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
-                   backend=backend, copies=copies, tied=tied)
+                   backend=backend, copies=copies, tied=tied, resume=resume)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:

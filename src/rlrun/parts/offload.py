@@ -52,7 +52,8 @@ class Offload:
                     self.engines.resume_memory(["weights"])  # SGLang loads the update into these
         if push:
             with timer("weight_sync"):
-                self.weights.push_all(version, want)
+                # lent engines stay paused after the push until their KV cache is back (below)
+                self.weights.push_all(version, want, resume=not lend)
         if (swap and push and not disk) or lend:
             with timer("offload"):
                 if swap and push and not disk:

@@ -40,12 +40,13 @@ class WeightSync:
             return
         self.push_all(version, self.export() if self.plan.weight_sync == "disk" else None)
 
-    def push_all(self, version: int, want: str | None = None) -> None:
-        """Every engine (held restarts included) gets `version`; disk: `want` is the export's checksum."""
+    def push_all(self, version: int, want: str | None = None, resume: bool = True) -> None:
+        """Every engine (held restarts included) gets `version`; disk: `want` is the export's checksum.
+        resume=False: a tensor push leaves the engines paused (the caller resumes their KV cache first)."""
         with self.versions.pushing(version):
             if self.cfg.rollout.partial_rollout:
                 self.engines.abort_all()
-            self.engines.sync(lambda urls: self.push(version, urls, want))
+            self.engines.sync(lambda urls: self.push(version, urls, want, resume))
 
     def engines_hold(self) -> bool:
         """Whether every engine holds the trainer's weights (compared without pushing anything)."""
@@ -59,9 +60,10 @@ class WeightSync:
     def check_kind(self) -> str:
         return "sha256" if self.plan.weight_sync == "disk" else "fingerprint"
 
-    def push_args(self, version: int) -> dict:
+    def push_args(self, version: int, resume: bool = True) -> dict:
         r = self.cfg.rollout
-        return dict(transport=self.plan.weight_sync, version=version, bucket_bytes=r.weight_sync_bucket_mb << 20,
+        return dict(transport=self.plan.weight_sync, version=version, resume=resume,
+                    bucket_bytes=r.weight_sync_bucket_mb << 20,
                     engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
                     copies=r.gpus_per_engine if r.engine == "sglang" else 1,
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
@@ -71,13 +73,13 @@ class WeightSync:
         """disk: the trainer writes its weights under the run dir; returns their sha256."""
         return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR))
 
-    def push(self, version: int, urls: list[str], want: str | None = None) -> None:
+    def push(self, version: int, urls: list[str], want: str | None = None, resume: bool = True) -> None:
         """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
-        the export's checksum (the file is already written)."""
+        the export's checksum (the file is already written). resume: see push_all."""
         if self.plan.weight_sync == "disk":
             self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
         else:
-            out = self.trainer.push_weights(urls, **self.push_args(version))
+            out = self.trainer.push_weights(urls, **self.push_args(version, resume))
             want = out["fingerprint"]
             if out["bytes"]:
                 # bytes per engine / the lead rank's push seconds (the export's gather is not in it)

@@ -110,15 +110,18 @@ def _executor(pool: ThreadPoolExecutor | None, n: int) -> Iterator[ThreadPoolExe
 
 
 @contextmanager
-def _paused(urls: list[str], pool: ThreadPoolExecutor) -> Iterator[None]:
+def _paused(urls: list[str], pool: ThreadPoolExecutor, resume: bool = True) -> Iterator[None]:
     """pause_generation(in_place) -> body -> continue_generation on every engine: running requests
-    wait between decode steps while the weights change and then go on (none is lost)."""
+    wait between decode steps while the weights change and then go on (none is lost).
+    resume=False leaves them paused: the caller continues them once their KV cache is back (a
+    request scheduled into released KV memory crashes SGLang 0.5.16's scheduler)."""
     body = api.pause_generation_body("in_place")
     list(pool.map(lambda url: _post(url, "/pause_generation", body), urls))
     try:
         yield
     finally:
-        list(pool.map(lambda url: _post(url, "/continue_generation", {}), urls))
+        if resume:
+            list(pool.map(lambda url: _post(url, "/continue_generation", {}), urls))
 
 
 def _payload(bucket: list, transport: str) -> tuple[str, list]:
@@ -136,17 +139,18 @@ Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before 
 
 def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
                  bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
-                 pool: ThreadPoolExecutor | None = None) -> int:
+                 pool: ThreadPoolExecutor | None = None, resume: bool = True) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
     (in_place) and continue; returns the bytes pushed (per engine).
 
     One bucket at a time: `prepare` (the trainer: move it to its GPU, fingerprint it there), one
     payload, one request per engine, then the next bucket, so at most one bucket is staged. The
     last bucket carries `version` and flush_cache: engines tag samples with the new version only
-    once the whole state is in. copies: payloads per request (SGLang wants one per TP rank)."""
+    once the whole state is in. copies: payloads per request (SGLang wants one per TP rank).
+    resume=False: the engines stay paused afterwards (see _paused)."""
     parts = list(W.buckets(named, bucket_bytes))
     nbytes = 0
-    with _executor(pool, len(urls)) as ex, _paused(urls, ex):
+    with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume):
         for i, bucket in enumerate(parts):
             bucket = prepare(bucket) if prepare else bucket
             payload, keepalive = _payload(bucket, transport)
