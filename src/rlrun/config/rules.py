@@ -8,23 +8,20 @@ from typing import Callable, Iterable, Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, use_critic
 from rlrun.config.plan import sample_tokens
+from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
 
 Rule = Callable[[RunConfig], Iterable[Problem]]
-RULES: list[Rule] = []
-GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
-
-
-def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
-    return fn
+RULES: Checks[Rule] = Checks()
+rule = RULES
 
 
 def check(cfg: RunConfig) -> list[Problem]:
     from rlrun.config import agent_rules, debug_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
 
-    return [p for r in RULES for p in r(cfg)]
+    return RULES.run(cfg)
 
 
 # ---- batch identity and schedule -------------------------------------------------------------------------
@@ -131,10 +128,11 @@ def kl(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def estimator(cfg: RunConfig) -> Iterator[Problem]:
     a, n = cfg.algo, cfg.rollout.n_samples_per_prompt
-    if a.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not a.normalize_advantages:
+    kind = ESTIMATORS[a.advantage_estimator]
+    if kind.needs_whitening and not a.normalize_advantages:
         yield Problem("algo.normalize_advantages", f"{a.advantage_estimator} needs advantage whitening",
                       "set algo.normalize_advantages=true", a.normalize_advantages)
-    if a.advantage_estimator in GROUP_ESTIMATORS and n == 1:
+    if kind.group_normalised and n == 1:
         yield Problem("rollout.n_samples_per_prompt", f"{a.advantage_estimator} compares samples within a group; "
                       "with one sample per prompt every advantage is 0 and nothing is learned",
                       "set rollout.n_samples_per_prompt >= 2 (8 is usual), or algo=reinforce_plus_plus / ppo", n)
@@ -161,11 +159,13 @@ def estimator(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def critic(cfg: RunConfig) -> Iterator[Problem]:
     a, t = cfg.algo, cfg.train
-    if a.advantage_estimator == "ppo" and t.backend != "torch":
-        yield Problem("train.backend", f"algo {a.name} (advantage_estimator ppo) trains a critic, which only the "
-                      f"torch backend builds; train.backend is {t.backend}",
-                      "set train.backend=torch (data parallel: parallelism=tp1), or a critic-free algo "
-                      "(algo=grpo, gspo, cispo, reinforce_plus_plus)", t.backend)
+    if use_critic(cfg) and not BACKENDS[t.backend].critic:
+        builds = [b for b, spec in BACKENDS.items() if spec.critic]
+        free = [e for e, spec in ESTIMATORS.items() if not spec.needs_critic]
+        yield Problem("train.backend", f"algo {a.name} (advantage_estimator {a.advantage_estimator}) trains a "
+                      f"critic, which only the {' and '.join(builds)} backend builds; train.backend is {t.backend}",
+                      f"set train.backend={' or '.join(builds)} (data parallel: parallelism=tp1), or a critic-free algo "
+                      f"(algo={', '.join(free[:4])})", t.backend)
 
 
 @rule
@@ -245,13 +245,17 @@ def lengths(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
     r = cfg.rollout
-    if r.engine == "hf" and r.gpus_per_engine != 1:
-        yield Problem("rollout.gpus_per_engine", f"the hf engine runs on one device, got gpus_per_engine "
-                      f"{r.gpus_per_engine}", "set rollout.gpus_per_engine=1 or rollout.engine=sglang",
-                      r.gpus_per_engine)
-    if r.engine == "hf" and r.sglang:
-        yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is hf, "
-                      "so they would be ignored", "set rollout.engine=sglang or remove rollout.sglang", r.sglang)
+    kind = ENGINES[r.engine]
+    if kind.max_gpus_per_engine is not None and r.gpus_per_engine > kind.max_gpus_per_engine:
+        wider = [e for e, spec in ENGINES.items() if spec.max_gpus_per_engine is None]
+        yield Problem("rollout.gpus_per_engine", f"the {r.engine} engine runs on one device, got gpus_per_engine "
+                      f"{r.gpus_per_engine}", f"set rollout.gpus_per_engine={kind.max_gpus_per_engine} or "
+                      f"rollout.engine={wider[0]}", r.gpus_per_engine)
+    if not kind.server_args and r.sglang:
+        servers = [e for e, spec in ENGINES.items() if spec.server_args]
+        yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is "
+                      f"{r.engine}, so they would be ignored", f"set rollout.engine={servers[0]} or remove "
+                      "rollout.sglang", r.sglang)
     elif r.sglang:
         from rlrun.rollout.sglang_args import check_sglang_mapping  # pure Python, owned by the rollout layer
 
