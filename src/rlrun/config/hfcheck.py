@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Optional
 from rlrun.config.errors import Problem
 from rlrun.config.families import BY_MODEL_TYPE, FAMILIES
 from rlrun.config.kinds import BACKENDS, builds
-from rlrun.config.rules import rule
+from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
 
 

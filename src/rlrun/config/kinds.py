@@ -83,6 +83,7 @@ class EngineKind:
     weight_sync: tuple[str, ...] = ("tensor", "distributed", "disk")
     max_gpus_per_engine: int | None = None   # None: any rollout.gpus_per_engine (tensor parallel engines)
     server_args: bool = False                # reads rollout.sglang (SGLang ServerArgs); else they are refused
+    server_args_check: str = ""              # "module:function"(args dict) -> Problems, run by rlrun validate
     # the engine answers a checksum of the weights it holds (a push is verified against the trainer's);
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
@@ -98,6 +99,7 @@ ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
 ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True,
                             memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
 ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True,
+                            server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
                             memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
 
 

@@ -8,7 +8,7 @@ from rlrun.config.errors import Problem
 from rlrun.config.families import FAMILIES
 from rlrun.config.kinds import BACKENDS, ENGINES
 from rlrun.config.plan import engine_slots
-from rlrun.config.rules import rule
+from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
 
 

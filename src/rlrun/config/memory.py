@@ -55,8 +55,8 @@ from math import ceil
 
 from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
 from rlrun.config.params import ParamCount, count_params
-from rlrun.config.plan import dp_size
 from rlrun.config.schema import RunConfig
+from rlrun.config.sizes import dp_size
 
 GiB = 1024 ** 3
 ENGINE_OVERHEAD_GIB = 1.0  # CUDA context, graphs and sampling buffers outside SGLang's static pool

@@ -2,9 +2,13 @@
 and returns every problem (rules, capability checks, warnings and the preflight each hold one). Pure Python."""
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, TypeVar
+import importlib
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 
 from rlrun.config.errors import Problem
+
+if TYPE_CHECKING:
+    from rlrun.config.schema import RunConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,3 +30,17 @@ class Checks(Generic[F]):
 
     def run(self, *args: Any) -> list[Problem]:
         return [p for fn in self.fns for p in fn(*args)]
+
+
+Rule = Callable[["RunConfig"], Iterable[Problem]]
+# The cross-field rules `rlrun validate` runs (before Ray starts). A package registers its own rules here with
+# @RULES from its module, and names that module in RULE_MODULES (by path: config imports no other rlrun package;
+# the modules are imported on the first validation, as a kind's factory is imported when a run builds it).
+RULES: Checks[Rule] = Checks()
+RULE_MODULES = ["rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
+                "rlrun.agent.rules"]
+
+
+def load_rule_modules() -> None:
+    for name in RULE_MODULES:
+        importlib.import_module(name)

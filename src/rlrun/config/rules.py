@@ -4,23 +4,20 @@ Layout rules (parallelism, placement, hardware) live in layout_rules.py, the HF 
 hfcheck.py; this module holds batch, algorithm, sampling, data and training-schedule rules."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, use_critic
-from rlrun.config.plan import sample_tokens
-from rlrun.config.registry import Checks
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, resolve, use_critic
+from rlrun.config.registry import RULES, Rule, load_rule_modules
 from rlrun.config.schema import RunConfig
+from rlrun.config.sizes import sample_tokens
 
-Rule = Callable[[RunConfig], Iterable[Problem]]
-RULES: Checks[Rule] = Checks()
-rule = RULES
+rule = RULES  # the decorator; rules of other modules register through rlrun.config.registry.RULES too
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    from rlrun.config import agent_rules, debug_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
-
+    load_rule_modules()
     return RULES.run(cfg)
 
 
@@ -256,10 +253,8 @@ def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is "
                       f"{r.engine}, so they would be ignored", f"set rollout.engine={servers[0]} or remove "
                       "rollout.sglang", r.sglang)
-    elif r.sglang:
-        from rlrun.rollout.sglang_args import check_sglang_mapping  # pure Python, owned by the rollout layer
-
-        yield from check_sglang_mapping(dict(r.sglang))
+    elif r.sglang:  # the engine's own check of its server args (pure Python, owned by the rollout layer)
+        yield from resolve(kind.server_args_check)(dict(r.sglang))
         yield from _sglang_dp(r)
 
 
