@@ -10,7 +10,7 @@ import torch
 from rlrun import checkpoint as ckpt
 from rlrun.config import load
 from rlrun.data import Sample, Status
-from rlrun.launch import steps
+from rlrun.loops import steps
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from rlrun.data.groups import groups_of
-from rlrun.launch import steps
+from rlrun.loops import steps
 from rlrun.loops import phases
 from rlrun.metrics import Timer
 from rlrun.rollout.client import Sampling

@@ -4,7 +4,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from rlrun.config.kinds import use_critic
-from rlrun.launch import steps
+from rlrun.loops import steps
 
 
 def resume(p) -> int:

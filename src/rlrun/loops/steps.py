@@ -1,4 +1,4 @@
-"""The phases of one loop step, each a small function, so that rlrun/loop.py reads as the recipe.
+"""The phases of one loop step, each a small function, so that rlrun/loops/sync_loop.py reads as the recipe.
 
 (generation itself: rlrun.rollout.handle.generate_samples, called by rlrun.parts.rollout_side)
 score: rule/remote/custom rewards (rlrun.reward.score_batch)

@@ -11,7 +11,7 @@ The asynchronous loop is rlrun.loops.async_loop; both share rlrun.loops.phases.
 """
 from __future__ import annotations
 
-from rlrun.launch import steps
+from rlrun.loops import steps
 from rlrun.loops import phases
 from rlrun.metrics import Timer
 from rlrun.rollout.client import Sampling
