@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 
-from rlrun.loops import steps
+from rlrun.parts import sampling as steps
 
 
 class Evaluator:
