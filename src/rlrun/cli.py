@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from rlrun.config.errors import ConfigError
+from rlrun.config.errors import ConfigError, UsageError  # UsageError: the commands below the CLI raise it too
 
 COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "show", "compare", "replay",
             "submit", "jobs", "logs", "stop")
@@ -57,10 +57,6 @@ class Args:
     resolve: bool = False
     warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
     check_paths: bool = False
-
-
-class UsageError(Exception):
-    pass
 
 
 def parse(argv: Sequence[str]) -> Args:

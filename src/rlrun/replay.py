@@ -187,7 +187,7 @@ def compare_train_series(original: Path, replayed: Path, keys=("train/loss", "tr
 
 def replay_main(a) -> int:
     if len(a.positional) != 1:
-        from rlrun.cli import UsageError
+        from rlrun.config.errors import UsageError
 
         raise UsageError("replay takes one RUN_DIR (and optional --rollouts A:B and overrides)")
     s = replay(Path(a.positional[0]), a.overrides, a.rollouts, a.config_dir)
