@@ -30,7 +30,7 @@ def _kind(kinds: Kinds) -> Any:
             expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
             raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
         return name
-    return Annotated[str, AfterValidator(known)]
+    return Annotated[str, AfterValidator(known), kinds]  # kinds: read by rlrun.config.contract_docs
 
 
 class Section(BaseModel):
