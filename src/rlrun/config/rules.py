@@ -9,7 +9,8 @@ from typing import Iterator
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
 from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, resolve, use_critic
-from rlrun.config.registry import RULES, Rule, load_rule_modules
+from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
+from rlrun.config.registry import RULES, load_rule_modules
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import sample_tokens
 
@@ -299,9 +300,6 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
 
 # ---- data, rewards, eval, checkpoints --------------------------------------------------------------------
 
-# rlrun.reward's rule types (rlrun.reward.rules.RULES) plus "remote"; listed here because importing the reward
-# package costs ~0.1 s of `rlrun plan`'s start-up. tests/unit/test_config_rules.py keeps the two in step.
-RM_TYPES = ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "random", "remote", "remote_rm")
 
 
 def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
@@ -311,9 +309,6 @@ def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
         yield Problem(path, f"unknown reward type {rm_type!r}{did_you_mean(base, known)}",
                       f"use one of {', '.join(known)} (optionally with a boxed_ prefix) or a custom "
                       "'module.path:function'", rm_type)
-
-
-REMOTE_TYPES = ("remote", "remote_rm")
 
 
 @rule
