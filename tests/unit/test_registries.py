@@ -77,6 +77,15 @@ def test_rules_read_the_new_specs(toy_kinds):
     assert err.value.paths == ["train.backend"] and "data-parallel only" in err.value.problems[0].message
 
 
+def test_an_engine_refuses_a_transport_it_does_not_take():
+    with ENGINES.registered(EngineKind("disk_only", needs_gpu=False, weight_sync=("disk",))):
+        with pytest.raises(ConfigError) as err:  # the default CPU job is colocated: auto resolves to tensor
+            load(["rollout.engine=disk_only"])
+        assert err.value.paths == ["rollout.weight_sync"]
+        assert err.value.problems[0].fix == "set rollout.weight_sync=disk"
+        assert load(["rollout.engine=disk_only", "rollout.weight_sync=disk"]).rollout.weight_sync == "disk"
+
+
 def test_the_new_estimator_computes_through_its_rule(toy_kinds):
     rewards = torch.tensor([1.0, 0.0, 3.0, 1.0])  # groups of 2: means 0.5 and 2.0, no std division
     mask = torch.ones(4, 2)

@@ -10,6 +10,7 @@ from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
 from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, resolve, use_critic
 from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
+from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES, load_rule_modules
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import sample_tokens
@@ -282,6 +283,11 @@ def _sglang_dp(r) -> Iterator[Problem]:
 @rule
 def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
     r, t = cfg.rollout, cfg.train
+    takes, transport = ENGINES[r.engine].weight_sync, transport_of(cfg)
+    if transport not in takes:
+        yield Problem("rollout.weight_sync", f"the {r.engine} engine takes weights by {' or '.join(takes)}; this run's "
+                      f"transport is {transport}" + (" (auto)" if r.weight_sync == "auto" else ""),
+                      f"set rollout.weight_sync={takes[0]}", r.weight_sync)
     if r.weight_sync == "tensor" and not t.colocate:
         yield Problem("rollout.weight_sync", "weight_sync=tensor hands the engines CUDA IPC handles (shared "
                       "memory on the CPU) of the trainer's tensors, so trainer and engines must share GPUs, but "
