@@ -13,7 +13,7 @@ from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.re
 from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES, load_rule_modules
 from rlrun.config.schema import RunConfig
-from rlrun.config.sizes import sample_tokens
+from rlrun.config.sizes import dp_size as dp_ranks, sample_tokens
 
 rule = RULES  # the decorator; rules of other modules register through rlrun.config.registry.RULES too
 
@@ -57,9 +57,9 @@ def schedule(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def micro_batches(cfg: RunConfig) -> Iterator[Problem]:
     t, p = cfg.train, cfg.parallelism
-    dp_size = t.num_gpus // (p.tp * p.pp * p.cp)
-    if dp_size < 1 or t.num_gpus % (p.tp * p.pp * p.cp):
+    if t.num_gpus % (p.tp * p.pp * p.cp):
         return  # reported by the world-size rule
+    dp_size = dp_ranks(cfg)
     if t.global_batch_size % dp_size:
         yield Problem("train.global_batch_size", f"global_batch_size {t.global_batch_size} does not split over "
                       f"DP {dp_size} ranks (world {t.num_gpus} / (TP {p.tp} * PP {p.pp} * CP {p.cp}))",
