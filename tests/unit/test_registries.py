@@ -96,6 +96,16 @@ def test_the_new_estimator_computes_through_its_rule(toy_kinds):
         compute_advantages("toy_est", rewards, 2, loss_mask=mask)
 
 
+def test_a_spec_with_an_unknown_model_is_refused_where_it_is_written():
+    with pytest.raises(ValueError, match=r"EngineKind\('x'\).memory='static': use one of static_pool, per_sequence"):
+        EngineKind("x", needs_gpu=False, memory="static")
+    with pytest.raises(ValueError, match=r"weight_sync='nccl'"):
+        EngineKind("x", needs_gpu=False, weight_sync=("nccl",))
+    with pytest.raises(ValueError, match=r"BackendKind\('y'\).state_dtypes='fp16'"):
+        BackendKind("y", needs_gpu=False, model_parallel=False, critic=False, state_dtypes=("fp16",),
+                    bf16_grads=False, cuda_graphs=False, sliding_window=True)
+
+
 def test_checks_registry_runs_every_check_in_order():
     checks = Checks()
     checks(lambda x: [f"a{x}"])

@@ -73,14 +73,23 @@ def resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
+def _one_of(spec: Any, key: str, allowed: tuple[str, ...], value: Any = None) -> None:
+    """A spec's field holds a value the readers know (a typo in a plugin's spec fails where it is registered)."""
+    value = getattr(spec, key) if value is None else value
+    if value not in allowed:
+        raise ValueError(f"{type(spec).__name__}({spec.name!r}).{key}={value!r}: use one of {', '.join(allowed)}")
+
+
 # ---- rollout engines -------------------------------------------------------------------------------------
+
+TRANSPORTS = ("tensor", "distributed", "disk")  # rollout.weight_sync's transports (besides auto)
 
 @dataclass(frozen=True)
 class EngineKind:
     name: str
     needs_gpu: bool
     # rollout.weight_sync transports the engine accepts (auto picks among them: rlrun.config.plan.weight_sync)
-    weight_sync: tuple[str, ...] = ("tensor", "distributed", "disk")
+    weight_sync: tuple[str, ...] = TRANSPORTS
     max_gpus_per_engine: int | None = None   # None: any rollout.gpus_per_engine (tensor parallel engines)
     server_args: bool = False                # reads rollout.sglang (SGLang ServerArgs); else they are refused
     server_args_check: str = ""              # "module:function"(args dict) -> Problems, run by rlrun validate
@@ -93,6 +102,11 @@ class EngineKind:
     memory: str = "per_sequence"
     # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
     factory: str = ""
+
+    def __post_init__(self) -> None:
+        _one_of(self, "memory", ("static_pool", "per_sequence"))
+        for t in self.weight_sync:
+            _one_of(self, "weight_sync", TRANSPORTS, t)
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
@@ -123,6 +137,11 @@ class BackendKind:
     factory: str = ""                        # "module:Class", the TrainerBackend subclass
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _one_of(self, "memory", ("fp32", "distributed"))
+        for d in self.state_dtypes:
+            _one_of(self, "state_dtypes", ("fp32", "bf16"), d)
 
 
 BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
