@@ -84,6 +84,7 @@ def _one_of(spec: Any, key: str, allowed: tuple[str, ...], value: Any = None) ->
 
 TRANSPORTS = ("tensor", "distributed", "disk")  # rollout.weight_sync's transports (besides auto)
 
+
 @dataclass(frozen=True)
 class EngineKind:
     name: str
