@@ -26,7 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from rlrun.config.errors import ConfigError
+from rlrun.config.errors import ConfigError, UsageError  # UsageError: the commands below the CLI raise it too
 
 COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "show", "compare", "replay",
             "submit", "jobs", "logs", "stop")
@@ -57,10 +57,6 @@ class Args:
     resolve: bool = False
     warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
     check_paths: bool = False
-
-
-class UsageError(Exception):
-    pass
 
 
 def parse(argv: Sequence[str]) -> Args:
@@ -153,7 +149,7 @@ def _runnable(cfg, plan, check_paths: bool) -> None:
     """What this runner cannot run (rlrun.config.capability) and, with check_paths, the preflight of paths,
     data and disk on this machine: ConfigError with every problem."""
     from rlrun.config import capability
-    from rlrun.config.preflight import preflight
+    from rlrun.launch.preflight import preflight
 
     problems = capability.problems(cfg) + (preflight(cfg, plan) if check_paths else [])
     if problems:
@@ -295,7 +291,7 @@ def _main(argv: list[str]) -> int:
         if a.multirun and a.command in ("submit", "jobs", "logs", "stop"):
             raise UsageError(f"rlrun {a.command} takes one config, not a sweep (-m): submit each point")
         if a.multirun:
-            from rlrun.config.sweep import sweep_main
+            from rlrun.sweep import sweep_main
 
             return sweep_main(a)
         if a.command == "diff":

@@ -8,7 +8,7 @@ the same train/* series (tests/integration/test_replay.py). Replay needs logging
 and says so otherwise. Starting at A > 0 loads the original run's checkpoint iter_A.
 
 The replay is a run dir of its own, RUN_DIR/replay/<timestamp>, driven by the synchronous loop
-(rlrun.loop) over parts (rlrun.parts) where the rollout side reads records (RecordedRollouts) and weight
+(rlrun.loops.sync_loop) over parts (rlrun.parts) where the rollout side reads records (RecordedRollouts) and weight
 sync, offload and eval have no engines (NoEngines); trainer, checkpoints and metrics are the real ones.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def build(cfg, plan, run_dir: Path, source: Path, start: int, stack: ExitStack) 
 
 
 def replay(source: Path, overrides: list[str], rollouts: str | None = None, config_dir=None) -> dict:
-    from rlrun import loop
+    from rlrun.loops import sync_loop as loop
     from rlrun.config import load
     from rlrun.config.plan import make_plan
     from rlrun.config.rundir import prepare_run_dir, read_run_dir
@@ -187,7 +187,7 @@ def compare_train_series(original: Path, replayed: Path, keys=("train/loss", "tr
 
 def replay_main(a) -> int:
     if len(a.positional) != 1:
-        from rlrun.cli import UsageError
+        from rlrun.config.errors import UsageError
 
         raise UsageError("replay takes one RUN_DIR (and optional --rollouts A:B and overrides)")
     s = replay(Path(a.positional[0]), a.overrides, a.rollouts, a.config_dir)

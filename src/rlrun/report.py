@@ -274,7 +274,7 @@ def compare(paths: list[str | Path], out: str | Path | None = None) -> Path:
 
 def show_main(a) -> int:
     if len(a.positional) != 1:
-        from rlrun.cli import UsageError
+        from rlrun.config.errors import UsageError
 
         raise UsageError("show takes one RUN_DIR (a run dir or a sweep dir)")
     print(f"report: {show(a.positional[0])}")
@@ -283,7 +283,7 @@ def show_main(a) -> int:
 
 def compare_main(a) -> int:
     if not a.positional:
-        from rlrun.cli import UsageError
+        from rlrun.config.errors import UsageError
 
         raise UsageError("compare takes one or more run dirs or sweep dirs")
     print(f"report: {compare(a.positional, a.out)}")

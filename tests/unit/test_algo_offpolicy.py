@@ -267,7 +267,7 @@ def test_compute_advantages_with_incomplete_groups_and_ids():
 
 def test_add_advantages_takes_group_ids_and_the_offpolicy_mask():
     from rlrun.config import load
-    from rlrun.launch import steps
+    from rlrun.loops import steps
 
     cfg = load(["algo=reinforce_plus_plus", "algo.kl_coef=0"])  # whitening over trained tokens and the last trained token's reward
     batch = TrainBatch(tokens=[torch.arange(5), torch.arange(4)], response_start=[2, 2],

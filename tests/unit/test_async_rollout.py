@@ -13,7 +13,7 @@ import requests
 from test_loop_offload import group  # noqa: F401 - the module's engine + router fixture
 
 from rlrun.data import Sample
-from rlrun.launch import steps
+from rlrun.loops import steps
 from rlrun.loops.async_loop import staleness
 from rlrun.rollout.client import RolloutClient, Sampling
 from rlrun.rollout.engines import _post

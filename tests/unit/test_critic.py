@@ -7,7 +7,7 @@ import torch
 
 from train_fixtures import toy_batch, torch_backend
 from rlrun.config import load
-from rlrun.launch import steps
+from rlrun.loops import steps
 from rlrun.train.base import TrainBatch
 from rlrun.train.torch_backend import TorchBackend
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlrun import loop
+from rlrun.loops import sync_loop as loop
 from rlrun.config import ConfigError, load
 from rlrun.config.plan import make_plan
 from rlrun.data import Sample

@@ -10,7 +10,8 @@ import torch
 from rlrun import checkpoint as ckpt
 from rlrun.config import load
 from rlrun.data import Sample, Status
-from rlrun.launch import steps
+from rlrun.loops import steps
+from rlrun.parts import sampling
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 
@@ -20,11 +21,11 @@ def _group(rewards, resp_len=2):
 
 
 def test_dynamic_sampling_filter_drops_groups_whose_rewards_agree():
-    keep = steps.group_filter("nonzero_std")
+    keep = sampling.group_filter("nonzero_std")
     assert [keep(g) for g in (_group([1, 1]), _group([0, 1]), _group([0, 0]))] == [False, True, False]
-    assert steps.group_filter(None) is None
+    assert sampling.group_filter(None) is None
     with pytest.raises(ValueError, match="rollout.dynamic_sampling"):
-        steps.group_filter("bogus")
+        sampling.group_filter("bogus")
 
 
 def test_grpo_advantages_are_group_normalised_and_broadcast_per_token():
@@ -44,10 +45,10 @@ def test_toy_prompts_are_written_into_the_run_dir_and_resume_in_order(tmp_path):
     from rlrun.data.toy import build_toy_tokenizer
 
     cfg, tok = load([]), build_toy_tokenizer()
-    a = steps.load_prompts(cfg, tok, tmp_path)
-    assert (tmp_path / "data" / "toy.jsonl").is_file() and len(a) == steps.TOY_PROMPTS
+    a = sampling.load_prompts(cfg, tok, tmp_path)
+    assert (tmp_path / "data" / "toy.jsonl").is_file() and len(a) == sampling.TOY_PROMPTS
     a.next_batch(5)
-    b = steps.load_prompts(cfg, tok, tmp_path)
+    b = sampling.load_prompts(cfg, tok, tmp_path)
     b.load_state_dict(a.state_dict())
     assert [i.index for i in b.next_batch(8)] == [i.index for i in a.next_batch(8)]
     item = a.next_batch(1)[0]
@@ -55,7 +56,7 @@ def test_toy_prompts_are_written_into_the_run_dir_and_resume_in_order(tmp_path):
 
 
 def test_request_seeds_differ_per_sample_and_step():
-    seeds = {steps.request_seed(1234, r, i) for r in range(3) for i in range(64)}
+    seeds = {sampling.request_seed(1234, r, i) for r in range(3) for i in range(64)}
     assert len(seeds) == 192 and all(0 <= s < 2**31 - 1 for s in seeds)
 
 

@@ -1,4 +1,4 @@
-"""The preflight (rlrun.config.preflight): one test per defect class, each with the dotted key and the
+"""The preflight (rlrun.launch.preflight): one test per defect class, each with the dotted key and the
 location it must name, plus all problems at once and the CLI paths (`rlrun validate --check-paths`,
 `rlrun run` stopping before the run dir and Ray)."""
 
@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlrun.config import load
-from rlrun.config import preflight as pf
+from rlrun.launch import preflight as pf
 from rlrun.config.plan import make_plan
-from rlrun.config.preflight import checkpoint_bytes, checkpoint_count, preflight
+from rlrun.launch.preflight import checkpoint_bytes, checkpoint_count, preflight
 
 QWEN3_4B = Path(__file__).resolve().parent / "invalid_configs" / "slime" / "base" / "Qwen3-4B"
 ROOT = os.geteuid() == 0  # root reads and writes anything: permission tests then deny through os.access
@@ -301,7 +301,7 @@ def test_preflight_time_on_the_seed_recipe(tmp_path):
 
 def test_a_sweep_checks_every_point_before_any_run_dir(tmp_path, data):
     from rlrun.config import ConfigError
-    from rlrun.config.sweep import expand, launch, validate_points
+    from rlrun.sweep import expand, launch, validate_points
 
     planned = validate_points(expand([f"run.output_dir={tmp_path / 'out'}",
                                       f"data.prompt_data={data},{tmp_path}/missing.jsonl"]))

@@ -1,5 +1,5 @@
 """data.rm_url: validated with data.rm_type (remote needs it, nothing else takes it) and handed by the loop's
-score step (rlrun.launch.steps.score, which the runner calls with cfg.data.rm_url) to a real HTTP server."""
+score step (rlrun.parts.sampling.score, which the runner calls with cfg.data.rm_url) to a real HTTP server."""
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,7 +38,7 @@ def server():
 
 
 def test_the_loop_scores_remote_rewards_at_data_rm_url(server):
-    from rlrun.launch import steps
+    from rlrun.parts import sampling as steps
 
     cfg = load(["data.rm_type=remote", f"data.rm_url={server}"])
     samples = [Sample(prompt="p0", response="7", label="7"), Sample(prompt="p1", response="3", label="4")]

@@ -8,7 +8,7 @@ import pytest
 
 from rlrun.cli import main
 from rlrun.config import ConfigError
-from rlrun.config.sweep import expand, launch, validate_points
+from rlrun.sweep import expand, launch, validate_points
 
 
 def test_expand_grid_in_hydra_order():

@@ -23,9 +23,20 @@ import torch.distributed as dist
 from rlrun.algo.kl import kl as kl_estimate
 from rlrun.algo.packing import packed_to_padded, padded_to_packed
 from rlrun.algo.whiten import whiten
+from rlrun.config.kinds import ESTIMATORS  # the estimators' specs (group-normalised, critic, policy loss)
 
-ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo")
-_GROUP_NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+# name -> token rule (rewards after the spec's group normalisation -> (advantages, returns) [B, T]), registered
+# with @register_adv_est under the name of its spec in rlrun.config.kinds.ESTIMATORS
+TOKEN_RULES: dict = {}
+
+
+def register_adv_est(name: str):
+    """Register the token rule of estimator `name` (its spec lives in rlrun.config.kinds.ESTIMATORS).
+    The rule is called as fn(r, lmask, rmask, tok_kl, values, kl_coef=, gamma=, lambd=) -> (adv, ret)."""
+    def deco(fn):
+        TOKEN_RULES[name] = fn
+        return fn
+    return deco
 
 
 def group_normalize(rewards: torch.Tensor, n_samples_per_prompt: int, normalize_std: bool, eps: float = 1e-6,
@@ -127,8 +138,9 @@ def compute_advantages(
     logp/ref_logp: log-probs of the response tokens (needed when kl_coef != 0). values: critic
     values (ppo only). The keyword values mirror the `algo` config section (see docs/algorithms.md).
     """
-    if estimator not in ESTIMATORS:
+    if estimator not in ESTIMATORS or estimator not in TOKEN_RULES:
         raise ValueError(f"algo.advantage_estimator={estimator!r} is unknown; use one of {', '.join(ESTIMATORS)}")
+    spec = ESTIMATORS[estimator]
     if cu_seqlens is not None:  # packed: compute on a padded view, then pack back
         pad = lambda t: None if t is None else packed_to_padded(t, cu_seqlens)[0]  # noqa: E731
         adv, ret = compute_advantages(
@@ -144,33 +156,48 @@ def compute_advantages(
     if rewards.numel() != lmask.shape[0]:
         raise ValueError(f"{rewards.numel()} rewards for {lmask.shape[0]} sequences; they must match")
     r = rewards.to(torch.float32).reshape(-1).to(lmask.device)
-    if estimator == "ppo" and values is None:
-        raise ValueError("advantage_estimator=ppo needs critic `values` (a critic runs with algo=ppo)")
+    if spec.needs_critic and values is None:
+        raise ValueError(f"advantage_estimator={estimator} needs critic `values` (a critic runs with algo={estimator})")
     if kl_coef != 0 and (logp is None or ref_logp is None):
         raise ValueError(f"algo.kl_coef={kl_coef} needs logp and ref_logp (a reference model: checkpoint.ref)")
     tok_kl = kl_estimate(logp, ref_logp, kl_type) * rmask if kl_coef != 0 else torch.zeros_like(rmask)
 
-    if estimator in _GROUP_NORMALISED:
-        r = group_normalize(r, n_samples_per_prompt, normalize_std and estimator != "reinforce_plus_plus_baseline",
-                            group_ids=group_ids)
-    if estimator in ("grpo", "gspo", "cispo"):
-        adv = r[:, None] * rmask
-        ret = adv
-    elif estimator == "reinforce_plus_plus_baseline":
-        adv = (r[:, None] - kl_coef * tok_kl) * rmask
-        ret = adv
-    elif estimator == "reinforce_plus_plus":
-        # KL-shaped token rewards on trained tokens, scalar reward at the last trained token.
-        tok_r = -kl_coef * tok_kl * lmask + last_token_mask(lmask) * r[:, None]
-        adv = discounted_cumsum(tok_r, gamma) * rmask
-        ret = adv
-    else:  # ppo: scalar reward at the last response token, GAE with the critic
-        tok_r = -kl_coef * tok_kl + last_token_mask(rmask) * r[:, None]
-        adv, ret = gae(tok_r, values, rmask, gamma, lambd)
+    if spec.group_normalised:
+        r = group_normalize(r, n_samples_per_prompt, normalize_std and spec.std_normalised, group_ids=group_ids)
+    adv, ret = TOKEN_RULES[estimator](r, lmask, rmask, tok_kl, values, kl_coef=kl_coef, gamma=gamma, lambd=lambd)
 
     if normalize_advantages:
         adv = whiten(adv, lmask, group=group) * rmask
     return adv, ret
+
+
+@register_adv_est("grpo")
+@register_adv_est("gspo")
+@register_adv_est("cispo")
+def _group_reward(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+    adv = r[:, None] * rmask
+    return adv, adv
+
+
+@register_adv_est("reinforce_plus_plus_baseline")
+def _reinforce_baseline(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+    adv = (r[:, None] - kl_coef * tok_kl) * rmask
+    return adv, adv
+
+
+@register_adv_est("reinforce_plus_plus")
+def _reinforce(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+    # KL-shaped token rewards on trained tokens, scalar reward at the last trained token.
+    tok_r = -kl_coef * tok_kl * lmask + last_token_mask(lmask) * r[:, None]
+    adv = discounted_cumsum(tok_r, gamma) * rmask
+    return adv, adv
+
+
+@register_adv_est("ppo")
+def _gae(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+    # scalar reward at the last response token, GAE with the critic
+    tok_r = -kl_coef * tok_kl + last_token_mask(rmask) * r[:, None]
+    return gae(tok_r, values, rmask, gamma, lambd)
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, value_clip: float):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from rlrun.algo.kl import kl as kl_estimate
+from rlrun.config.kinds import ESTIMATORS
 from rlrun.algo.losses import aggregate, policy_loss
 from rlrun.algo.offpolicy import masked_max, opsm_keep, rollout_correction, rollout_kl
 
@@ -71,7 +72,7 @@ class AlgoParams:
 
     @property
     def policy_loss_kind(self) -> str:
-        return self.advantage_estimator if self.advantage_estimator in ("gspo", "cispo") else "ppo"
+        return ESTIMATORS[self.advantage_estimator].policy_loss
 
 
 def compute_loss(

@@ -10,19 +10,16 @@ from typing import Callable, Iterable, Iterator
 
 from rlrun.config.errors import Problem
 from rlrun.config.families import FAMILIES
+from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
 
 Check = Callable[[RunConfig], Iterable[Problem]]
-CHECKS: list[Check] = []
-
-
-def check(fn: Check) -> Check:
-    CHECKS.append(fn)
-    return fn
+CHECKS: Checks[Check] = Checks()
+check = CHECKS
 
 
 def problems(cfg: RunConfig) -> list[Problem]:
-    return [p for c in CHECKS for p in c(cfg)]
+    return CHECKS.run(cfg)
 
 
 @check

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlrun.config.errors import ConfigError, Problem, closest, did_you_mean
+from rlrun.config.interpolate import interpolation_problem, resolve
 
 # src/rlrun/config/compose.py -> repo root is three levels above the package directory (editable install,
 # the supported setup); RLRUN_CONF_DIR points elsewhere, e.g. for a copy of conf/ next to a wheel install.
@@ -268,12 +269,6 @@ def new_keys_problem(path: str, detail: str) -> Problem:
                    f"add each new key on purpose with +{path}.<key>=value", value=path)
 
 
-def interpolation_problem(e: Exception) -> Problem:
-    key = getattr(e, "full_key", "") or ""
-    return Problem(str(key), f"cannot resolve an interpolation: {getattr(e, 'msg', e)}",
-                   "point ${...} at an existing key, e.g. ${model.name}")
-
-
 def _unparsable(overrides: Sequence[str]) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -313,6 +308,4 @@ def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None 
         hit = {"tree": OmegaConf.to_container(cfg, resolve=False), "choices": choices}
         if k:
             cache.put(k, hit["tree"], choices)
-    from rlrun.config.points import resolve
-
     return Composed(raw=resolve(hit["tree"]), choices=hit["choices"], overrides=overrides)

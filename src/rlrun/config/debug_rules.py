@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.rules import rule
+from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
 
 

@@ -61,3 +61,7 @@ def did_you_mean(name: str, options: Iterable[str]) -> str:
     """' (did you mean "x"?)' for the closest option, or '' when nothing is close."""
     best = closest(name, options)
     return f' (did you mean "{best}"?)' if best else ""
+
+
+class UsageError(Exception):
+    """A command line rlrun cannot parse (exit 2, no traceback): raised by the CLI and the commands it runs."""

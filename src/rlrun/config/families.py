@@ -1,10 +1,9 @@
 """Model families: what each `model.family` means in a Hugging Face config.json and which trainer backends
 build it. One registry, read by the schema (the allowed names), the HF check (hfcheck.py: a key the family's
-config.json lacks means the transformers default of that family, not False) and the family rules (a
-backend that does not build the family is a config problem, not a runtime error). Adding a dense family
-of the llama layout (RMSNorm, gated SiLU MLP, rotary attention) is one entry here, one in
-rlrun.train.hf_model._FAMILIES (the transformers config class) and, for megatron, one in
-rlrun.train.megatron.model._INTERLEAVED_ROPE; tests/unit/test_config_families.py keeps the three in step.
+config.json lacks means the transformers default of that family, not False), the family rules (a
+backend that does not build the family is a config problem, not a runtime error) and the backends
+(rlrun.train.hf_model reads `hf_config`, rlrun.train.megatron.model `interleaved_rope`). Adding a dense
+family of the llama layout (RMSNorm, gated SiLU MLP, rotary attention) is one entry here.
 Pure Python: `rlrun plan` imports it."""
 from __future__ import annotations
 
@@ -25,6 +24,16 @@ class Family:
     # export it only, and rlrun.config.capability refuses to run it there, saying `why_not`
     trained_by: tuple[str, ...] | None = None
     why_not: str = ""
+    # the transformers config class (the torch backend and the hf engine build it; rlrun.train.hf_model) and
+    # the architecture name written to config.json; None: no transformers mapping (not built by torch)
+    hf_config: str | None = None
+    # the rope flavour megatron-core must use to match the HF implementation (rlrun.train.megatron.model);
+    # None: not built by the megatron backend
+    interleaved_rope: bool | None = None
+
+    @property
+    def hf_arch(self) -> str:
+        return f"{self.hf_config[:-len('Config')]}ForCausalLM" if self.hf_config else ""
 
     @property
     def trains(self) -> tuple[str, ...]:
@@ -33,16 +42,23 @@ class Family:
 
 BOTH = ("torch", "megatron")
 FAMILIES: dict[str, Family] = {
-    "qwen3": Family("qwen3", BOTH, {"qk_layernorm": True, "post_norms": False}),
-    "qwen3_moe": Family("qwen3_moe", BOTH, {"qk_layernorm": True, "post_norms": False}, moe=True),
-    "llama": Family("llama", BOTH, {"qk_layernorm": False, "post_norms": False}),
-    "glm4": Family("glm4", BOTH, {"qk_layernorm": False, "post_norms": True}),
+    "qwen3": Family("qwen3", BOTH, {"qk_layernorm": True, "post_norms": False}, hf_config="Qwen3Config",
+                    interleaved_rope=False),
+    "qwen3_moe": Family("qwen3_moe", BOTH, {"qk_layernorm": True, "post_norms": False}, moe=True,
+                        hf_config="Qwen3MoeConfig", interleaved_rope=False),
+    "llama": Family("llama", BOTH, {"qk_layernorm": False, "post_norms": False}, hf_config="LlamaConfig",
+                    interleaved_rope=False),
+    "glm4": Family("glm4", BOTH, {"qk_layernorm": False, "post_norms": True}, hf_config="Glm4Config",
+                   interleaved_rope=True),
     # Qwen2 / Qwen2.5: the llama layout with a bias on q/k/v (no attention_bias key in config.json)
-    "qwen2": Family("qwen2", BOTH, {"qk_layernorm": False, "add_qkv_bias": True, "post_norms": False}),
-    "mistral": Family("mistral", BOTH, {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False}),
+    "qwen2": Family("qwen2", BOTH, {"qk_layernorm": False, "add_qkv_bias": True, "post_norms": False},
+                    hf_config="Qwen2Config", interleaved_rope=False),
+    "mistral": Family("mistral", BOTH, {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False},
+                      hf_config="MistralConfig", interleaved_rope=False),
     # Phi-3 stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); rlrun's megatron mapping reads the
     # split llama names, so only the torch backend (transformers' Phi3ForCausalLM) builds it
-    "phi3": Family("phi3", ("torch",), {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False}),
+    "phi3": Family("phi3", ("torch",), {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False},
+                   hf_config="Phi3Config"),
     # MLA + MoE; planned and exported (memory, parameter counts, slime flags) for megatron, trained by
     # neither backend yet (train/megatron/model.py refuses MLA): rlrun validate / run refuse it
     "deepseek_v3": Family("deepseek_v3", ("megatron",), {"qk_layernorm": True, "post_norms": False},

@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterator, Optional
 
 from rlrun.config.errors import Problem
 from rlrun.config.families import BY_MODEL_TYPE, FAMILIES
-from rlrun.config.rules import rule
+from rlrun.config.kinds import BACKENDS, builds
+from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
 
 
@@ -131,9 +132,9 @@ def hf_architecture(cfg: RunConfig) -> Iterator[Problem]:
         return
     yield from compare(cfg, hf, f"{path}/config.json")
     window = hf.get("sliding_window") if hf.get("use_sliding_window", True) is not False else None
-    if cfg.train.backend == "megatron" and window is not None and window < cfg.rollout.context_length:
+    if not BACKENDS[cfg.train.backend].sliding_window and window is not None and window < cfg.rollout.context_length:
         yield Problem("checkpoint.hf", f"{path}/config.json has sliding-window attention ({window} tokens), which "
-                      f"rlrun's megatron layers do not implement, and rollout.context_length is "
+                      f"rlrun's {cfg.train.backend} layers do not implement, and rollout.context_length is "
                       f"{cfg.rollout.context_length}: training would attend further back than the engines",
                       f"set rollout.context_length<={window}, or train.backend=torch", window)
 
@@ -146,11 +147,12 @@ def model_family(cfg: RunConfig) -> Iterator[Problem]:
         if getattr(m, key) != value:
             yield Problem(f"model.{key}", f"family {m.family} builds {key}={value} (its modeling code fixes it), "
                           f"got {getattr(m, key)}", f"set model.{key}={json.dumps(value)}", getattr(m, key))
-    if cfg.train.backend not in fam.backends:
+    if not builds(cfg.train.backend, m.family, fam.backends):
         yield Problem("train.backend", f"the {cfg.train.backend} backend does not build family {m.family} "
                       f"(built by: {', '.join(fam.backends)})",
                       f"set train.backend={fam.backends[0]}" + (" (data parallel: parallelism=tp1, "
-                                                                "rollout.gpus_per_engine=1)" if fam.backends[0] == "torch"
+                                                                "rollout.gpus_per_engine=1)"
+                                                                if not BACKENDS[fam.backends[0]].model_parallel
                                                                 else ""), cfg.train.backend)
 
 

@@ -6,8 +6,9 @@ from typing import Iterator
 
 from rlrun.config.errors import Problem
 from rlrun.config.families import FAMILIES
+from rlrun.config.kinds import BACKENDS, ENGINES
 from rlrun.config.plan import engine_slots
-from rlrun.config.rules import rule
+from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
 
 
@@ -134,35 +135,50 @@ def gpus_and_nodes(cfg: RunConfig) -> Iterator[Problem]:
                       "train.colocate=true", cfg.cluster.num_nodes)
 
 
+def _backends_with(test=None, **want) -> str:
+    """The backends whose spec has every `want` value (and passes `test`), for a fix ("torch or megatron")."""
+    names = [b for b, spec in BACKENDS.items()
+             if all(getattr(spec, k) == v for k, v in want.items()) and (test is None or test(spec))]
+    return " or ".join(names) or "another backend"
+
+
 @rule
 def backends_vs_hardware(cfg: RunConfig) -> Iterator[Problem]:
     t, r, hw, p = cfg.train, cfg.rollout, cfg.hardware, cfg.parallelism
-    if t.backend == "torch" and (p.tp, p.pp, p.cp, p.ep) != (1, 1, 1, 1):
-        yield Problem("train.backend", f"the torch backend is data-parallel only; TP {p.tp} PP {p.pp} CP {p.cp} "
-                      f"EP {p.ep} need megatron", "set train.backend=megatron or parallelism=tp1",
+    backend = BACKENDS[t.backend]
+    if not backend.model_parallel and (p.tp, p.pp, p.cp, p.ep) != (1, 1, 1, 1):
+        mp = _backends_with(model_parallel=True)
+        yield Problem("train.backend", f"the {t.backend} backend is data-parallel only; TP {p.tp} PP {p.pp} CP {p.cp} "
+                      f"EP {p.ep} need {mp}", f"set train.backend={mp} or parallelism=tp1",
                       {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep})
     if hw.vendor == "cpu":
-        if t.backend == "megatron":
-            yield Problem("train.backend", "megatron needs GPUs; hardware is cpu",
-                          "set train.backend=torch or pick GPU hardware (hardware=h100, mi300x, ...)", t.backend)
-        if r.engine == "sglang":
-            yield Problem("rollout.engine", "sglang needs GPUs; hardware is cpu",
-                          "set rollout.engine=hf or pick GPU hardware", r.engine)
-    if t.backend == "torch" and not t.fp32_grads:
-        yield Problem("train.fp32_grads", "the torch backend trains fp32 weights, so its grads are fp32; bf16 "
-                      "grads are a megatron-backend setting", "set train.fp32_grads=true or train.backend=megatron",
-                      False)
-    if t.backend == "torch" and cfg.optim.state_dtype != "fp32":
-        yield Problem("optim.state_dtype", "the torch backend steps torch.optim.AdamW, whose moments take the "
-                      "fp32 weights' dtype; bf16 Adam moments are a megatron-backend setting",
-                      "set optim.state_dtype=fp32 or train.backend=megatron", cfg.optim.state_dtype)
+        if backend.needs_gpu:
+            yield Problem("train.backend", f"{t.backend} needs GPUs; hardware is cpu",
+                          f"set train.backend={_backends_with(needs_gpu=False)} or pick GPU hardware "
+                          "(hardware=h100, mi300x, ...)", t.backend)
+        if ENGINES[r.engine].needs_gpu:
+            cpu = next(e for e, spec in ENGINES.items() if not spec.needs_gpu)
+            yield Problem("rollout.engine", f"{r.engine} needs GPUs; hardware is cpu",
+                          f"set rollout.engine={cpu} or pick GPU hardware", r.engine)
+    if not backend.bf16_grads and not t.fp32_grads:
+        yield Problem("train.fp32_grads", f"the {t.backend} backend trains fp32 weights, so its grads are fp32; bf16 "
+                      f"grads are a {_backends_with(bf16_grads=True)}-backend setting",
+                      f"set train.fp32_grads=true or train.backend={_backends_with(bf16_grads=True)}", False)
+    if cfg.optim.state_dtype not in backend.state_dtypes:
+        other = _backends_with(lambda spec: cfg.optim.state_dtype in spec.state_dtypes)
+        yield Problem("optim.state_dtype", f"the {t.backend} backend keeps its Adam moments in "
+                      f"{' or '.join(backend.state_dtypes)}; {cfg.optim.state_dtype} Adam moments are a "
+                      f"{other}-backend setting",
+                      f"set optim.state_dtype={backend.state_dtypes[0]} or train.backend={other}",
+                      cfg.optim.state_dtype)
     elif hw.vendor != "cuda" and cfg.optim.state_dtype != "fp32":
         yield Problem("optim.state_dtype", f"bf16 Adam moments need rlrun's fused AdamW kernel, which is verified on "
                       f"NVIDIA GPUs only; this run's hardware is {hw.vendor}",
                       "set optim.state_dtype=fp32 (or run on NVIDIA hardware)", cfg.optim.state_dtype)
     if t.cuda_graphs:
-        if t.backend != "megatron" or hw.vendor != "cuda":
-            yield Problem("train.cuda_graphs", f"CUDA graphs are a megatron-backend feature on NVIDIA GPUs; this run "
+        if not backend.cuda_graphs or hw.vendor != "cuda":
+            yield Problem("train.cuda_graphs", f"CUDA graphs are a {_backends_with(cuda_graphs=True)}-backend feature "
+                          f"on NVIDIA GPUs; this run "
                           f"has train.backend={t.backend} on {hw.vendor} hardware",
                           "set train.cuda_graphs=false", True)
         elif (p.tp, p.pp, p.cp, p.ep) != (1, 1, 1, 1):

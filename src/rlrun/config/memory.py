@@ -53,9 +53,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from math import ceil
 
+from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
 from rlrun.config.params import ParamCount, count_params
-from rlrun.config.plan import dp_size
 from rlrun.config.schema import RunConfig
+from rlrun.config.sizes import dp_size
 
 GiB = 1024 ** 3
 ENGINE_OVERHEAD_GIB = 1.0  # CUDA context, graphs and sampling buffers outside SGLang's static pool
@@ -163,7 +164,7 @@ def _activations(cfg: RunConfig, tokens: int) -> float:
         stored = sum(per_layer)
     stored *= tokens
     final_norm = 2 * layer_input * tokens
-    if cfg.train.backend == "megatron":
+    if BACKENDS[cfg.train.backend].memory == "distributed":  # chunked fused logits + loss
         logits = 2.5 * LOGIT_CHUNK_BYTES + 6 * m.vocab_size / p.tp * m.hidden_size
     else:
         logits = tokens * m.vocab_size / p.tp * LOGIT_BYTES
@@ -187,7 +188,7 @@ def kv_bytes_per_token(cfg: RunConfig) -> int:
 
 
 def _critic_copies(cfg: RunConfig) -> int:
-    return 2 if cfg.algo.advantage_estimator == "ppo" else 1  # PPO's critic lives on the actor's GPUs
+    return 2 if use_critic(cfg) else 1  # PPO's critic lives on the actor's GPUs
 
 
 def _megatron_state(n: float, dp: int, fp32_grads: bool, state_dtype: str) -> tuple[float, float]:
@@ -202,7 +203,8 @@ def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
     """For a config whose memory does not fit: what bf16 Adam moments and bf16 grads would save
     (megatron on NVIDIA GPUs); "" when they are already on or not available."""
     t = cfg.train
-    if t.backend != "megatron" or cfg.hardware.vendor != "cuda":
+    spec = BACKENDS[t.backend]
+    if spec.memory != "distributed" or "bf16" not in spec.state_dtypes or cfg.hardware.vendor != "cuda":
         return ""
     flags = [flag for flag, off in (("optim.state_dtype=bf16", cfg.optim.state_dtype == "fp32"),
                                     ("train.fp32_grads=false", t.fp32_grads)) if off]
@@ -226,8 +228,8 @@ def estimate(cfg: RunConfig) -> Memory:
     if cfg.data.max_prompt_len is None:
         notes.append("KV sequences count responses only (data.max_prompt_len is null)")
     if critic == 2:
-        notes.append("ppo: trainer memory includes a critic of the actor's size")
-    if t.backend == "megatron":
+        notes.append(f"{cfg.algo.advantage_estimator}: trainer memory includes a critic of the actor's size")
+    if BACKENDS[t.backend].memory == "distributed":
         weights = 2 * n
         grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
     else:
@@ -237,7 +239,7 @@ def estimate(cfg: RunConfig) -> Memory:
 
     kv_tok = kv_bytes_per_token(cfg)
     engine_weights = 2 * pc.total / r.gpus_per_engine / GiB
-    if r.engine == "sglang":
+    if ENGINES[r.engine].memory == "static_pool":
         pool = r.mem_fraction_static * hw.memory_gib
         kv = max(pool - engine_weights, 0.0)
         engine_total = pool + ENGINE_OVERHEAD_GIB

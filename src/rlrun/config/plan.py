@@ -8,6 +8,7 @@ from math import ceil
 from typing import Any, Literal
 
 from rlrun.config.schema import RunConfig
+from rlrun.config.sizes import dp_size, sample_tokens
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,6 @@ def weight_sync(cfg: RunConfig) -> str:
     return "tensor" if cfg.train.num_nodes == 1 else "disk"
 
 
-def dp_size(cfg: RunConfig) -> int:
-    """Data-parallel ranks: trainer world / (TP * PP * CP), at least 1."""
-    p = cfg.parallelism
-    return max(cfg.train.num_gpus // (p.tp * p.pp * p.cp), 1)
-
-
 def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:
     p = cfg.parallelism
     out = []
@@ -136,15 +131,6 @@ def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:
         out.append(RankCoord(r, s.node, s.gpu, tp=r % p.tp, cp=(r // p.tp) % p.cp,
                              dp=(r // (p.tp * p.cp)) % dp, pp=r // (p.tp * p.cp * dp), ep=(r // p.tp) % p.ep))
     return out
-
-
-def sample_tokens(cfg: RunConfig) -> int:
-    """Upper bound of one sample's tokens (prompt + response); the prompt bound is the context when
-    data.max_prompt_len is null."""
-    prompt = cfg.data.max_prompt_len
-    if prompt is None:
-        prompt = max(cfg.rollout.context_length - cfg.rollout.max_response_len, 0)
-    return prompt + cfg.rollout.max_response_len
 
 
 def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:

@@ -6,17 +6,12 @@ ${a.b} interpolations resolve, in ~1 ms per point. Interpolations other than pla
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlrun.config.compose import (CONF_DIR, Composed, Composer, interpolation_problem, new_keys_problem,
-                                  unknown_key)
+from rlrun.config.compose import CONF_DIR, Composed, Composer, new_keys_problem, unknown_key
 from rlrun.config.errors import ConfigError, Problem
-
-_REF = re.compile(r"\$\{([A-Za-z_][\w\-]*(?:\.[\w\-]+)*)\}")
-_MISSING = object()
-
+from rlrun.config.interpolate import resolve, walk as _walk
 
 class PointComposer:
     def __init__(self, composer: Composer, config_dir: str | Path | None = None):
@@ -53,15 +48,6 @@ class PointComposer:
         if problems:
             raise ConfigError(problems)
         return Composed(raw=resolve(tree), choices=dict(choices), overrides=tuple(overrides))
-
-
-def _walk(tree: dict, parts: list[str]) -> Any:
-    node: Any = tree
-    for p in parts:
-        if not isinstance(node, dict) or p not in node:
-            return _MISSING
-        node = node[p]
-    return node
 
 
 def _keys(tree: dict, parent: str) -> list[str]:
@@ -120,59 +106,3 @@ def _apply(tree: dict, path: str, value: Any, kind: str) -> Problem | None:
     return None
 
 
-def resolve(tree: dict) -> dict:
-    """Resolve ${dotted.path} references like OmegaConf (a whole-string reference keeps the type)."""
-    if not _has_interpolation(tree):
-        return tree
-    if _needs_omegaconf(tree):
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
-
-        try:
-            return OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
-        except OmegaConfBaseException as e:
-            raise ConfigError([interpolation_problem(e)]) from None
-
-    def value_at(ref: str, seen: tuple[str, ...]) -> Any:
-        if ref in seen:
-            raise ConfigError([Problem(ref, f"interpolation cycle: {' -> '.join(seen + (ref,))}",
-                                       "break the cycle of ${...} references")])
-        v = _walk(tree, ref.split("."))
-        if v is _MISSING:
-            raise ConfigError([Problem(seen[-1] if seen else ref, f"interpolation ${{{ref}}} points at no key",
-                                       "point ${...} at an existing key, e.g. ${model.name}")])
-        return sub(v, seen + (ref,))
-
-    def sub(v: Any, seen: tuple[str, ...]) -> Any:
-        if isinstance(v, dict):
-            return {k: sub(x, seen) for k, x in v.items()}
-        if isinstance(v, list):
-            return [sub(x, seen) for x in v]
-        if isinstance(v, str) and "${" in v:
-            m = _REF.fullmatch(v)
-            if m:
-                return value_at(m.group(1), seen)
-            return _REF.sub(lambda mm: str(value_at(mm.group(1), seen)), v)
-        return v
-
-    return sub(tree, ())
-
-
-def _strings(v: Any):
-    if isinstance(v, dict):
-        for x in v.values():
-            yield from _strings(x)
-    elif isinstance(v, list):
-        for x in v:
-            yield from _strings(x)
-    elif isinstance(v, str):
-        yield v
-
-
-def _has_interpolation(tree: dict) -> bool:
-    return any("${" in s for s in _strings(tree))
-
-
-def _needs_omegaconf(tree: dict) -> bool:
-    # Anything beyond plain ${a.b} references (resolvers, escapes, nesting) is OmegaConf's business.
-    return any("${" in _REF.sub("", s) or "\\${" in s for s in _strings(tree))

@@ -4,27 +4,23 @@ Layout rules (parallelism, placement, hardware) live in layout_rules.py, the HF 
 hfcheck.py; this module holds batch, algorithm, sampling, data and training-schedule rules."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.plan import sample_tokens
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, resolve, use_critic
+from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
+from rlrun.config.plan import weight_sync as transport_of
+from rlrun.config.registry import RULES, load_rule_modules
 from rlrun.config.schema import RunConfig
+from rlrun.config.sizes import dp_size as dp_ranks, sample_tokens
 
-Rule = Callable[[RunConfig], Iterable[Problem]]
-RULES: list[Rule] = []
-GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
-
-
-def rule(fn: Rule) -> Rule:
-    RULES.append(fn)
-    return fn
+rule = RULES  # the decorator; rules of other modules register through rlrun.config.registry.RULES too
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    from rlrun.config import agent_rules, debug_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
-
-    return [p for r in RULES for p in r(cfg)]
+    load_rule_modules()
+    return RULES.run(cfg)
 
 
 # ---- batch identity and schedule -------------------------------------------------------------------------
@@ -61,9 +57,9 @@ def schedule(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def micro_batches(cfg: RunConfig) -> Iterator[Problem]:
     t, p = cfg.train, cfg.parallelism
-    dp_size = t.num_gpus // (p.tp * p.pp * p.cp)
-    if dp_size < 1 or t.num_gpus % (p.tp * p.pp * p.cp):
+    if t.num_gpus % (p.tp * p.pp * p.cp):
         return  # reported by the world-size rule
+    dp_size = dp_ranks(cfg)
     if t.global_batch_size % dp_size:
         yield Problem("train.global_batch_size", f"global_batch_size {t.global_batch_size} does not split over "
                       f"DP {dp_size} ranks (world {t.num_gpus} / (TP {p.tp} * PP {p.pp} * CP {p.cp}))",
@@ -131,10 +127,11 @@ def kl(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def estimator(cfg: RunConfig) -> Iterator[Problem]:
     a, n = cfg.algo, cfg.rollout.n_samples_per_prompt
-    if a.advantage_estimator in ("reinforce_plus_plus", "reinforce_plus_plus_baseline") and not a.normalize_advantages:
+    kind = ESTIMATORS[a.advantage_estimator]
+    if kind.needs_whitening and not a.normalize_advantages:
         yield Problem("algo.normalize_advantages", f"{a.advantage_estimator} needs advantage whitening",
                       "set algo.normalize_advantages=true", a.normalize_advantages)
-    if a.advantage_estimator in GROUP_ESTIMATORS and n == 1:
+    if kind.group_normalised and n == 1:
         yield Problem("rollout.n_samples_per_prompt", f"{a.advantage_estimator} compares samples within a group; "
                       "with one sample per prompt every advantage is 0 and nothing is learned",
                       "set rollout.n_samples_per_prompt >= 2 (8 is usual), or algo=reinforce_plus_plus / ppo", n)
@@ -161,11 +158,13 @@ def estimator(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def critic(cfg: RunConfig) -> Iterator[Problem]:
     a, t = cfg.algo, cfg.train
-    if a.advantage_estimator == "ppo" and t.backend != "torch":
-        yield Problem("train.backend", f"algo {a.name} (advantage_estimator ppo) trains a critic, which only the "
-                      f"torch backend builds; train.backend is {t.backend}",
-                      "set train.backend=torch (data parallel: parallelism=tp1), or a critic-free algo "
-                      "(algo=grpo, gspo, cispo, reinforce_plus_plus)", t.backend)
+    if use_critic(cfg) and not BACKENDS[t.backend].critic:
+        builds = [b for b, spec in BACKENDS.items() if spec.critic]
+        free = [e for e, spec in ESTIMATORS.items() if not spec.needs_critic]
+        yield Problem("train.backend", f"algo {a.name} (advantage_estimator {a.advantage_estimator}) trains a "
+                      f"critic, which only the {' and '.join(builds)} backend builds; train.backend is {t.backend}",
+                      f"set train.backend={' or '.join(builds)} (data parallel: parallelism=tp1), or a critic-free algo "
+                      f"(algo={', '.join(free[:4])})", t.backend)
 
 
 @rule
@@ -245,17 +244,19 @@ def lengths(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
     r = cfg.rollout
-    if r.engine == "hf" and r.gpus_per_engine != 1:
-        yield Problem("rollout.gpus_per_engine", f"the hf engine runs on one device, got gpus_per_engine "
-                      f"{r.gpus_per_engine}", "set rollout.gpus_per_engine=1 or rollout.engine=sglang",
-                      r.gpus_per_engine)
-    if r.engine == "hf" and r.sglang:
-        yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is hf, "
-                      "so they would be ignored", "set rollout.engine=sglang or remove rollout.sglang", r.sglang)
-    elif r.sglang:
-        from rlrun.rollout.sglang_args import check_sglang_mapping  # pure Python, owned by the rollout layer
-
-        yield from check_sglang_mapping(dict(r.sglang))
+    kind = ENGINES[r.engine]
+    if kind.max_gpus_per_engine is not None and r.gpus_per_engine > kind.max_gpus_per_engine:
+        wider = [e for e, spec in ENGINES.items() if spec.max_gpus_per_engine is None]
+        yield Problem("rollout.gpus_per_engine", f"the {r.engine} engine runs on one device, got gpus_per_engine "
+                      f"{r.gpus_per_engine}", f"set rollout.gpus_per_engine={kind.max_gpus_per_engine} or "
+                      f"rollout.engine={wider[0]}", r.gpus_per_engine)
+    if not kind.server_args and r.sglang:
+        servers = [e for e, spec in ENGINES.items() if spec.server_args]
+        yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is "
+                      f"{r.engine}, so they would be ignored", f"set rollout.engine={servers[0]} or remove "
+                      "rollout.sglang", r.sglang)
+    elif r.sglang:  # the engine's own check of its server args (pure Python, owned by the rollout layer)
+        yield from resolve(kind.server_args_check)(dict(r.sglang))
         yield from _sglang_dp(r)
 
 
@@ -282,6 +283,11 @@ def _sglang_dp(r) -> Iterator[Problem]:
 @rule
 def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
     r, t = cfg.rollout, cfg.train
+    takes, transport = ENGINES[r.engine].weight_sync, transport_of(cfg)
+    if transport not in takes:
+        yield Problem("rollout.weight_sync", f"the {r.engine} engine takes weights by {' or '.join(takes)}; this run's "
+                      f"transport is {transport}" + (" (auto)" if r.weight_sync == "auto" else ""),
+                      f"set rollout.weight_sync={takes[0]}", r.weight_sync)
     if r.weight_sync == "tensor" and not t.colocate:
         yield Problem("rollout.weight_sync", "weight_sync=tensor hands the engines CUDA IPC handles (shared "
                       "memory on the CPU) of the trainer's tensors, so trainer and engines must share GPUs, but "
@@ -300,10 +306,6 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
 
 # ---- data, rewards, eval, checkpoints --------------------------------------------------------------------
 
-# rlrun.reward's rule types (rlrun.reward.rules.RULES) plus "remote"; listed here because importing the reward
-# package costs ~0.1 s of `rlrun plan`'s start-up. tests/unit/test_config_rules.py keeps the two in step.
-RM_TYPES = ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "char_match", "random", "remote",
-            "remote_rm")
 
 
 def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
@@ -313,9 +315,6 @@ def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
         yield Problem(path, f"unknown reward type {rm_type!r}{did_you_mean(base, known)}",
                       f"use one of {', '.join(known)} (optionally with a boxed_ prefix) or a custom "
                       "'module.path:function'", rm_type)
-
-
-REMOTE_TYPES = ("remote", "remote_rm")
 
 
 @rule

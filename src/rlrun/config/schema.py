@@ -8,15 +8,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 NonNegFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+def _kind(kinds: Kinds) -> Any:
+    """A name from a kind registry (rlrun.config.kinds), read when a config is validated, so that a kind
+    registered later is allowed; an unknown name is reported as pydantic reports a Literal."""
+    def known(name: str) -> str:
+        if name not in kinds:
+            names = [repr(n) for n in kinds.names()]
+            expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        return name
+    return Annotated[str, AfterValidator(known), kinds]  # kinds: read by rlrun.config.contract_docs
 
 
 class Section(BaseModel):
@@ -142,7 +156,7 @@ class RecomputeSection(Section):
 
 
 class TrainSection(Section):
-    backend: Literal["torch", "megatron"]
+    backend: _kind(BACKENDS)  # type: ignore[valid-type]
     num_nodes: PosInt
     gpus_per_node: PosInt
     colocate: bool
@@ -173,7 +187,7 @@ class RouterSection(Section):
 
 
 class RolloutSection(Section):
-    engine: Literal["hf", "sglang"]
+    engine: _kind(ENGINES)  # type: ignore[valid-type]
     num_rollout: PosInt
     rollout_batch_size: PosInt
     n_samples_per_prompt: PosInt
@@ -245,8 +259,7 @@ class DataSection(Section):
 
 class AlgoSection(Section):
     name: str
-    advantage_estimator: Literal["grpo", "gspo", "cispo", "reinforce_plus_plus",
-                                 "reinforce_plus_plus_baseline", "ppo"]
+    advantage_estimator: _kind(ESTIMATORS)  # type: ignore[valid-type]
     normalize_std: bool                             # derived: forced off when n_samples_per_prompt == 1
     normalize_advantages: bool
     eps_clip: PosFloat

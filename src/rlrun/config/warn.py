@@ -7,19 +7,16 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Sequence
 
 from rlrun.config.errors import Problem
+from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
 
 Warning_ = Callable[[RunConfig, Sequence[str]], Iterable[Problem]]
-WARNINGS: list[Warning_] = []
-
-
-def warning(fn: Warning_) -> Warning_:
-    WARNINGS.append(fn)
-    return fn
+WARNINGS: Checks[Warning_] = Checks()
+warning = WARNINGS
 
 
 def check(cfg: RunConfig, overrides: Sequence[str] = ()) -> list[Problem]:
-    return [p for w in WARNINGS for p in w(cfg, overrides)]
+    return WARNINGS.run(cfg, overrides)
 
 
 def render(problems: Sequence[Problem]) -> str:

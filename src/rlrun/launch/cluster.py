@@ -202,7 +202,7 @@ def head_node_id(nodes: list[dict]) -> str | None:
 
 
 def preflight_on_head(cfg, plan) -> None:
-    """On a remote cluster (cluster.address set), run rlrun.config.preflight as a Ray task pinned to the head
+    """On a remote cluster (cluster.address set), run rlrun.launch.preflight as a Ray task pinned to the head
     node, where the run's paths live, before any placement group or actor exists. Raises ConfigError with
     every problem. A local cluster is checked by `rlrun run` before Ray starts: nothing to do here."""
     if cfg.cluster.address is None:
@@ -210,7 +210,7 @@ def preflight_on_head(cfg, plan) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from rlrun.config.errors import ConfigError
-    from rlrun.config.preflight import preflight
+    from rlrun.launch.preflight import preflight
 
     head = head_node_id(ray.nodes())
     if head is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ray
 
+from rlrun.config.kinds import ENGINES, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
 from rlrun.rollout.hf_engine import HFEngineActor
@@ -70,17 +71,21 @@ class RayEngine:
 
 
 def start_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
-    """Engines of the plan plus the restart callable EngineGroup needs."""
-    if cfg.rollout.engine == "sglang":
-        from rlrun.rollout.sglang_engine import RaySGLangEngine
+    """Engines of the plan plus the restart callable EngineGroup needs (the engine kind's factory)."""
+    return resolve(ENGINES[cfg.rollout.engine].factory)(cfg, plan, placement, env, model_dir, log_dir)
 
-        def make_sglang(i: int) -> RaySGLangEngine:
-            return RaySGLangEngine(cfg, i, placement.gpu_ids("engine", i), placement.options("engine", i),
-                                   runtime_env(env), log_dir, model_path=model_dir)
 
-        return [make_sglang(i) for i in range(plan.num_engines)], make_sglang
-    if cfg.rollout.engine != "hf":
-        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is unknown; use hf or sglang")
+def start_sglang_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
+    from rlrun.rollout.sglang_engine import RaySGLangEngine
+
+    def make_sglang(i: int) -> RaySGLangEngine:
+        return RaySGLangEngine(cfg, i, placement.gpu_ids("engine", i), placement.options("engine", i),
+                               runtime_env(env), log_dir, model_path=model_dir)
+
+    return [make_sglang(i) for i in range(plan.num_engines)], make_sglang
+
+
+def start_hf_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
     # Several engines share the machine's cores on the cpu profile; one thread each keeps them
     # from oversubscribing (threads=0 leaves torch's default, fine on GPU nodes).
     threads = int(env.get("OMP_NUM_THREADS", 0)) if cfg.hardware.vendor == "cpu" else 0

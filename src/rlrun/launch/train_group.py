@@ -9,21 +9,15 @@ from __future__ import annotations
 import ray
 import torch
 
+from rlrun.config.kinds import BACKENDS, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
 from rlrun.train.base import TrainBatch
 
 
 def backend_class(name: str):
-    if name == "torch":
-        from rlrun.train.torch_backend import TorchBackend
-
-        return TorchBackend
-    if name == "megatron":
-        from rlrun.train.megatron_backend import MegatronBackend
-
-        return MegatronBackend
-    raise ValueError(f"train.backend={name!r} is unknown; use torch or megatron")
+    """The TrainerBackend class of a train.backend kind (its spec's factory, imported here)."""
+    return resolve(BACKENDS[name].factory)
 
 
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
@@ -154,8 +148,8 @@ class _Rank:
 
 class TrainGroup:
     def __init__(self, cfg, plan, placement: Placement, env: dict[str, str], run_dir: str | None = None):
-        if plan.tp * plan.pp * plan.cp != 1 and cfg.train.backend == "torch":
-            raise ValueError(f"train.backend=torch is data-parallel only, but the plan has tp={plan.tp} "
+        if plan.tp * plan.pp * plan.cp != 1 and not BACKENDS[cfg.train.backend].model_parallel:
+            raise ValueError(f"train.backend={cfg.train.backend} is data-parallel only, but the plan has tp={plan.tp} "
                              f"pp={plan.pp} cp={plan.cp}; use parallelism=tp1 or train.backend=megatron")
         self.world = plan.trainer_gpus
         self._cls = backend_class(cfg.train.backend)

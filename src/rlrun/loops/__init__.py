@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def _sync(p) -> dict:
-    from rlrun import loop
+    from rlrun.loops import sync_loop as loop
 
     return loop.run(p)
 

@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 
 from rlrun.data.groups import groups_of
-from rlrun.launch import steps
 from rlrun.loops import phases
 from rlrun.metrics import Timer
+from rlrun.parts.sampling import rollout_metrics
 from rlrun.rollout.client import Sampling
 from rlrun.rollout.handle import RolloutStopped, version_number
 
@@ -127,7 +127,7 @@ def run(p) -> dict:
             fresh = [g for g, s in zip(groups, lag) if r.max_staleness is None or s <= r.max_staleness]
             kept = [s for g in fresh for s in g]
             p.metrics.record(rollout_id, got.samples, kept)  # logging.rollout_records (rlrun.records)
-            metrics = {**steps.rollout_metrics(got.samples), **got.info, "rollout/kept_samples": float(len(kept)),
+            metrics = {**rollout_metrics(got.samples), **got.info, "rollout/kept_samples": float(len(kept)),
                        "async/staleness_mean": sum(lag) / max(1, len(lag)), "async/staleness_max": float(max(lag, default=0)),
                        "async/stale_dropped_groups": float(len(groups) - len(fresh)),
                        "async/queued_rollouts": float(producer.queue.qsize())}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from rlrun.launch import steps
+from rlrun.config.kinds import use_critic
+from rlrun.loops import steps
 
 
 def resume(p) -> int:
@@ -39,7 +40,7 @@ def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]
                 batch = batch.with_(old_logp=p.trainer.compute_log_probs(batch, "actor"))
             if cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0:
                 batch = batch.with_(ref_logp=p.trainer.compute_log_probs(batch, "ref"))
-            if cfg.algo.advantage_estimator == "ppo":  # GAE needs the critic's values
+            if use_critic(cfg):  # GAE needs the critic's values
                 batch = batch.with_(values=p.trainer.compute_values(batch))
         # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
         batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,

@@ -14,16 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from rlrun.parts.seams import (CheckpointsPart, EvaluatorPart, MetricsPart, OffloadPart, RolloutPart, TrainerPart,
+                               WeightSyncPart)
+
 
 @dataclass
 class Parts:
+    """Each field's type is its seam (rlrun.parts.seams): what the loops call on it."""
     cfg: Any
     plan: Any
-    rollout: Any      # RolloutSide
-    trainer: Any      # TrainGroup
-    weights: Any      # WeightSync
-    offload: Any      # Offload
-    checkpoints: Any  # Checkpoints
-    evaluator: Any    # Evaluator
-    metrics: Any      # RunMetrics
+    rollout: RolloutPart              # RolloutSide
+    trainer: TrainerPart              # TrainGroup
+    weights: WeightSyncPart           # WeightSync
+    offload: OffloadPart              # Offload
+    checkpoints: CheckpointsPart      # Checkpoints
+    evaluator: EvaluatorPart          # Evaluator
+    metrics: MetricsPart              # RunMetrics
     check_stop: Callable[[], None] = lambda: None  # raises after SIGINT/SIGTERM (runner.StopRequest)

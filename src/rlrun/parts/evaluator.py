@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 
-from rlrun.launch import steps
+from rlrun.parts import sampling as steps
 
 
 class Evaluator:

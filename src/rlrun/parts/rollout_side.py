@@ -10,7 +10,7 @@ from pathlib import Path
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
-from rlrun.launch import steps
+from rlrun.parts import sampling as steps
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 
 MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept

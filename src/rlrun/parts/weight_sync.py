@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlrun.config.kinds import ENGINES
+
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
 
 
@@ -27,7 +29,8 @@ class WeightSync:
         self.trainer, self.engines, self.versions = trainer, engines, versions
         # the engines' weight dtype (the trainer fingerprints in it), the latest verified
         # (version, checksum) for restarts, the latest push's metrics for the step's row
-        self.engine_dtype = engines.weight_dtype() if cfg.rollout.engine == "hf" else None
+        self.kind = ENGINES[cfg.rollout.engine]
+        self.engine_dtype = engines.weight_dtype() if self.kind.checksums else None
         self.synced: tuple[int, str] | None = None
         self.last_metrics: dict[str, float] = {}
         engines.resync = self.resync
@@ -36,7 +39,7 @@ class WeightSync:
         """Trainer weights -> every engine, verified. only_if_stale: skip the push when the engines
         already hold the weights (a fresh random init: the engines loaded the same init from
         engine_init/); never skipped for sglang engines, which cannot be asked."""
-        if only_if_stale and self.cfg.rollout.engine == "hf" and self.engines_hold():
+        if only_if_stale and self.kind.checksums and self.engines_hold():
             return
         self.push_all(version, self.export() if self.plan.weight_sync == "disk" else None)
 
@@ -65,7 +68,7 @@ class WeightSync:
         return dict(transport=self.plan.weight_sync, version=version, resume=resume,
                     bucket_bytes=r.weight_sync_bucket_mb << 20,
                     engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
-                    copies=r.gpus_per_engine if r.engine == "sglang" else 1,
+                    copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
                     tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
 
@@ -89,7 +92,7 @@ class WeightSync:
         self.synced = (version, want)
 
     def verify(self, version: int, urls: list[str], want: str) -> None:
-        if self.cfg.rollout.engine == "hf":
+        if self.kind.checksums:
             kind = self.check_kind()
             bad = {url: c[:12] for url, c in self.engines.checksums(kind, urls).items() if c != want}
             if bad:

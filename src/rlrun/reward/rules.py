@@ -152,6 +152,7 @@ RULES: dict[str, Callable[..., float]] = {
     "deepscaler": deepscaler, "math": math, "dapo": dapo, "f1": f1, "gpqa": gpqa,
     "exact_match": exact_match, "char_match": char_match, "random": random_reward,
 }
+REMOTE_TYPES = ("remote", "remote_rm")  # rm_type values that post to data.rm_url (rlrun.reward.score_batch)
 
 
 def rule_score(rm_type: str, response: str, label, metadata=None) -> float:

@@ -9,16 +9,11 @@ from __future__ import annotations
 import torch
 import transformers
 
+from rlrun.config.families import FAMILIES
+
 # rlrun family -> (transformers config class, the architecture name written to config.json)
-_FAMILIES = {
-    "qwen3": (transformers.Qwen3Config, "Qwen3ForCausalLM"),
-    "qwen3_moe": (transformers.Qwen3MoeConfig, "Qwen3MoeForCausalLM"),
-    "llama": (transformers.LlamaConfig, "LlamaForCausalLM"),
-    "glm4": (transformers.Glm4Config, "Glm4ForCausalLM"),
-    "qwen2": (transformers.Qwen2Config, "Qwen2ForCausalLM"),
-    "mistral": (transformers.MistralConfig, "MistralForCausalLM"),
-    "phi3": (transformers.Phi3Config, "Phi3ForCausalLM"),
-}
+# (from the one registry, rlrun.config.families: Family.hf_config)
+_FAMILIES = {name: (getattr(transformers, f.hf_config), f.hf_arch) for name, f in FAMILIES.items() if f.hf_config}
 
 
 def hf_config(model) -> transformers.PretrainedConfig:

@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
 from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
+from rlrun.config.kinds import use_critic
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
@@ -50,7 +51,7 @@ class TorchBackend(TrainerBackend):
         self.autocast = self.device.type == "cuda"
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
-        self.needs_critic = cfg.algo.advantage_estimator == "ppo"
+        self.needs_critic = use_critic(cfg)
         self.step = 0
         self.offloaded = False  # train.offload: state in host memory between train phases
         self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse

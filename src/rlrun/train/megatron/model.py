@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlrun.config.families import FAMILIES
 from rlrun.train.megatron import kernels, rope
 
 # Fused SwiGLU and bias-dropout-add through megatron-core's jit_fuser (torch.compile). Off: on
@@ -18,7 +19,8 @@ from rlrun.train.megatron import kernels, rope
 TORCH_COMPILE_FUSIONS = False
 
 # model.family -> rope flavour megatron-core must use to match the HF implementation of that family.
-_INTERLEAVED_ROPE = {"glm4": True, "qwen3": False, "qwen3_moe": False, "llama": False, "qwen2": False, "mistral": False}
+# (from the one registry, rlrun.config.families: Family.interleaved_rope)
+_INTERLEAVED_ROPE = {name: f.interleaved_rope for name, f in FAMILIES.items() if f.interleaved_rope is not None}
 
 
 def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, cpu_init: bool = False):

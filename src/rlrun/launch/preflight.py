@@ -20,15 +20,14 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import urlparse
 
 from rlrun.config.errors import Problem
+from rlrun.config.kinds import BACKENDS, use_critic
+from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
 
 Check = Callable[[RunConfig, Any], Iterable[Problem]]  # (config, plan or None) -> problems
-CHECKS: list[Check] = []
+CHECKS: Checks[Check] = Checks()
+check = CHECKS
 
-# Bytes one saved checkpoint holds per parameter (rlrun.checkpoint's layout, written by the backends' save()):
-# megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16);
-# torch: fp32 HF weights 4 + Adam m and v 8. A PPO critic (torch backend) saves a second model and optimizer.
-CHECKPOINT_BYTES_PER_PARAM = {("megatron", "fp32"): 14, ("megatron", "bf16"): 10, ("torch", "fp32"): 12}
 # Keys naming a Python function ("package.module:function" or "path/to/file.py:function"), checked to exist.
 FUNCTION_KEYS = ("data.rm_type", "rollout.generate_fn")
 WANDB_HOST = "api.wandb.ai"
@@ -38,14 +37,9 @@ WEIGHTS = ("weights (*.safetensors)", ("*.safetensors",))
 TOKENIZER = ("tokenizer files", ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json"))
 
 
-def check(fn: Check) -> Check:
-    CHECKS.append(fn)
-    return fn
-
-
 def preflight(cfg: RunConfig, plan: Any = None) -> list[Problem]:
     """Every preflight problem of `cfg` on this machine (plan: rlrun.config.plan.Plan, for the checkpoint size)."""
-    return [p for c in CHECKS for p in c(cfg, plan)]
+    return CHECKS.run(cfg, plan)
 
 
 # ---- paths -------------------------------------------------------------------------------------------------
@@ -228,8 +222,10 @@ def checkpoint_count(cfg: RunConfig) -> int:
 
 
 def checkpoint_bytes(cfg: RunConfig, params: int) -> int:
-    per = CHECKPOINT_BYTES_PER_PARAM.get((cfg.train.backend, cfg.optim.state_dtype), 14)
-    critic = 2 if cfg.algo.advantage_estimator == "ppo" else 1
+    """Bytes one saved checkpoint holds (the backend's spec: rlrun.config.kinds.BackendKind.checkpoint_bytes);
+    a critic saves a second model and optimizer."""
+    per = BACKENDS[cfg.train.backend].checkpoint_bytes.get(cfg.optim.state_dtype, 14)
+    critic = 2 if use_critic(cfg) else 1
     return params * per * critic
 
 

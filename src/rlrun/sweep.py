@@ -126,14 +126,14 @@ def _fmt(v: Any) -> str:
 
 
 def _preflight_points(planned: list[Planned]) -> None:
-    """What the runner cannot run (rlrun.config.capability) and rlrun.config.preflight (on a local cluster; a
+    """What the runner cannot run (rlrun.config.capability) and rlrun.launch.preflight (on a local cluster; a
     remote cluster's points are checked on its head node by the runner) for every point before any run dir
     exists; ConfigError with each problem labelled by its point."""
     from dataclasses import replace
 
     from rlrun.config import capability
     from rlrun.config.errors import ConfigError
-    from rlrun.config.preflight import preflight
+    from rlrun.launch.preflight import preflight
 
     def point_problems(item: Planned) -> list:
         if item.cfg.run.dry_run:

@@ -11,9 +11,9 @@ The asynchronous loop is rlrun.loops.async_loop; both share rlrun.loops.phases.
 """
 from __future__ import annotations
 
-from rlrun.launch import steps
 from rlrun.loops import phases
 from rlrun.metrics import Timer
+from rlrun.parts.sampling import rollout_metrics
 from rlrun.rollout.client import Sampling
 
 
@@ -28,7 +28,7 @@ def run(p) -> dict:
         with t("rollout"), p.rollout.profiling(rollout_id):
             samples, kept, gen = p.rollout.collect(rollout_id, sampling)
         p.metrics.record(rollout_id, samples, kept)  # logging.rollout_records (rlrun.records)
-        metrics = {**steps.rollout_metrics(samples), **gen, "rollout/kept_samples": float(len(kept))}
+        metrics = {**rollout_metrics(samples), **gen, "rollout/kept_samples": float(len(kept))}
         tokens = {"rollout": sum(len(s.response_tokens) for s in samples)}
         if kept and not p.cfg.debug.rollout_only:  # 4-7 on the trainer, ending with the weight sync
             trained, tokens["train"] = phases.train(p, kept, version=rollout_id + 1, t=t)

@@ -1,0 +1,23 @@
+"""Sizes every layer of the config derives the same way (one definition: the plan, the rules and the memory
+estimate read these). Pure Python."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlrun.config.schema import RunConfig
+
+
+def dp_size(cfg: "RunConfig") -> int:
+    """Data-parallel ranks: trainer world / (TP * PP * CP), at least 1."""
+    p = cfg.parallelism
+    return max(cfg.train.num_gpus // (p.tp * p.pp * p.cp), 1)
+
+
+def sample_tokens(cfg: "RunConfig") -> int:
+    """Upper bound of one sample's tokens (prompt + response); the prompt bound is the context when
+    data.max_prompt_len is null."""
+    prompt = cfg.data.max_prompt_len
+    if prompt is None:
+        prompt = max(cfg.rollout.context_length - cfg.rollout.max_response_len, 0)
+    return prompt + cfg.rollout.max_response_len

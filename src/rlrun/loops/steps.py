@@ -1,0 +1,67 @@
+"""The trainer-side phases of one loop step, each a small function, so that rlrun/loops/sync_loop.py reads as
+the recipe: to_train_batch / add_advantages: samples -> TrainBatch with per-token advantages (rlrun.algo).
+The sample side (prompts, seeds, scoring, dynamic sampling) is rlrun.parts.sampling, used by the parts.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from rlrun.algo import compute_advantages
+from rlrun.config.kinds import use_critic
+from rlrun.train.base import TrainBatch
+
+def offpolicy_mask(sample) -> list[int]:
+    """1 for the tokens of the sample's last policy version, 0 for those an older version
+    generated before a partial rollout was continued (slime's --mask-offpolicy-in-partial-rollout);
+    all 1 when versions are not tracked. None (the initial weights) counts as version 0."""
+    if not sample.token_versions:
+        return [1] * len(sample.response_tokens)
+    num = lambda v: 0 if v is None else v  # noqa: E731
+    last = max(num(v) for v in sample.token_versions)
+    return [int(num(v) == last) for v in sample.token_versions]  # inserted tokens are masked already
+
+
+def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
+    """mask_offpolicy: tokens of an older policy version are left out of the loss through
+    TrainBatch.offpolicy_mask (the trainer folds it into the loss mask and reports the share it removed,
+    train/offpolicy_maskfrac)."""
+    off = [torch.tensor(offpolicy_mask(s), dtype=torch.float32) for s in samples] if mask_offpolicy else None
+    return TrainBatch(
+        tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
+        response_start=[len(s.prompt_tokens) for s in samples],
+        loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],
+        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
+
+
+def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(xs, batch_first=True) if xs else torch.zeros(0, 0)
+
+
+def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
+                   group_ids: list[int] | None = None) -> TrainBatch:
+    """Per-token advantages (and, for PPO, the critic's returns) from rlrun.algo on the padded view
+    of the batch. group_ids: each sample's Sample.group_id, so that a group that reaches the trainer
+    incomplete is normalised over its members (None: whole consecutive groups of n). Only trained
+    tokens (loss mask times TrainBatch.offpolicy_mask) enter whitening and REINFORCE++'s returns."""
+    a = cfg.algo
+    lengths = [int(m.numel()) for m in batch.loss_mask]
+    if group_ids is not None and any(g < 0 for g in group_ids):
+        raise ValueError("a sample has no group id (Sample.group_id = -1): a generate function must return its "
+                         "samples with the group_id of the prompt they answer")
+    pad = lambda xs: None if xs is None else _pad(xs)  # noqa: E731
+    adv, ret = compute_advantages(
+        a.advantage_estimator, torch.tensor(rewards, dtype=torch.float32), n, loss_mask=_pad(batch.trained_mask),
+        response_mask=_pad([torch.ones(k) for k in lengths]), logp=pad(batch.old_logp), ref_logp=pad(batch.ref_logp),
+        values=pad(batch.values), kl_coef=a.kl_coef, kl_type=a.kl_loss_type, normalize_std=a.normalize_std,
+        normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd,
+        group_ids=None if group_ids is None else torch.tensor(group_ids))
+    unpad = lambda x: [x[i, :k].clone() for i, k in enumerate(lengths)]  # noqa: E731
+    return batch.with_(advantages=unpad(adv), returns=unpad(ret) if use_critic(cfg) else None)
+
+
+def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key mean over the optimizer steps of one rollout (keys missing from a step are skipped)."""
+    keys = {k for row in rows for k in row}
+    return {k: statistics.fmean(row[k] for row in rows if k in row) for k in sorted(keys)}
