@@ -68,7 +68,8 @@ def test_per_token_equals_per_sample_when_lengths_equal(b, t, data):
 def _params(estimator):
     return params(advantage_estimator=estimator, dual_clip_c=3.0, use_kl_loss=True, kl_loss_coef=0.1, kl_coef=0.05,
                   entropy_coef=0.01, use_tis=True, tis_clip_low=0.5, normalize_advantages=True, gamma=0.9,
-                  lambd=0.8)
+                  lambd=0.8, use_rs=True, rs_level="geometric", rs_clip_low=0.5, rs_clip=1.5, rs_veto_threshold=0.05,
+                  tis_batch_normalize=True, tis_reject_scope="all", use_unbiased_kl=True)
 
 
 @settings(max_examples=25, deadline=None)
