@@ -23,7 +23,7 @@ import pytest
 import torch
 import yaml
 
-from rlrun.algo import AlgoParams, compute_loss, entropy_from_logits
+from rlrun.algo import AlgoParams, compute_loss, entropy_from_logits, group_normalize
 from rlrun.interop.slime_decode import decode, parse_args
 from rlrun.interop.slime_mis import FUNCTIONS as MIS_FUNCTIONS
 from rlrun.interop.slime_mis import KEYS as MIS_KEYS
@@ -151,3 +151,21 @@ def test_rlrun_defaults_differ_from_slime_where_documented(tmp_path):
         p = imported_params(case, tmp_path)
         loss, _, _ = rlrun_loss(case, AlgoParams(**{**p.__dict__, **own}), 1.0)
         assert abs(loss.item() - case["loss_sum"]) > 1e-4, name  # >= 25x the tolerance
+
+
+@pytest.mark.parametrize("std", ["std", "no_std"])
+def test_incomplete_groups_slime_normalises_the_batch_as_one_group(std):
+    """slime's `_post_process_rewards` (recorded): 7 rewards are not n * rollout_batch_size = 9, so slime
+    normalises all 7 as one group; rlrun groups by id (docs/algorithms.md, "Incomplete groups")."""
+    g = FIX["incomplete_groups"]
+    rewards, ids = torch.tensor(g["rewards"]), torch.tensor(g["group_ids"])
+    slime = torch.tensor(g["slime_advantages"][std])
+    n, normalize_std = g["n_samples_per_prompt"], std == "std"
+    as_one = group_normalize(rewards, n, normalize_std, group_ids=torch.zeros_like(ids))
+    torch.testing.assert_close(as_one, slime, rtol=0, atol=1e-6)  # 7-term fp32 mean and std
+    own = group_normalize(rewards, n, normalize_std, group_ids=ids)
+    # rlrun: group 0 (1, 0, 1) -> mean 2/3, unbiased std sqrt(1/3); group 1 (0, 1) -> mean 1/2, std sqrt(1/2);
+    # groups 2 and 3 have one member: advantage 0, no division
+    s0, s1 = (3 ** -0.5 + 1e-6, 2 ** -0.5 + 1e-6) if normalize_std else (1.0, 1.0)
+    expect = torch.tensor([1 / 3 / s0, -2 / 3 / s0, 1 / 3 / s0, -0.5 / s1, 0.5 / s1, 0.0, 0.0])
+    torch.testing.assert_close(own, expect, rtol=0, atol=1e-6)
