@@ -255,8 +255,9 @@ ICEPOP_FUNCTION = "slime.backends.megatron_utils.loss.icepop_function"
 # Settings with a codec of their own in slime_encode.py/slime_decode.py (one flag is not one setting there).
 SPECIAL: dict[str, str] = {
     "algo.tis_mode": f"mask (with tis_level=token) is `--custom-tis-function-path {ICEPOP_FUNCTION}`; truncate: "
-    "no flag (slime's built-in TIS); reject, and mask at other levels, have no slime flag (its MIS example is a custom "
-    "function with a config: the export writes a comment)",
+    "no flag (slime's built-in TIS); slime's MIS example (`--custom-tis-function-path ...mis.compute_mis_weights_with_cp` "
+    "and a `--custom-config-path` YAML) is read on import (slime_mis.py); the export writes a comment for it and for "
+    "reject",
     "algo.opsm_reference": "slime has no flag: it always measures OPSM against old_log_probs; the import sets `old` "
     "with --use-opsm, the export of `rollout` writes a comment",
     "algo.tis_reject_scope": "`all` is what slime does when its MIS function rejects (mask mode, use_rs, veto); "
@@ -325,8 +326,8 @@ NO_FLAG: dict[str, str] = {
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
-    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric need its MIS example "
-                      "(examples/train_infer_mismatch_helper/mis.py via --custom-tis-function-path and a config)",
+    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric come from its MIS example's YAML "
+                      "(examples/train_infer_mismatch_helper/mis.py), which the import reads (slime_mis.py)",
     "logging.progress": "slime logs to stdout/wandb",
     "logging.rollout_records": "slime saves whole rollouts with --save-debug-rollout-data PATH (one .pt per rollout)",
     "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
