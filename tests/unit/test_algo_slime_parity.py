@@ -10,10 +10,10 @@ Each case's slime settings go through `rlrun import slime`'s decoder (flags, and
 Tolerances: float32 throughout, and the two sides sum in different orders (slime per sample in Python,
 rlrun with scatter-adds) and differentiate the log-softmax and entropy differently (slime's hand-written
 vocab-parallel backward, rlrun's autograd). Each value is a sum of <= 34 token terms, the largest ~44 (a
-per-token entropy sum; 1 ulp there is 3.8e-6). Measured on these inputs (torch 2.13 CPU): loss <= 9.6e-7
-absolute, metrics <= 1e-6 relative, gradient entries (|g| <= 1.25) <= 6e-7. Hence rtol 2e-6 with atol 4e-6 for
+per-token entropy sum; 1 ulp there is 3.8e-6). Measured on these inputs (torch 2.13 CPU): loss <= 1.2e-6
+absolute, metrics <= 1.2e-6 relative, gradient entries (|g| <= 1.25) <= 6e-7. Hence rtol 2e-6 with atol 4e-6 for
 losses and metrics, atol 2e-6 (16 ulp of 1.25) for the gradient: about twice what rounding gives, and far
-below what each difference of issue 28 makes on these inputs (>= 2.4e-4 on the loss, the last test).
+below what each difference of issue 28 makes on these inputs (>= 3.5e-4 on the loss, the last test).
 """
 import json
 from dataclasses import fields
@@ -138,8 +138,10 @@ def test_the_modes_are_what_the_import_chose(tmp_path):
     assert got["unbiased_kl"].use_unbiased_kl and got["unbiased_kl_k2_per_token"].calculate_per_token_loss
     # OPSM masked 2 sequences in slime (opsm_clipfrac counts their loss-masked tokens: 7/5 + 5/4)
     assert FIX["cases"]["opsm_old"]["metrics"]["opsm_clipfrac"] == pytest.approx(7 / 5 + 5 / 4)
-    # the rejection left slime's entropy term (icepop keeps it): the two cases differ only there
-    assert FIX["cases"]["mis_token_mask"]["metrics"]["entropy_loss"] < FIX["cases"]["icepop"]["metrics"]["entropy_loss"]
+    # the same pg loss, but MIS's rejection also left slime's entropy term and pg_clipfrac (icepop keeps them)
+    mis, ice = FIX["cases"]["mis_token_mask"]["metrics"], FIX["cases"]["icepop"]["metrics"]
+    assert mis["pg_loss"] == ice["pg_loss"] and mis["entropy_loss"] < ice["entropy_loss"]
+    assert 0 < mis["pg_clipfrac"] < ice["pg_clipfrac"]
 
 
 def test_rlrun_defaults_differ_from_slime_where_documented(tmp_path):
@@ -150,7 +152,7 @@ def test_rlrun_defaults_differ_from_slime_where_documented(tmp_path):
         case = FIX["cases"][name]
         p = imported_params(case, tmp_path)
         loss, _, _ = rlrun_loss(case, AlgoParams(**{**p.__dict__, **own}), 1.0)
-        assert abs(loss.item() - case["loss_sum"]) > 1e-4, name  # >= 25x the tolerance
+        assert abs(loss.item() - case["loss_sum"]) > 1e-4, name  # measured >= 3.5e-4: >= 25x the tolerance
 
 
 @pytest.mark.parametrize("std", ["std", "no_std"])
