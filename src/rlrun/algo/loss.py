@@ -25,8 +25,8 @@ import torch
 
 from rlrun.algo.kl import kl as kl_estimate
 from rlrun.algo.losses import aggregate, policy_loss
-from rlrun.algo.packing import seq_broadcast, seq_sum
 from rlrun.algo.offpolicy import Rejection, masked_max, opsm_keep, rollout_correction, rollout_kl, seq_max
+from rlrun.algo.packing import seq_broadcast, seq_sum
 
 # metrics that are maxima over the step, not means that add up over micro-batches (rlrun.train.step_metrics)
 MAX_METRICS = frozenset({"tis_weight_max"})
@@ -107,6 +107,16 @@ def _opsm_clipfrac(keep_seq, mask, per_token, cu, reduce):
     return reduce(seq_broadcast(per_seq if not per_token else per_seq / tokens.clamp_min(1), m, cu))
 
 
+def _correction_metrics(c, old, rollout, mask, cu, reduce, veto: bool) -> dict:
+    out = dict(tis=reduce(c.ratio), tis_clipfrac=reduce(c.clipped), tis_weight_mean=reduce(c.weights),
+               tis_maskfrac=reduce(c.rejected), tis_weight_max=masked_max(c.weights, mask),
+               tis_weight_seq_max=reduce(seq_max(c.bounded, mask, cu)),  # slime MIS's is_ratio_max_final
+               tis_abs=reduce((torch.exp(old.float() - rollout.float()) - 1).abs()))  # slime's, token level
+    if veto:
+        out["tis_vetofrac"] = reduce(c.vetoed)
+    return out
+
+
 def compute_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor | None,
@@ -152,12 +162,8 @@ def compute_loss(
         if p.tis_reject_scope == "all":
             kept = c.rejected == 0
             reduce_kept = lambda x: reduce(torch.where(kept, x, torch.zeros_like(x)))  # noqa: E731
-        metrics.update(tis=reduce(c.ratio), tis_clipfrac=reduce(c.clipped), tis_weight_mean=reduce(c.weights),
-                       tis_maskfrac=reduce(c.rejected), tis_weight_max=masked_max(c.weights, loss_mask),
-                       tis_weight_seq_max=reduce(seq_max(c.bounded, loss_mask, cu_seqlens)),
-                       tis_abs=reduce((torch.exp(old.float() - rollout.float()) - 1).abs()))
-        if p.rejection is not None and p.rs_veto_threshold is not None:
-            metrics["tis_vetofrac"] = reduce(c.vetoed)
+        metrics.update(_correction_metrics(c, old, rollout, loss_mask, cu_seqlens, reduce,
+                                           p.use_rs and p.rs_veto_threshold is not None))
     if p.use_opsm:  # rlrun: against the policy that sampled (the engines' log-probs when known); slime: old
         behaviour = rollout if p.opsm_reference == "rollout" and rollout is not None else old
         keep_seq = opsm_keep(logp, behaviour, advantages, loss_mask, p.opsm_delta, cu_seqlens)
