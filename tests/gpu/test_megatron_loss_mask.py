@@ -1,6 +1,7 @@
 """Loss masks in the real megatron backend on one GPU (issue 17 point 3): a train step whose masked
 tokens hold garbage (NaN advantages, +-inf and huge log-probs) gives the same gradients and metrics
-as the clean step, with the rollout correction, OPSM, the KL loss and the entropy term all on;
+as the clean step, with the rollout correction (slime MIS's rejection stage, veto and batch
+normalisation too), OPSM, the (unbiased) KL loss and the entropy term all on;
 TrainBatch.offpolicy_mask acts as the loss mask. Eager and CUDA-graph micro-batches.
 
 The optimizer step is replaced by a no-op, so every step starts from the same weights and its
@@ -14,7 +15,11 @@ OVERRIDES = ["model=tiny", "hardware=h100", "train.backend=megatron", "train.gra
              "rollout.max_response_len=64", "eval.max_response_len=64", "train.max_tokens_per_gpu=96",
              "train.log_probs_max_tokens_per_gpu=96", "algo.use_tis=true", "algo.tis_level=sequence",
              "algo.tis_mode=mask", "algo.tis_clip_low=0.5", "algo.use_opsm=true", "algo.use_kl_loss=true",
-             "algo.kl_loss_coef=0.1", "algo.entropy_coef=0.01"]
+             "algo.kl_loss_coef=0.1", "algo.entropy_coef=0.01",
+             # slime MIS (issue 28): a geometric rejection stage with the veto, batch-normalised weights, rejected
+             # tokens out of every term, the unbiased KL
+             "algo.use_rs=true", "algo.rs_level=geometric", "algo.rs_veto_threshold=1e-4",
+             "algo.tis_batch_normalize=true", "algo.tis_reject_scope=all", "algo.use_unbiased_kl=true"]
 
 
 @pytest.fixture(scope="module", params=["false", "true"], ids=["eager", "cuda_graphs"])

@@ -102,6 +102,8 @@ def params(**kw):
         advantage_estimator="grpo", eps_clip=0.2, eps_clip_high=0.28, dual_clip_c=None, use_kl_loss=False,
         kl_loss_coef=0.0, kl_loss_type="low_var_kl", kl_coef=0.0, entropy_coef=0.0, use_tis=False, tis_clip=2.0,
         tis_clip_low=0.0, tis_level="token", tis_mode="truncate", use_opsm=False, opsm_delta=1e-4,
+        opsm_reference="rollout", tis_reject_scope="pg", use_rs=False, rs_level="token", rs_clip_low=0.0, rs_clip=2.0,
+        rs_veto_threshold=None, tis_batch_normalize=False, use_unbiased_kl=False, use_rollout_logprobs=False,
         calculate_per_token_loss=False, normalize_std=True, normalize_advantages=False,
         gamma=1.0, lambd=1.0, value_clip=0.2,
     )

@@ -7,8 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlrun.algo import aggregate, compute_advantages, compute_loss, group_normalize
-from rlrun.algo.offpolicy import LEVELS, MODES, SAFETY_LOG_BOUND, masked_max, opsm_keep, rollout_correction, rollout_kl
+from rlrun.algo import AlgoParams, aggregate, compute_advantages, compute_loss, group_normalize, kl
+from rlrun.algo.offpolicy import (
+    LEVELS, MODES, SAFETY_LOG_BOUND, Rejection, masked_max, opsm_keep, rollout_correction, rollout_kl, seq_max,
+)
 from rlrun.algo.packing import padded_to_packed
 from rlrun.train.base import TrainBatch
 from rlrun.train.batching import loss_normalizer
@@ -109,13 +111,97 @@ def test_compute_loss_opsm_drops_the_sequence():
     assert logp.grad.abs().sum().item() == 0.0
 
 
+def test_rejection_stage_and_veto_hand_values():
+    # d = old - rollout: seq 0 [ln 2, ln .5] (geometric mean ratio 1: inside [.8, 1.25]), seq 1 [ln 1.5, ln 1.5]
+    # (geometric 1.5: rejected), seq 2 [ln 1, ln 1e-5 masked, ln .9] (the masked catastrophic token cannot veto),
+    # seq 3 [ln 1.1, ln 5e-5] (veto 1e-4: the whole sequence goes). Token truncate [0, 2] weights: 2, .5, ...
+    old = torch.log(torch.tensor([[2.0, 0.5, 1.0], [1.5, 1.5, 1.0], [1.0, 1e-5, 0.9], [1.1, 5e-5, 1.0]]))
+    mask = torch.tensor([[1.0, 1, 0], [1, 1, 0], [1, 0, 1], [1, 1, 0]])
+    c = rollout_correction(old, torch.zeros(4, 3), mask, "token", "truncate", 0.0, 2.0,
+                           rs=Rejection("geometric", 0.8, 1.25, 1e-4))
+    assert c.rejected.tolist() == [[0, 0, 0], [1, 1, 1], [0, 0, 0], [1, 1, 1]]
+    assert c.vetoed.tolist() == [[0, 0, 0], [0, 0, 0], [0, 0, 0], [1, 1, 1]]
+    torch.testing.assert_close(c.weights * mask, torch.tensor([[2.0, 0.5, 0], [0, 0, 0], [1, 0, 0.9], [0, 0, 0]]))
+    torch.testing.assert_close(c.bounded[1], torch.tensor([1.5, 1.5, 1.0]))  # the weight before rejection
+
+
+def test_batch_normalize_token_and_sequence_levels():
+    # token level, truncate [0, 3]: trained weights 2, 1 | 1.5 -> mean 4.5 / 3 = 1.5 -> 4/3, 2/3 | 1;
+    # the all-masked row 2 is in no mean
+    old = torch.log(torch.tensor([[2.0, 1.0], [1.5, 7.0], [9.0, 9.0]]))
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    c = rollout_correction(old, torch.zeros(3, 2), mask, "token", "truncate", 0.0, 3.0, batch_normalize=True)
+    torch.testing.assert_close((c.weights * mask)[:2], torch.tensor([[4 / 3, 2 / 3], [1.0, 0.0]]))
+    # sequence level: ratios 2 * 1 = 2 and 1.5 -> one weight per sequence, mean over the 2 sequences with a
+    # trained token = 1.75 -> 2 / 1.75, 1.5 / 1.75 (slime's mis.py would divide by 3 sequences)
+    c = rollout_correction(old, torch.zeros(3, 2), mask, "sequence", "truncate", 0.0, 3.0, batch_normalize=True)
+    torch.testing.assert_close(c.weights[:2, 0], torch.tensor([2 / 1.75, 1.5 / 1.75]))
+    # mask mode: the mean is over the weights before rejection (rho 2 is out of [.5, 1.8] but counts)
+    c = rollout_correction(old[:1], torch.zeros(1, 2), mask[:1], "token", "mask", 0.5, 1.8, batch_normalize=True)
+    torch.testing.assert_close(c.weights, torch.tensor([[0.0, 1 / 1.5]]))
+
+
+def test_reject_scope_all_takes_rejected_tokens_out_of_every_term():
+    # one sequence of 3 trained tokens, on-policy (logp = old = 0, A = 1): pg = -1 per token; ratios vs the
+    # engines [3, 1.25, .4], band [.5, 2] -> token 1 kept. entropy [1, 2, 4]; ref -1 -> k1 kl = 1 per token.
+    # scope pg: entropy 7/3, kl 1; scope all: the numerators lose tokens 0 and 2 -> entropy 2/3, kl 1/3.
+    rollout = -torch.log(torch.tensor([[3.0, 1.25, 0.4]]))
+    ent, ref = torch.tensor([[1.0, 2.0, 4.0]]), -torch.ones(1, 3)
+    kw = dict(use_tis=True, tis_mode="mask", tis_clip_low=0.5, entropy_coef=0.1, use_kl_loss=True, kl_loss_coef=0.5,
+              kl_loss_type="k1")
+    _, pg = compute_loss(torch.zeros(1, 3), None, ref, rollout, torch.ones(1, 3), torch.ones(1, 3), ent, params(**kw))
+    _, al = compute_loss(torch.zeros(1, 3), None, ref, rollout, torch.ones(1, 3), torch.ones(1, 3), ent,
+                         params(**kw, tis_reject_scope="all"))
+    assert pg["entropy_loss"].item() == pytest.approx(7 / 3) and al["entropy_loss"].item() == pytest.approx(2 / 3)
+    assert pg["kl_loss"].item() == pytest.approx(1.0) and al["kl_loss"].item() == pytest.approx(1 / 3)
+    assert pg["pg_loss"].item() == al["pg_loss"].item() == pytest.approx(-1.25 / 3)
+    # |old - rollout| = [ln 3, ln 1.25, ln 2.5] over 3 tokens; scope all keeps ln 1.25 only
+    assert al["train_rollout_logprob_abs_diff"].item() == pytest.approx(math.log(1.25) / 3)
+    assert al["tis_abs"].item() == pytest.approx((2 + 0.25 + 0.6) / 3)  # |ratio - 1|, before rejection
+
+
+def test_unbiased_kl_weights_each_token_by_the_current_over_old_ratio():
+    # k3 at d = logp - ref = .5: e^-.5 - 1 + .5 = .1065307; ratio e^(logp - old) = e^.2
+    got = kl(torch.tensor([0.5]), torch.tensor([0.0]), "k3", torch.exp(torch.tensor([0.2])))
+    assert got.item() == pytest.approx(math.exp(0.2) * (math.exp(-0.5) - 0.5))
+    # low_var_kl clamps after the weighting (slime compute_approx_kl): 9 * e^2 > 10
+    got = kl(torch.tensor([-10.0]), torch.tensor([0.0]), "low_var_kl", torch.tensor([math.exp(2.0)]))
+    assert got.item() == 10.0
+
+
+def test_opsm_reference_and_slimes_clipfrac():
+    # current -1; old -0.5 (divergence .5), engines -1 (divergence 0); A = -1, delta .1
+    # rollout reference: kept; old reference (slime): dropped. Row of 4 positions, 2 trained:
+    # slime's opsm_clipfrac counts all 4 over the 2 trained tokens: 4 / 2 = 2 (per sample, one sample)
+    logp, old, roll = torch.full((1, 4), -1.0), torch.full((1, 4), -0.5), torch.full((1, 4), -1.0)
+    mask = torch.tensor([[1.0, 0.0, 1.0, 0.0]])
+    kw = dict(use_opsm=True, opsm_delta=0.1)
+    _, m = compute_loss(logp, old, None, roll, -torch.ones(1, 4), mask, None, params(**kw))
+    assert m["opsm_maskfrac"].item() == 0.0 and m["opsm_clipfrac"].item() == 0.0
+    _, m = compute_loss(logp, old, None, roll, -torch.ones(1, 4), mask, None, params(**kw, opsm_reference="old"))
+    assert m["opsm_maskfrac"].item() == 1.0 and m["opsm_clipfrac"].item() == 2.0
+    # per token: slime divides the same 2 by the step's tokens (2 here)
+    _, m = compute_loss(logp, old, None, roll, -torch.ones(1, 4), mask, None,
+                        params(**kw, opsm_reference="old", calculate_per_token_loss=True))
+    assert m["opsm_clipfrac"].item() == 1.0
+
+
+def test_seq_max_packed_and_padded():
+    x = torch.tensor([[1.0, 3.0, 2.0], [5.0, 0.5, 0.0], [7.0, 7.0, 7.0]])
+    mask = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    assert seq_max(x, mask).tolist() == [[2.0] * 3, [0.5] * 3, [0.0] * 3]
+    cu = torch.tensor([0, 3, 5, 6])
+    assert seq_max(padded_to_packed(x, cu), padded_to_packed(mask, cu), cu).tolist() == [2, 2, 2, .5, .5, 0]
+
+
 GARBAGE = {"old": 80.0, "rollout": -90.0, "ref": float("inf"), "adv": float("nan")}
 
 
 @pytest.mark.parametrize("per_token", [False, True])
-@pytest.mark.parametrize("level,mode", [("token", "truncate"), ("token", "mask"), ("sequence", "reject"),
-                                        ("geometric", "truncate")])
-def test_masked_tokens_get_exactly_zero_gradient_whatever_they_hold(per_token, level, mode):
+@pytest.mark.parametrize("level,mode,mis", [("token", "truncate", False), ("token", "mask", False),
+                                            ("sequence", "reject", False), ("geometric", "truncate", False),
+                                            ("token", "mask", True), ("sequence", "truncate", True)])
+def test_masked_tokens_get_exactly_zero_gradient_whatever_they_hold(per_token, level, mode, mis):
     g = torch.Generator().manual_seed(0)
     b, t = 3, 5
     mask = torch.tensor([[1, 1, 0, 1, 0], [0, 0, 0, 0, 0], [1, 0, 1, 1, 1]], dtype=torch.float32)
@@ -126,6 +212,10 @@ def test_masked_tokens_get_exactly_zero_gradient_whatever_they_hold(per_token, l
     entropy = torch.rand(b, t, generator=g)
     p = params(use_tis=True, tis_level=level, tis_mode=mode, tis_clip_low=0.5, use_opsm=True, opsm_delta=0.01,
                use_kl_loss=True, kl_loss_coef=0.1, entropy_coef=0.01, calculate_per_token_loss=per_token)
+    if mis:  # slime MIS: a geometric rejection stage with the veto, batch-normalised weights, every term rejected
+        p = AlgoParams(**{**p.__dict__, "use_rs": True, "rs_level": "geometric", "rs_clip_low": 0.9, "rs_clip": 1.1,
+                          "rs_veto_threshold": 0.9, "tis_batch_normalize": True, "tis_reject_scope": "all",
+                          "use_unbiased_kl": True, "opsm_reference": "old"})
 
     def run(values):
         logp = logp0.clone().requires_grad_(True)

@@ -5,7 +5,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlrun.algo import (
-    AlgoParams,
     aggregate,
     compute_advantages,
     compute_loss,
@@ -13,6 +12,7 @@ from rlrun.algo import (
     kl,
     ppo_clip_loss,
 )
+from test_algo_losses import params
 
 floats = st.floats(-5, 5, allow_nan=False, width=32)
 FAST = settings(max_examples=60, deadline=None)
@@ -66,13 +66,10 @@ def test_per_token_equals_per_sample_when_lengths_equal(b, t, data):
 
 
 def _params(estimator):
-    return AlgoParams(
-        advantage_estimator=estimator, eps_clip=0.2, eps_clip_high=0.28, dual_clip_c=3.0, use_kl_loss=True,
-        kl_loss_coef=0.1, kl_loss_type="low_var_kl", kl_coef=0.05, entropy_coef=0.01, use_tis=True, tis_clip=2.0,
-        tis_clip_low=0.5, tis_level="token", tis_mode="truncate", use_opsm=False, opsm_delta=1e-4,
-        calculate_per_token_loss=False, normalize_std=True, normalize_advantages=True,
-        gamma=0.9, lambd=0.8, value_clip=0.2,
-    )
+    return params(advantage_estimator=estimator, dual_clip_c=3.0, use_kl_loss=True, kl_loss_coef=0.1, kl_coef=0.05,
+                  entropy_coef=0.01, use_tis=True, tis_clip_low=0.5, normalize_advantages=True, gamma=0.9,
+                  lambd=0.8, use_rs=True, rs_level="geometric", rs_clip_low=0.5, rs_clip=1.5, rs_veto_threshold=0.05,
+                  tis_batch_normalize=True, tis_reject_scope="all", use_unbiased_kl=True)
 
 
 @settings(max_examples=25, deadline=None)

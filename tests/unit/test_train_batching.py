@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from rlrun.algo import AlgoParams, compute_loss
+from rlrun.algo import compute_loss
 from rlrun.train.batching import group_samples, loss_normalizer, to_device
 from rlrun.train.step_metrics import StepSums, policy_metrics
+from test_algo_losses import params
 
 
 def test_group_samples_first_fit_by_length():
@@ -30,11 +31,7 @@ def test_to_device_on_cpu_keeps_values_and_casts():
 def test_step_sums_add_up_micro_batches_like_one_batch():
     # Two micro-batches (sample-mean loss over 2 samples in all): the summed metrics equal the
     # metrics of both samples in one micro-batch, and token means are over all 5 loss tokens.
-    p = AlgoParams(advantage_estimator="grpo", eps_clip=0.2, eps_clip_high=0.28, dual_clip_c=None,
-                   use_kl_loss=False, kl_loss_coef=0.0, kl_loss_type="low_var_kl", kl_coef=0.0, entropy_coef=0.0,
-                   use_tis=False, tis_clip=2.0, tis_clip_low=0.0, tis_level="token", tis_mode="truncate",
-                   use_opsm=False, opsm_delta=1e-4, calculate_per_token_loss=False,
-                   normalize_std=True, normalize_advantages=False, gamma=1.0, lambd=1.0, value_clip=0.2)
+    p = params()
     logp = [torch.tensor([-1.0, -2.0]), torch.tensor([-0.5, -0.5, -3.0])]
     old = [torch.tensor([-1.2, -2.0]), torch.tensor([-0.5, -0.7, -3.0])]
     adv = [torch.tensor([1.0, 1.0]), torch.tensor([-1.0, -1.0, -1.0])]

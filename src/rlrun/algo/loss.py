@@ -6,6 +6,12 @@ where pg_loss is the PPO-clip / GSPO / CISPO loss (chosen by the advantage estim
 rollout-correction weights when use_tis (rlrun.algo.offpolicy: level x mode) and the OPSM mask when
 use_opsm, and every term is reduced with the same aggregation over the loss mask.
 
+A token that the rollout correction rejects (a band, the rejection stage, the veto) leaves the pg
+loss's numerator; with algo.tis_reject_scope=all it also leaves the entropy and KL terms and the
+pg_clipfrac / ppo_kl / train_rollout_logprob_abs_diff metrics, as slime does when its MIS function
+returns a rejection mask (loss.py rebuilds `sum_of_sample_mean` with it). Every divisor stays the
+one of the loss mask.
+
 Tokens outside the loss mask (tool output, off-policy tokens, pads) enter with neutral inputs
 (old = rollout = ref = the current log-prob, advantage 0): whatever those positions hold cannot
 reach the loss, and their gradient is exactly 0 (an inf there times a 0 mask would be a NaN).
@@ -20,7 +26,8 @@ import torch
 from rlrun.algo.kl import kl as kl_estimate
 from rlrun.config.kinds import ESTIMATORS
 from rlrun.algo.losses import aggregate, policy_loss
-from rlrun.algo.offpolicy import masked_max, opsm_keep, rollout_correction, rollout_kl
+from rlrun.algo.offpolicy import Rejection, masked_max, opsm_keep, rollout_correction, rollout_kl, seq_max
+from rlrun.algo.packing import seq_broadcast, seq_sum
 
 # metrics that are maxima over the step, not means that add up over micro-batches (rlrun.train.step_metrics)
 MAX_METRICS = frozenset({"tis_weight_max"})
@@ -46,6 +53,16 @@ class AlgoParams:
     tis_mode: str
     use_opsm: bool
     opsm_delta: float
+    opsm_reference: str
+    tis_reject_scope: str
+    use_rs: bool
+    rs_level: str
+    rs_clip_low: float
+    rs_clip: float
+    rs_veto_threshold: float | None
+    tis_batch_normalize: bool
+    use_unbiased_kl: bool
+    use_rollout_logprobs: bool
     calculate_per_token_loss: bool
     normalize_std: bool
     normalize_advantages: bool
@@ -73,6 +90,32 @@ class AlgoParams:
     @property
     def policy_loss_kind(self) -> str:
         return ESTIMATORS[self.advantage_estimator].policy_loss
+
+    @property
+    def rejection(self) -> Rejection | None:
+        return Rejection(self.rs_level, self.rs_clip_low, self.rs_clip, self.rs_veto_threshold) if self.use_rs else None
+
+
+def _opsm_clipfrac(keep_seq, mask, per_token, cu, reduce):
+    """slime's `opsm_clipfrac`: a masked sequence counts its response length (loss-masked tokens too) over
+    its trained tokens (ppo_utils.compute_opsm_mask); summed over sequences, then rlrun's divisor."""
+    m = mask.to(torch.float32)
+    tokens = seq_sum(m, cu)
+    masked = (seq_sum((1.0 - keep_seq) * m, cu) > 0).to(m.dtype)
+    length = torch.full_like(tokens, m.shape[-1]) if cu is None else (cu[1:] - cu[:-1]).to(m.dtype)
+    per_seq = masked * length / tokens.clamp_min(1)
+    # aggregate sums x * mask per sequence and divides by the tokens (per sample) or not (per token)
+    return reduce(seq_broadcast(per_seq if not per_token else per_seq / tokens.clamp_min(1), m, cu))
+
+
+def _correction_metrics(c, old, rollout, mask, cu, reduce, veto: bool) -> dict:
+    out = dict(tis=reduce(c.ratio), tis_clipfrac=reduce(c.clipped), tis_weight_mean=reduce(c.weights),
+               tis_maskfrac=reduce(c.rejected), tis_weight_max=masked_max(c.weights, mask),
+               tis_weight_seq_max=reduce(seq_max(c.bounded, mask, cu)),  # slime MIS's is_ratio_max_final
+               tis_abs=reduce((torch.exp(old.float() - rollout.float()) - 1).abs()))  # slime's, token level
+    if veto:
+        out["tis_vetofrac"] = reduce(c.vetoed)
+    return out
 
 
 def compute_loss(
@@ -104,30 +147,38 @@ def compute_loss(
     rollout, ref = neutral(rollout_logp, old), neutral(ref_logp, cur)
     advantages = neutral(advantages, torch.zeros_like(cur))
     reduce = lambda x: aggregate(x, loss_mask, p.calculate_per_token_loss, cu_seqlens, normalizer)  # noqa: E731
+    reduce_kept = reduce  # the terms a rejected token leaves (tis_reject_scope=all): numerators only
     pg_tok, clipfrac, ppo_kl = policy_loss(
         p.policy_loss_kind, logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
     )
-    metrics = {}
+    metrics = {"ois": reduce(torch.exp(-ppo_kl))}  # mean pi_theta / pi_old (slime's `ois`)
     if rollout is not None:  # the engines' log-probs vs the trainer's: always reported when known
         metrics["rollout_kl"] = reduce(rollout_kl(old, rollout))
     if p.use_tis:
         if rollout is None:
             raise ValueError("algo.use_tis=true needs rollout_logp (the engine's log-probs of the response)")
         c = rollout_correction(old, rollout, loss_mask, p.tis_level, p.tis_mode, p.tis_clip_low, p.tis_clip,
-                               cu_seqlens)
+                               cu_seqlens, rs=p.rejection, batch_normalize=p.tis_batch_normalize)
         pg_tok = pg_tok * c.weights
-        metrics.update(tis=reduce(c.ratio), tis_clipfrac=reduce(c.clipped), tis_weight_mean=reduce(c.weights),
-                       tis_maskfrac=reduce(c.rejected), tis_weight_max=masked_max(c.weights, loss_mask))
-    if p.use_opsm:  # against the policy that sampled: the engines' log-probs when known
-        keep_seq = opsm_keep(logp, old if rollout is None else rollout, advantages, loss_mask, p.opsm_delta,
-                             cu_seqlens)
+        if p.tis_reject_scope == "all":
+            kept = c.rejected == 0
+            reduce_kept = lambda x: reduce(torch.where(kept, x, torch.zeros_like(x)))  # noqa: E731
+        metrics.update(_correction_metrics(c, old, rollout, loss_mask, cu_seqlens, reduce,
+                                           p.use_rs and p.rs_veto_threshold is not None))
+    if p.use_opsm:  # rlrun: against the policy that sampled (the engines' log-probs when known); slime: old
+        behaviour = rollout if p.opsm_reference == "rollout" and rollout is not None else old
+        keep_seq = opsm_keep(logp, behaviour, advantages, loss_mask, p.opsm_delta, cu_seqlens)
         pg_tok = pg_tok * keep_seq
         metrics["opsm_maskfrac"] = reduce(1.0 - keep_seq)
+        metrics["opsm_clipfrac"] = _opsm_clipfrac(keep_seq, loss_mask, p.calculate_per_token_loss, cu_seqlens, reduce)
     pg_loss = reduce(pg_tok)
     loss = pg_loss
-    metrics.update(pg_loss=pg_loss, pg_clipfrac=reduce(clipfrac), ppo_kl=reduce(ppo_kl))
+    metrics.update(pg_loss=pg_loss, pg_clipfrac=reduce_kept(clipfrac), ppo_kl=reduce_kept(ppo_kl))
+    if rollout is not None:  # slime: |old - rollout|, or |current - rollout| when old is the rollout's
+        compare = cur if p.use_rollout_logprobs else old
+        metrics["train_rollout_logprob_abs_diff"] = reduce_kept((compare - rollout).abs())
     if entropy is not None:
-        entropy_loss = reduce(entropy)
+        entropy_loss = reduce_kept(entropy)
         loss = loss - p.entropy_coef * entropy_loss
         metrics["entropy_loss"] = entropy_loss
     elif p.entropy_coef != 0:
@@ -135,7 +186,9 @@ def compute_loss(
     if p.use_kl_loss:
         if ref is None:
             raise ValueError("algo.use_kl_loss=true needs ref_logp (a reference model: checkpoint.ref)")
-        kl_loss = reduce(kl_estimate(logp, ref, p.kl_loss_type))
+        # use_unbiased_kl (DeepSeek-V3.2): each token's estimate weighted by pi_theta / pi_old, with gradient
+        ratio = torch.exp(logp.float() - old.float()) if p.use_unbiased_kl else None
+        kl_loss = reduce_kept(kl_estimate(logp, ref, p.kl_loss_type, ratio))
         loss = loss + p.kl_loss_coef * kl_loss
         metrics["kl_loss"] = kl_loss
     metrics["loss"] = loss

@@ -55,6 +55,8 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     _default(rollout, "context_length", _sec(raw, "model").get("max_position_embeddings"))
     _default(train, "log_probs_max_tokens_per_gpu", train.get("max_tokens_per_gpu"))
     _default(algo, "eps_clip_high", algo.get("eps_clip"))
+    _default(algo, "rs_clip", algo.get("tis_clip"))
+    _default(algo, "rs_clip_low", algo.get("tis_clip_low"))
     if rollout.get("n_samples_per_prompt") == 1 and "normalize_std" in algo:
         algo["normalize_std"] = False  # the std of a group of one is undefined (slime turns it off too)
 

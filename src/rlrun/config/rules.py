@@ -182,6 +182,38 @@ def offpolicy(cfg: RunConfig) -> Iterator[Problem]:
                       f"token the engines and the trainer agree on (ratio 1) would get weight "
                       f"{'0' if a.tis_mode != 'truncate' else min(max(1.0, a.tis_clip_low), a.tis_clip)}",
                       "set algo.tis_clip_low <= 1 <= algo.tis_clip (0.5 and 2 are usual for icepop)", a.tis_clip)
+    yield from _mis(a)
+    if a.opsm_reference != "rollout" and not a.use_opsm:
+        yield Problem("algo.opsm_reference", f"opsm_reference={a.opsm_reference} chooses OPSM's reference policy, "
+                      "and OPSM is off (algo.use_opsm=false): it would be ignored",
+                      "set algo.use_opsm=true, or drop algo.opsm_reference", a.opsm_reference)
+    if a.use_unbiased_kl and not a.use_kl_loss:
+        yield Problem("algo.use_unbiased_kl", "weights the KL loss, and there is none (algo.use_kl_loss=false): it "
+                      "would be ignored", "set algo.use_kl_loss=true, or algo.use_unbiased_kl=false", True)
+
+
+def _mis(a) -> Iterator[Problem]:
+    """slime MIS's options (rlrun.algo.offpolicy.Rejection, tis_batch_normalize, tis_reject_scope): each
+    needs the stage it belongs to."""
+    off = ("algo.use_tis=false" if not a.use_tis else "algo.use_rs=false")
+    ignored = [("tis_reject_scope", a.tis_reject_scope, "pg"), ("use_rs", a.use_rs, False),
+               ("tis_batch_normalize", a.tis_batch_normalize, False)] if not a.use_tis else []
+    if not (a.use_tis and a.use_rs):
+        ignored += [("rs_level", a.rs_level, "token"), ("rs_veto_threshold", a.rs_veto_threshold, None),
+                    ("rs_clip", a.rs_clip, a.tis_clip), ("rs_clip_low", a.rs_clip_low, a.tis_clip_low)]
+    for key, value, plain in ignored:
+        if value != plain:
+            yield Problem(f"algo.{key}", f"{key}={value} belongs to the rollout correction's "
+                          f"{'rejection stage' if key.startswith('rs_') else 'weights'}, which is off ({off}): it "
+                          "would be ignored", f"drop algo.{key} (or turn the stage on)", value)
+    if a.use_tis and a.use_rs and not a.rs_clip_low <= 1.0 <= a.rs_clip:
+        yield Problem("algo.rs_clip", f"the rejection band [rs_clip_low {a.rs_clip_low}, rs_clip {a.rs_clip}] "
+                      "excludes 1: a token the engines and the trainer agree on would be rejected",
+                      "set algo.rs_clip_low <= 1 <= algo.rs_clip", a.rs_clip)
+    if a.use_tis and a.tis_reject_scope == "all" and a.tis_mode == "truncate" and not a.use_rs:
+        yield Problem("algo.tis_reject_scope", "tis_reject_scope=all says where a rejected token goes, and nothing "
+                      "rejects (tis_mode=truncate, use_rs=false): it would be ignored",
+                      "drop algo.tis_reject_scope, or set algo.tis_mode=mask / algo.use_rs=true", "all")
 
 
 # ---- rollout and sampling --------------------------------------------------------------------------------

@@ -278,8 +278,17 @@ class AlgoSection(Section):
     tis_clip_low: NonNegFloat
     tis_level: Literal["token", "sequence", "geometric"]   # rlrun.algo.offpolicy.LEVELS
     tis_mode: Literal["truncate", "mask", "reject"]        # rlrun.algo.offpolicy.MODES
+    tis_reject_scope: Literal["pg", "all"]
+    use_rs: bool
+    rs_level: Literal["token", "sequence", "geometric"]
+    rs_clip: PosFloat                    # derived: null -> tis_clip
+    rs_clip_low: NonNegFloat             # derived: null -> tis_clip_low
+    rs_veto_threshold: Optional[Annotated[float, Field(gt=0, lt=1)]]
+    tis_batch_normalize: bool
     use_opsm: bool
     opsm_delta: NonNegFloat
+    opsm_reference: Literal["rollout", "old"]
+    use_unbiased_kl: bool
     use_rollout_logprobs: bool
 
 

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from rlrun.interop import slime_agent
+from rlrun.interop import slime_agent, slime_mis
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
@@ -118,6 +118,8 @@ class _Decoder:
         self.seen: dict[str, Occ] = {}
         self.sglang: dict[str, Any] = {}
         self.datasets: list[dict] = []
+        self.mis: Occ | None = None  # --custom-tis-function-path of slime's MIS example
+        self.custom_config: Occ | None = None
 
     def set(self, path: str, value: Any, occ: Occ) -> None:
         if path in self.explicit and not same(self.values[path], value) and path != "train.async_train":
@@ -214,9 +216,14 @@ class _Decoder:
             self.expect(occ, 1)
             if vals[0] == ICEPOP_FUNCTION:
                 self.set("algo.tis_mode", "mask", occ)
+            elif vals[0] in slime_mis.FUNCTIONS:
+                self.mis = occ  # its settings are in --custom-config-path's YAML: fill_defaults
             else:
                 self.unknown.append((occ, "a custom TIS function; rlrun's corrections are algo.tis_level x "
                                           "algo.tis_mode (docs/algorithms.md): not carried over"))
+        elif flag == "--custom-config-path":
+            self.expect(occ, 1)
+            self.custom_config = occ
         elif flag in slime_agent.FLAGS:
             slime_agent.decode(self, occ)
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
@@ -296,6 +303,9 @@ class _Decoder:
             v["eval.datasets"] = []
         v.setdefault("logging.wandb.mode", "online" if "--use-wandb" in self.seen else "disabled")
         v.setdefault("algo.tis_mode", "truncate")  # slime's built-in TIS
+        self.custom_tis_config()
+        if v.get("algo.use_opsm"):
+            v.setdefault("algo.opsm_reference", "old")  # slime's compute_opsm_mask compares with old_log_probs
         pending = [r for r in ROWS if r.path not in self.explicit and r.default is not KEEP]
         for row in pending:  # static defaults first: derived ones read them
             if (row.path.startswith("model.") and not has_model) or callable(row.default):
@@ -311,6 +321,29 @@ class _Decoder:
                 if value is not KEEP:
                     v[row.path] = value
         self.apply_overrides()
+
+    def custom_tis_config(self) -> None:
+        """slime's MIS example reads its settings from --custom-config-path (slime_mis.py); without it that
+        YAML configures something rlrun does not read."""
+        occ = self.custom_config
+        if self.mis is None:
+            if occ is not None:
+                self.unknown.append((occ, "a YAML of custom-function settings; rlrun reads it only for slime's MIS "
+                                          "example (--custom-tis-function-path ...mis.compute_mis_weights_with_cp)"))
+            return
+        if occ is None:
+            self.unknown.append((self.mis, "slime's MIS function without --custom-config-path: mis.py's settings "
+                                           "are missing (slime stops with an AttributeError)"))
+            return
+        try:
+            values, lost = slime_mis.mis_values(slime_mis.read_config(occ.values[0]),
+                                                bool(self.values.get("algo.use_tis")))
+        except ValueError as exc:
+            self.unknown.append((occ, str(exc)))
+            return
+        self.unknown += [(occ, f"MIS config: {why}") for why in lost]
+        for path, value in values.items():
+            self.set(path, value, occ)
 
     def apply_overrides(self) -> None:
         """What slime/Megatron do instead of what the flags say (slime_table.OVERRIDES), and flags they

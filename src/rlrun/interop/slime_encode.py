@@ -96,12 +96,19 @@ def _encode_model(cfg: dict, out: list[list[str]]) -> None:
 def _encode_tis(algo: dict, arrays: dict[str, list[list[str]]], comments: dict[str, list[str]]) -> None:
     """algo.tis_mode/tis_level: slime's built-in TIS is token/truncate; token/mask is its icepop function."""
     mode, level = algo["tis_mode"], algo["tis_level"]
-    if (mode, level) == ("mask", "token"):
+    mis = {k: algo[k] for k in ("use_rs", "tis_batch_normalize") if algo[k]}
+    if algo["tis_reject_scope"] != "pg":
+        mis["tis_reject_scope"] = algo["tis_reject_scope"]
+    if (mode, level) == ("mask", "token") and not mis:
         arrays["GRPO_ARGS"].append(["--custom-tis-function-path", ICEPOP_FUNCTION])
-    elif (mode, level) != ("truncate", "token"):
-        comments["GRPO_ARGS"].append(f"algo.tis_mode={mode} algo.tis_level={level}: no slime flag (its "
+    elif (mode, level) != ("truncate", "token") or mis:
+        extra = "".join(f" algo.{k}={v}" for k, v in mis.items())
+        comments["GRPO_ARGS"].append(f"algo.tis_mode={mode} algo.tis_level={level}{extra}: no slime flag (its "
                                      "examples/train_infer_mismatch_helper/mis.py does it through "
                                      "--custom-tis-function-path and a config)")
+    if algo["use_opsm"] and algo["opsm_reference"] != "old":
+        comments["GRPO_ARGS"].append(f"algo.opsm_reference={algo['opsm_reference']}: slime measures OPSM against "
+                                     "old_log_probs (no flag)")
 
 
 def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[str, list[str]]) -> None:

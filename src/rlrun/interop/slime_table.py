@@ -200,6 +200,7 @@ ROWS: tuple[Row, ...] = (
     Row("algo.use_kl_loss", "--use-kl-loss", "GRPO_ARGS", "true", default=False),
     Row("algo.kl_loss_coef", "--kl-loss-coef", "GRPO_ARGS", type=float, default=0.0, always=True),
     Row("algo.kl_loss_type", "--kl-loss-type", "GRPO_ARGS", default="k1", always=True),
+    Row("algo.use_unbiased_kl", "--use-unbiased-kl", "GRPO_ARGS", "true", default=False),
     Row("algo.kl_coef", "--kl-coef", "GRPO_ARGS", type=float, default=0.0),
     Row("algo.entropy_coef", "--entropy-coef", "GRPO_ARGS", type=float, default=0.0, always=True),
     Row("algo.eps_clip", "--eps-clip", "GRPO_ARGS", type=float, default=0.2, always=True),
@@ -254,8 +255,19 @@ ICEPOP_FUNCTION = "slime.backends.megatron_utils.loss.icepop_function"
 # Settings with a codec of their own in slime_encode.py/slime_decode.py (one flag is not one setting there).
 SPECIAL: dict[str, str] = {
     "algo.tis_mode": f"mask (with tis_level=token) is `--custom-tis-function-path {ICEPOP_FUNCTION}`; truncate: "
-    "no flag (slime's built-in TIS); reject, and mask at other levels, have no slime flag (its MIS example is a custom "
-    "function with a config: the export writes a comment)",
+    "no flag (slime's built-in TIS); slime's MIS example (`--custom-tis-function-path ...mis.compute_mis_weights_with_cp` "
+    "and a `--custom-config-path` YAML) is read on import (slime_mis.py); the export writes a comment for it and for "
+    "reject",
+    "algo.opsm_reference": "slime has no flag: it always measures OPSM against old_log_probs; the import sets `old` "
+    "with --use-opsm, the export of `rollout` writes a comment",
+    "algo.tis_reject_scope": "`all` is what slime does when its MIS function rejects (mask mode, use_rs, veto); "
+    "`pg` is its icepop function's (slime_mis.py sets it on import)",
+    "algo.use_rs": "use_rs in the YAML of `--custom-config-path` with slime's MIS function (slime_mis.py)",
+    "algo.rs_level": "rs_level in the MIS YAML (slime_mis.py)",
+    "algo.rs_clip": "rs_upper_bound in the MIS YAML (null there: tis_upper_bound)",
+    "algo.rs_clip_low": "rs_lower_bound in the MIS YAML (null there: the TIS lower bound)",
+    "algo.rs_veto_threshold": "rs_veto_threshold in the MIS YAML (slime_mis.py)",
+    "algo.tis_batch_normalize": "tis_batch_normalize in the MIS YAML (slime_mis.py)",
     "model.num_query_groups": "`--group-query-attention --num-query-groups N` (absent: N = heads)",
     "model.rope_scaling_factor": "`--rotary-scaling-factor F` (llama family adds `--use-rope-scaling`); absent: 1",
     "model.post_norms": "`--post-self-attn-layernorm --post-mlp-layernorm` (GLM-4)",
@@ -315,8 +327,8 @@ NO_FLAG: dict[str, str] = {
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",
     "algo.name": "a label for rlrun's algo group (slime names the estimator: --advantage-estimator)",
-    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric need its MIS example "
-                      "(examples/train_infer_mismatch_helper/mis.py via --custom-tis-function-path and a config)",
+    "algo.tis_level": "slime's built-in TIS is token level; sequence/geometric come from its MIS example's YAML "
+                      "(examples/train_infer_mismatch_helper/mis.py), which the import reads (slime_mis.py)",
     "logging.progress": "slime logs to stdout/wandb",
     "logging.rollout_records": "slime saves whole rollouts with --save-debug-rollout-data PATH (one .pt per rollout)",
     "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
@@ -333,7 +345,7 @@ RLRUN_DERIVED = frozenset({
     "train.offload", "train.global_batch_size", "train.num_steps_per_rollout", "train.log_probs_max_tokens_per_gpu",
     "train.gradient_accumulation_fusion", "rollout.over_sampling_batch_size", "rollout.num_gpus",
     "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature",
-    "algo.eps_clip_high", "checkpoint.ref",
+    "algo.eps_clip_high", "checkpoint.ref", "algo.rs_clip", "algo.rs_clip_low",
 })
 
 # rlrun derives one setting of a pair from the other (rlrun.config.derive). A script that sets only one side gets
