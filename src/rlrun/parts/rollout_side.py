@@ -22,7 +22,7 @@ class RolloutSide:
         self.router, self.engines, self.model_dir = router, engines, model_dir
         self.versions = PolicyVersion()  # what the engines serve (WeightSync writes it)
         # rollout.generate_fn (a function, an Environment class, slime:<path>; docs/agents.md)
-        self.generate_fn = load_generate_fn(cfg.rollout.generate_fn)
+        self.generate_fn = load_generate_fn(cfg.rollout.generate_fn, cfg)
         self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
         self.source = steps.load_source(cfg, self.prompts)  # data.source; None = the prompts directly
 

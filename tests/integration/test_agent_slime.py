@@ -1,0 +1,131 @@
+"""slime-style generate functions run through rlrun's runner path (generate_samples -> the slime adapter
+-> slime's post() -> the real sglang-router -> a real hf engine serving the tiny model), unchanged.
+
+The functions in slime_style_fns.py make the calls slime's examples make. Every trained id is checked
+against what the engine generated or the tokenizer inserted, every loss-mask entry, every log-prob
+against one full forward of the served model, and the status against the finish reason.
+With RLRUN_SLIME_DIR pointing at a slime checkout, slime's own search-r1, retool and multi-agent
+functions run the same way (test_slime_examples_*)."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlrun.agent import slime_compat
+from rlrun.agent.resolve import load_generate_fn
+from rlrun.config import load
+from rlrun.data.sample import Sample, Status
+from rlrun.rollout.client import Sampling
+from rlrun.rollout.handle import PolicyVersion, generate_samples
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "unit"))
+from qwen3_offline import build_qwen3_tokenizer  # noqa: E402
+from slime_style_fns import OBSERVATION  # noqa: E402
+from test_agent_rollout import serve  # noqa: E402
+
+# float32 both ways; the engine decodes with a KV cache (and may batch requests), the check runs one
+# forward over the whole sequence: the summation order differs, measured max |diff| < 2e-6 here.
+LOGPROB_TOL = 1e-4
+MAX_NEW = 5
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tok = build_qwen3_tokenizer()
+    model_dir = tmp_path_factory.mktemp("model")
+    tok.save_pretrained(model_dir)  # GenerateState(args) loads the tokenizer of args.hf_checkpoint
+    engine, srv, router = serve(tok, tmp_path_factory.mktemp("router"))
+    yield engine, router, tok, str(model_dir)
+    router.stop()
+    srv.stop()
+    engine.shutdown()
+    if hasattr(slime_compat.GenerateState, "clear_instances"):
+        slime_compat.GenerateState.clear_instances()
+
+
+def run(stack, spec, prompts, **overrides):
+    engine, router, tok, model_dir = stack
+    cfg = load([f"rollout.generate_fn={spec}", f"rollout.max_response_len={overrides.pop('max_response_len', 64)}",
+                "rollout.temperature=1.0", *[f"{k}={v}" for k, v in overrides.items()]])
+    fn = load_generate_fn(spec, cfg)
+    samples = [Sample(prompt=p, prompt_tokens=tok(p, add_special_tokens=False)["input_ids"], label="x", group_id=i)
+               for i, p in enumerate(prompts)]
+    sampling = Sampling(max_new_tokens=MAX_NEW, temperature=1.0)
+    out, _ = generate_samples(router.url, cfg.rollout, samples, sampling, [11 + i for i in range(len(samples))],
+                              fn=fn, tokenizer=tok, versions=PolicyVersion(), partial=False, model_path=model_dir)
+    return out
+
+
+def forward_logprobs(engine, prefix: list[int], new: list[int]) -> list[float]:
+    """log p(new[j] | prefix + new[:j]) under the served model, one forward."""
+    ids = torch.tensor([list(prefix) + list(new)])
+    with torch.no_grad():
+        logits = engine.model(ids).logits[0].float()
+    lp = torch.log_softmax(logits[len(prefix) - 1:-1], dim=-1)
+    return lp[torch.arange(len(new)), torch.tensor(new)].tolist()
+
+
+def check_segment(engine, s: Sample, start: int, end: int, prefix: list[int] | None = None):
+    """Response tokens [start, end) are one model turn: mask 1 and the engine's log-probs."""
+    prefix = list(s.prompt_tokens) + list(s.response_tokens[:start]) if prefix is None else prefix
+    want = forward_logprobs(engine, prefix, s.response_tokens[start:end])
+    assert s.loss_mask[start:end] == [1] * (end - start)
+    assert s.rollout_logprobs[start:end] == pytest.approx(want, abs=LOGPROB_TOL)
+
+
+def status_of(n_last_turn: int, max_new: int) -> Status:
+    return Status.TRUNCATED if n_last_turn == max_new else Status.COMPLETED
+
+
+PROMPTS = ["search for the capital of france", "call the tool with the query"]
+
+
+def test_token_turns_with_append_response_tokens(stack):
+    engine, _, tok, _ = stack
+    obs = tok(OBSERVATION, add_special_tokens=False)["input_ids"]
+    out = run(stack, "slime:slime_style_fns:tool_loop", PROMPTS)
+    assert len(out) == 2
+    for p, s in zip(PROMPTS, out):
+        assert s.prompt_tokens == tok(p, add_special_tokens=False)["input_ids"]
+        k = s.loss_mask.index(0)  # the first model turn has 1..4 tokens, then the observation
+        assert 1 <= k <= 4 and s.response_tokens[k:k + len(obs)] == obs and s.loss_mask[k:k + len(obs)] == [0] * len(obs)
+        assert s.rollout_logprobs[k:k + len(obs)] == [0.0] * len(obs)
+        check_segment(engine, s, 0, k)
+        check_segment(engine, s, k + len(obs), len(s.response_tokens))
+        n2 = len(s.response_tokens) - k - len(obs)
+        assert 1 <= n2 <= 4 and s.status is status_of(n2, 4)
+        assert s.response == tok.decode(s.response_tokens[:k]) + OBSERVATION + tok.decode(s.response_tokens[k + len(obs):])
+        assert s.token_versions == [None] * len(s.response_tokens)  # the engines' initial weights
+
+
+def test_text_turns_with_hand_extended_lists(stack):
+    engine, _, tok, _ = stack
+    obs = tok(OBSERVATION, add_special_tokens=False)["input_ids"]
+    out = run(stack, "slime:slime_style_fns:text_turns", PROMPTS)
+    for p, s in zip(PROMPTS, out):
+        assert s.prompt_tokens == tok(p, add_special_tokens=False)["input_ids"]
+        k = s.loss_mask.index(0)
+        assert s.response_tokens[k:k + len(obs)] == obs and sum(s.loss_mask) == len(s.response_tokens) - len(obs)
+        check_segment(engine, s, 0, k)
+        # turn 2 was sent as text: the engine saw the tokenisation of prompt + turn 1's text + observation
+        text1 = s.response.split(OBSERVATION)[0]
+        seen = tok(p + text1 + OBSERVATION)["input_ids"]
+        check_segment(engine, s, k + len(obs), len(s.response_tokens), prefix=seen)
+        assert s.status is status_of(len(s.response_tokens) - k - len(obs), MAX_NEW)
+
+
+def test_a_list_of_samples_comes_back_as_samples_of_the_group(stack):
+    engine, _, tok, _ = stack
+    out = run(stack, "slime:slime_style_fns:agents", PROMPTS, max_response_len=20)
+    assert [s.group_id for s in out] == [0, 0, 0, 1, 1, 1]
+    for i, s in enumerate(out):
+        prompt = f"{PROMPTS[i // 3]} agent {i % 3}"
+        assert s.prompt == prompt and s.prompt_tokens == tok(prompt, add_special_tokens=False)["input_ids"]
+        assert 1 <= len(s.response_tokens) <= MAX_NEW and s.label == "x"
+        check_segment(engine, s, 0, len(s.response_tokens))
+        assert s.status is status_of(len(s.response_tokens), MAX_NEW)
+        assert s.reward == len(s.response_tokens) / 20  # slime_style_fns.reward, args.rollout_max_response_len=20
