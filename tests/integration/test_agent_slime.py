@@ -14,17 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-SLIME_DIR = os.environ.get("RLRUN_SLIME_DIR")  # a slime checkout: its functions and types are used
-if SLIME_DIR:
-    sys.path.append(SLIME_DIR)
+from rlrun.agent import slime_compat
+from rlrun.agent.resolve import load_generate_fn
+from rlrun.config import load
+from rlrun.data.sample import Sample, Status
+from rlrun.rollout.client import Sampling
+from rlrun.rollout.handle import PolicyVersion, generate_samples
 
-from rlrun.agent import slime_compat  # noqa: E402
-from rlrun.agent.resolve import load_generate_fn  # noqa: E402
-from rlrun.config import load  # noqa: E402
-from rlrun.data.sample import Sample, Status  # noqa: E402
-from rlrun.rollout.client import Sampling  # noqa: E402
-from rlrun.rollout.handle import PolicyVersion, generate_samples  # noqa: E402
-
+SLIME_DIR = os.environ.get("RLRUN_SLIME_DIR")  # a slime checkout (tests/conftest.py puts it on sys.path)
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "unit"))
@@ -145,7 +142,7 @@ def test_slime_on_the_path_is_what_the_functions_get():
     from slime.rollout.sglang_rollout import GenerateState
     from slime.utils.types import Sample as SlimeSample
 
-    assert slime_compat.SOURCE == "slime", slime_compat.IMPORT_ERROR
+    assert slime_compat.SOURCE == "slime", slime_compat.IMPORT_ERRORS
     assert slime_compat.Sample is SlimeSample and slime_compat.GenerateState is GenerateState
 
 

@@ -6,8 +6,8 @@ When slime is importable (its checkout on ``sys.path``), these ARE slime's own o
 ``slime.utils.http_utils``), so ``isinstance(sample, Sample)`` and ``sample.status is
 Sample.Status.COMPLETED`` hold inside the function exactly as in slime. Otherwise rlrun's stand-ins
 below, written to the same calls and semantics (read from slime/utils/types.py,
-slime/rollout/sglang_rollout.py and slime/utils/http_utils.py), are used; the choice is logged
-once (``SOURCE`` says which). A function written against this module runs unchanged against both.
+slime/rollout/sglang_rollout.py and slime/utils/http_utils.py), are used, each one for a module of
+slime's that does not import; that is logged once per module (``SOURCE``, ``IMPORT_ERRORS``). A function written against this module runs unchanged against both.
 
 The stand-ins cover what generate functions use: the Sample fields, ``append_response_tokens``
 (extends ``tokens`` / ``loss_mask`` / ``rollout_log_probs``, appends ``text=`` to ``response``,
@@ -26,20 +26,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-_SLIME_MODULES = ("slime.utils.types", "slime.utils.http_utils", "slime.rollout.sglang_rollout")
 _REPLAY_KEYS = ("top_p_token_ids", "top_p_kept_token_ids", "top_p_token_offsets", "top_p_kept_token_offsets",
                 "routed_experts")
-
-
-def _import_slime():
-    """slime's (Sample, GenerateState, http_utils), or the ImportError that stops it."""
-    try:
-        from slime.rollout.sglang_rollout import GenerateState as SlimeState
-        from slime.utils import http_utils
-        from slime.utils.types import Sample as SlimeSample
-    except ImportError as exc:
-        return None, exc
-    return (SlimeSample, SlimeState, http_utils), None
 
 
 @dataclass
@@ -215,15 +203,27 @@ class _Http:
             return await resp.json(content_type=None)
 
 
-_found, IMPORT_ERROR = _import_slime()
-if _found is not None:
-    Sample, GenerateState, http_utils = _found
-    SOURCE = "slime"
-else:
-    Sample, GenerateState, http_utils = _Sample, _GenerateState, _Http()
-    SOURCE = "rlrun"
-    log.info("slime is not importable (%s: %s); slime generate functions get rlrun's stand-ins "
-             "(rlrun.agent.slime_compat)", type(IMPORT_ERROR).__name__, IMPORT_ERROR)
+def _slime_or(module: str, name: str | None, stand_in):
+    """slime's `module`.`name` (the module itself when name is None), else the stand-in."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+        found = mod if name is None else getattr(mod, name)
+    except ImportError as exc:
+        IMPORT_ERRORS[module] = exc
+        log.info("slime's %s does not import (%s: %s); slime generate functions get rlrun's stand-in "
+                 "(rlrun.agent.slime_compat)", module, type(exc).__name__, exc)
+        return stand_in, "rlrun"
+    return found, "slime"
+
+
+IMPORT_ERRORS: dict[str, ImportError] = {}
+Sample, _s1 = _slime_or("slime.utils.types", "Sample", _Sample)
+GenerateState, _s2 = _slime_or("slime.rollout.sglang_rollout", "GenerateState", _GenerateState)
+http_utils, _s3 = _slime_or("slime.utils.http_utils", None, _Http())
+# "slime": all three are slime's own; "rlrun": none (slime is not on sys.path); "mixed": see IMPORT_ERRORS
+SOURCE = {("slime",) * 3: "slime", ("rlrun",) * 3: "rlrun"}.get((_s1, _s2, _s3), "mixed")
 
 
 async def post(url, payload, max_retries=60, headers=None):
@@ -251,7 +251,7 @@ def ensure_client(args) -> None:
     loop = asyncio.get_running_loop()
     if _client_loop is loop:
         return
-    if SOURCE == "slime":
+    if not isinstance(http_utils, _Http):
         http_utils._http_client = None  # slime's module global; init_http_client opens it only when None
     http_utils.init_http_client(args)
     _client_loop = loop
