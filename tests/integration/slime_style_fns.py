@@ -93,3 +93,23 @@ async def reward(args, sample, **kwargs):
     if not isinstance(sample, Sample):
         raise TypeError("Sample must be an instance of Sample class.")
     return sample.response_length / args.rollout_max_response_len
+
+
+async def pair(args, sample: Sample, sampling_params) -> list[Sample]:
+    """Two answers to the prompt, unscored: data.rm_type=slime:...:batch_reward scores them at once."""
+    out = []
+    for _ in range(2):
+        s = copy.deepcopy(sample)
+        output = await post(_url(args), {"input_ids": s.tokens, "sampling_params": sampling_params,
+                                         "return_logprob": True})
+        ids, lps = _pairs(output)
+        s.append_response_tokens(args, tokens=ids, log_probs=lps, trainable=True, meta_info=output["meta_info"],
+                                 text=output["text"])
+        out.append(s)
+    return out
+
+
+async def batch_reward(args, samples, **kwargs):
+    """slime's batched --custom-rm-path form: a list in, one reward per sample out (its index in the batch)."""
+    assert isinstance(samples, list) and all(isinstance(s, Sample) for s in samples)
+    return [float(i) for i in range(len(samples))]

@@ -49,12 +49,12 @@ def stack(tmp_path_factory):
         slime_compat.GenerateState.clear_instances()
 
 
-def run(stack, spec, prompts, *, stop_token_ids=(), **overrides):
+def run(stack, spec, prompts, *, stop_token_ids=(), label="x", **overrides):
     engine, router, tok, model_dir = stack
     cfg = load([f"rollout.generate_fn={spec}", f"rollout.max_response_len={overrides.pop('max_response_len', 64)}",
                 "rollout.temperature=1.0", *[f"{k}={v}" for k, v in overrides.items()]])
     fn = load_generate_fn(spec, cfg)
-    samples = [Sample(prompt=p, prompt_tokens=tok(p, add_special_tokens=False)["input_ids"], label="x", group_id=i)
+    samples = [Sample(prompt=p, prompt_tokens=tok(p, add_special_tokens=False)["input_ids"], label=label, group_id=i)
                for i, p in enumerate(prompts)]
     sampling = Sampling(max_new_tokens=MAX_NEW, temperature=1.0, stop_token_ids=tuple(stop_token_ids))
     out, _ = generate_samples(router.url, cfg.rollout, samples, sampling, [11 + i for i in range(len(samples))],
@@ -133,6 +133,16 @@ def test_a_list_of_samples_comes_back_as_samples_of_the_group(stack):
         assert s.reward == len(s.response_tokens) / 20  # slime_style_fns.reward, args.rollout_max_response_len=20
 
 
+def test_a_slime_reward_function_scores_what_the_generate_function_made(stack):
+    """data.rm_type=slime:<path>: called right after the generate function (slime's generate_and_rm),
+    per Sample, or once with the list of a fan-out (slime's batched --custom-rm-path form)."""
+    gen = "slime:slime_style_fns:tool_loop"
+    out = run(stack, gen, PROMPTS, max_response_len=50, **{"data.rm_type": "slime:slime_style_fns:reward"})
+    assert [s.reward for s in out] == [len(s.response_tokens) / 50 for s in out]
+    out = run(stack, "slime:slime_style_fns:pair", PROMPTS, **{"data.rm_type": "slime:slime_style_fns:batch_reward"})
+    assert [s.reward for s in out] == [0.0, 1.0, 0.0, 1.0] and [s.group_id for s in out] == [0, 0, 1, 1]
+
+
 # ---------------------------------------------------------------- slime's own examples (RLRUN_SLIME_DIR)
 needs_slime = pytest.mark.skipif(not SLIME_DIR, reason="RLRUN_SLIME_DIR (a slime checkout) is not set")
 
@@ -175,13 +185,15 @@ def check_one_token_turns(engine, s: Sample, obs: list[int], turns: int):
 
 @needs_slime
 def test_slime_examples_search_r1(stack):
-    """slime's Search-R1 function: text in, one model token per turn (every token stops), each turn
+    """slime's Search-R1 function (and its reward function): text in, one model token per turn (every token stops), each turn
     followed by the "invalid action" observation (SEARCH_R1_CONFIGS["max_turns"] = 2)."""
     engine, _, tok, _ = stack
     path = f"{SLIME_DIR}/examples/search-r1/generate_with_search.py"
-    out = run(stack, f"slime:{path}:generate", PROMPTS, **every_token_stops(stack))
+    out = run(stack, f"slime:{path}:generate", PROMPTS, **every_token_stops(stack),
+              **{"data.rm_type": f"slime:{path}:reward_func"}, label={"ground_truth": {"target": ["paris"]}})
     mod = user_module(path)
     assert mod.SEARCH_R1_CONFIGS["max_turns"] == 2
+    assert [s.reward for s in out] == [0.0, 0.0]  # reward_func ran: no <answer>, not Search-R1's format: 0
     for p, s in zip(PROMPTS, out):
         prompt_ids = tok(p, add_special_tokens=False)["input_ids"]
         assert s.prompt_tokens == prompt_ids and s.status is Status.COMPLETED
@@ -201,7 +213,7 @@ def test_slime_examples_search_r1(stack):
 
 
 @needs_slime
-def test_slime_examples_retool(stack):
+def test_slime_examples_retool(stack):  # and its reward function
     """slime's ReTool function: its own chat template around the prompt, token in / token out, one
     model token per turn (every token stops) and the "invalid action" observation after it, until
     the observation overflows args.rollout_max_context_len (rollout.context_length): trimmed, TRUNCATED."""
@@ -209,7 +221,7 @@ def test_slime_examples_retool(stack):
     path = f"{SLIME_DIR}/examples/retool/generate_with_retool.py"
     ctx = 1200
     (s,) = run(stack, f"slime:{path}:generate", PROMPTS[:1], **every_token_stops(stack),
-               **{"rollout.context_length": ctx})
+               **{"rollout.context_length": ctx, "data.rm_type": f"slime:{path}:reward_func"})
     mod = user_module(path)
     prompt = mod.format_conversation_with_tools(prompt=PROMPTS[0], tools=mod.tool_registry.get_tool_specs())
     assert s.prompt_tokens == tok(prompt, add_special_tokens=False)["input_ids"]
@@ -226,6 +238,9 @@ def test_slime_examples_retool(stack):
     assert s.loss_mask == mask and len(s.prompt_tokens) + len(s.response_tokens) == ctx
     assert s.status is Status.TRUNCATED and 1 < sum(mask) < mod.TOOL_CONFIGS["max_turns"]
     assert s.rollout_logprobs == [lp if m else 0.0 for lp, m in zip(s.rollout_logprobs, mask)]
+    # reward_func: math_dapo's -1.0 for a wrong answer, plus (tool_call_count - 2) / 2 * 0.1 with the
+    # tool_call_count=0 the generate function set on the sample, capped at -0.6
+    assert s.reward == pytest.approx(-1.1, abs=1e-12)  # float arithmetic of -1.0 + -0.1
 
 
 @needs_slime

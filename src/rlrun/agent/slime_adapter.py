@@ -41,6 +41,16 @@ def _rm_type(cfg) -> str | None:
     return None if ":" in cfg.data.rm_type else cfg.data.rm_type
 
 
+def _custom_rm_path(cfg) -> str | None:
+    """slime's --custom-rm-path for data.rm_type=slime:<module>:<fn> (slime's rm_hub imports it by this
+    dotted path, e.g. in its multi-agent example); a file path has no dotted form: None."""
+    rm = cfg.data.rm_type
+    if not rm.startswith(PREFIX):
+        return None
+    dotted = dotted_path(rm)
+    return None if ".py:" in dotted else dotted
+
+
 # slime's args field -> (where rlrun's value comes from, how it is computed from (cfg, handle, dotted)).
 # The rollout handle carries rollout.max_response_len / context_length / max_turns as the runner set them.
 ARGS: dict[str, tuple[str, Callable[[Any, Any, str], Any]]] = {
@@ -84,7 +94,7 @@ ARGS: dict[str, tuple[str, Callable[[Any, Any, str], Any]]] = {
     "num_gpus_per_node": ("train.gpus_per_node", lambda c, h, p: c.train.gpus_per_node),
     "rm_type": ("data.rm_type (None when it names a function)", lambda c, h, p: _rm_type(c)),
     "rm_url": ("data.rm_url", lambda c, h, p: c.data.rm_url),
-    "custom_rm_path": ("None (rewards: data.rm_type)", lambda c, h, p: None),
+    "custom_rm_path": ("data.rm_type=slime:a.b:f -> \"a.b.f\" (None otherwise)", lambda c, h, p: _custom_rm_path(c)),
     "reward_key": ("None", lambda c, h, p: None),
     "group_rm": ("False", lambda c, h, p: False),
     "apply_chat_template": ("data.apply_chat_template", lambda c, h, p: c.data.apply_chat_template),
@@ -170,6 +180,7 @@ def slime_generate(fn, cfg=None, dotted: str | None = None) -> GenerateFn:
 
         cfg = load([])
     evaluation = "evaluation" in inspect.signature(fn).parameters
+    rm = slime_reward(cfg.data.rm_type)
     base: list[argparse.Namespace] = []
 
     async def adapted(handle, sample: Sample, sampling) -> Sample | list[Sample]:
@@ -179,6 +190,8 @@ def slime_generate(fn, cfg=None, dotted: str | None = None) -> GenerateFn:
         slime_compat.ensure_client(args)
         kw = {"evaluation": False} if evaluation else {}
         out = await fn(args, to_slime(sample, slime_compat.Sample), sampling_params(sampling, handle.seed), **kw)
+        if rm is not None:
+            await _score(rm, args, out)
         return _results(out, sample)
 
     adapted.__name__ = f"slime[{getattr(fn, '__name__', fn)}]"
@@ -191,3 +204,29 @@ def dotted_path(spec: str) -> str:
     target = spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
     module, _, attr = target.rpartition(":")
     return target if module.endswith(".py") else f"{module}.{attr}"
+
+
+def slime_reward(rm_type: str):
+    """data.rm_type=slime:<path> -> slime's `async def reward(args, sample, **kw)` (--custom-rm-path), else None."""
+    if not rm_type.startswith(PREFIX):
+        return None
+    from rlrun.rollout.generate_api import load_object
+
+    return load_object(rm_type[len(PREFIX):], "slime reward function")
+
+
+async def _score(rm, args, out) -> None:
+    """slime's generate_and_rm after the function: a Sample without a reward gets rm(args, sample); a
+    list gets one rm(args, [those without one]) call, slime's batched form for --custom-rm-path.
+    Unlike slime, aborted samples are scored too: slime hands them back to its buffer for another
+    try, rlrun trains on what came back."""
+    if isinstance(out, list):
+        todo = [s for s in out if s.reward is None]
+        if todo:
+            rewards = await rm(args, todo)
+            if len(rewards) != len(todo):
+                raise ValueError(f"slime reward function returned {len(rewards)} rewards for {len(todo)} samples")
+            for s, r in zip(todo, rewards):
+                s.reward = r
+    elif out.reward is None:
+        out.reward = await rm(args, out)
