@@ -183,3 +183,10 @@ def test_stand_in_sample_matches_slimes_own_on_the_same_calls():
 
     assert drive(_Sample) == drive(SlimeSample)
     assert {f for f in _Sample.__dataclass_fields__} <= set(SlimeSample.__dataclass_fields__)
+
+
+def test_docs_list_every_args_field():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
+    assert [k for k in ARGS if f"| `{k}` |" not in doc] == []
