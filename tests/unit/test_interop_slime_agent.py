@@ -190,3 +190,36 @@ def test_docs_list_every_args_field():
 
     doc = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
     assert [k for k in ARGS if f"| `{k}` |" not in doc] == []
+
+
+def test_slimes_client_is_one_per_event_loop_also_for_two_loops_at_once():
+    import threading
+
+    from rlrun.agent.slime_compat import _PerLoopClient
+
+    made = []
+
+    class Client:  # what _PerLoopClient delegates to (an httpx.AsyncClient in a run): records its loop
+        def __init__(self):
+            self.loop = asyncio.get_running_loop()
+            made.append(self)
+
+        async def post(self, url, json=None, headers=None):
+            await asyncio.sleep(0.01)
+            assert asyncio.get_running_loop() is self.loop  # never used from another loop
+            return url
+
+    per_loop = _PerLoopClient(Client)
+
+    async def calls(tag):
+        return [await per_loop.post(f"{tag}{i}") for i in range(3)]
+
+    out = {}
+    threads = [threading.Thread(target=lambda t=t: out.update({t: asyncio.run(calls(t))})) for t in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"]} and len(made) == 2
+    asyncio.run(calls("c"))  # a later loop (the next rollout) gets its own; closed loops' clients are dropped
+    assert len(made) == 3 and len(per_loop._clients) == 1

@@ -239,19 +239,38 @@ def init_http_client(args) -> None:
     http_utils.init_http_client(args)
 
 
-_client_loop = None
+class _PerLoopClient:
+    """In place of slime's module-global httpx client (http_utils._http_client): one httpx.AsyncClient
+    per event loop, made as slime's init_http_client makes it. slime runs one loop for a whole run;
+    rlrun runs each rollout in its own loop (asyncio.run), and an async run's producer thread and an
+    evaluation may run two at once, while a client's pooled connections belong to one loop."""
+
+    def __init__(self, make):
+        self._make, self._clients = make, {}
+
+    def _client(self):
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            self._clients = {lp: c for lp, c in self._clients.items() if not lp.is_closed()}
+            client = self._clients[loop] = self._make()
+        return client
+
+    async def post(self, *args, **kwargs):
+        return await self._client().post(*args, **kwargs)
+
+    async def get(self, *args, **kwargs):
+        return await self._client().get(*args, **kwargs)
 
 
 def ensure_client(args) -> None:
-    """slime's HTTP client, open for the running event loop. slime keeps one event loop for a whole
-    run and opens its client once (init_http_client); rlrun runs each rollout in its own loop, so
-    the client is opened again when the loop changes (a client's pooled connections belong to the
-    loop that opened them)."""
-    global _client_loop
-    loop = asyncio.get_running_loop()
-    if _client_loop is loop:
+    """slime's HTTP client, initialised by slime's init_http_client(args) (its connection limit:
+    args.sglang_server_concurrency x engines) and then made per event loop (_PerLoopClient)."""
+    if isinstance(http_utils, _Http) or isinstance(http_utils._http_client, _PerLoopClient):
         return
-    if not isinstance(http_utils, _Http):
-        http_utils._http_client = None  # slime's module global; init_http_client opens it only when None
     http_utils.init_http_client(args)
-    _client_loop = loop
+    import httpx
+
+    limit = http_utils._client_concurrency
+    http_utils._http_client = _PerLoopClient(lambda: httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=limit), timeout=httpx.Timeout(None), trust_env=False))
