@@ -94,6 +94,25 @@ def test_slime_reward_functions_need_a_slime_generate_function_and_the_same_eval
     assert "has no function or class 'missing'" in p.message
 
 
+def test_partial_rollout_is_refused_for_slime_functions(user_file):
+    with pytest.raises(ConfigError) as e:  # the sync loop's own refusal is on the same key: look at all
+        load([f"rollout.generate_fn=slime:{user_file}:slime_style", "rollout.partial_rollout=true"])
+    assert any("sends its own requests" in p.message for p in e.value.problems if p.path == "rollout.partial_rollout")
+
+
+def test_a_slime_function_without_slime_on_the_path_says_so(tmp_path):
+    f = tmp_path / "needs_slime.py"
+    f.write_text("from slime.utils.types import Sample\n\nasync def generate(args, sample, p):\n    return sample\n")
+    import importlib.util
+
+    if importlib.util.find_spec("slime") is not None:
+        pytest.skip("slime is importable here")
+    found = problems([f"rollout.generate_fn=slime:{f}:generate", f"data.rm_type=slime:{f}:generate"])
+    for key in ("rollout.generate_fn", "data.rm_type"):
+        assert "imports slime, which does not import here" in found[key].message
+        assert "put a slime checkout on PYTHONPATH" in found[key].message
+
+
 def test_the_preflight_finds_the_module_of_a_slime_path():
     from rlrun.config.preflight import _function
 

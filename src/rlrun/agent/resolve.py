@@ -29,7 +29,9 @@ def check(spec: str | None) -> str | None:
     try:
         obj, slime = _load(spec)
     except Exception as exc:  # noqa: BLE001 - an import error in user code is a config problem here
-        return str(exc)
+        from rlrun.agent.slime_adapter import PREFIX, load_problem
+
+        return load_problem(spec, exc) if spec.startswith(PREFIX) else str(exc)
     if isinstance(obj, type):
         if issubclass(obj, Environment) and not slime:
             return _check_env(spec, obj)

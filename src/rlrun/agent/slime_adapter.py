@@ -230,3 +230,11 @@ async def _score(rm, args, out) -> None:
                 s.reward = r
     elif out.reward is None:
         out.reward = await rm(args, out)
+
+
+def load_problem(spec: str, exc: Exception) -> str:
+    """What to say when a slime:<path> does not import: slime itself missing gets its own fix."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "slime":
+        return (f"{spec!r} imports slime, which does not import here ({exc}); put a slime checkout on "
+                "PYTHONPATH (slime's modules need pylatexenc, psutil, httpx: pip install -e '.[slime-examples]')")
+    return str(exc)

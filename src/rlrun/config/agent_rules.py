@@ -50,6 +50,20 @@ def data_source(cfg: RunConfig) -> Iterator[Problem]:
 
 
 @rule
+def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
+    """A slime generate function posts to the router itself, so rlrun's partial rollout (an aborted
+    request continued after the weight push, ClientHandle.generate) cannot reach its requests; slime's
+    examples refuse it too (`assert not args.partial_rollout`)."""
+    from rlrun.agent.slime_adapter import PREFIX
+
+    r = cfg.rollout
+    if r.partial_rollout and (r.generate_fn or "").startswith(PREFIX):
+        yield Problem("rollout.partial_rollout", "a slime generate function sends its own requests to the router; "
+                      "rlrun continues aborted requests only for those sent through its handle, and slime's "
+                      "examples assert `not args.partial_rollout`", "set rollout.partial_rollout=false", True)
+
+
+@rule
 def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     """data.rm_type=slime:<path>: slime's reward(args, sample), called by the slime adapter right after a
     slime generate function (as slime's generate_and_rm does), for every sample it makes, eval ones too."""
@@ -68,12 +82,13 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
             yield Problem(f"eval.datasets.{i}.rm_type", f"{ds.rm_type!r} would not be used: the slime reward "
                           f"function {rm!r} scores every sample the slime generate function makes, eval ones too "
                           "(as slime's --custom-rm-path does)", f"set eval.datasets.{i}.rm_type={rm}", ds.rm_type)
-    from rlrun.agent.slime_adapter import slime_reward as load
+    from rlrun.agent.slime_adapter import load_problem, slime_reward as load
 
     try:
         fn = load(rm)
     except Exception as exc:  # noqa: BLE001 - the user's import error is the problem to report
-        yield Problem("data.rm_type", str(exc), "fix the path: slime:<module>:<fn> or slime:path/to/file.py:<fn>", rm)
+        yield Problem("data.rm_type", load_problem(rm, exc), "fix the path: slime:<module>:<fn> or "
+                      "slime:path/to/file.py:<fn>", rm)
         return
     import inspect
 
