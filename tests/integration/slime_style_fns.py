@@ -18,10 +18,11 @@ def _pairs(output):
     return [p[1] for p in pairs], [p[0] for p in pairs]
 
 
-async def tool_loop(args, sample: Sample, sampling_params) -> Sample:
+async def tool_loop(args, sample: Sample, sampling_params, evaluation=False) -> Sample:
     """Token in / token out over two model turns with a tool observation between them
     (append_response_tokens with meta_info and text=; the status comes from finish_reason)."""
     assert isinstance(sample, Sample) and sample.status is Sample.Status.PENDING
+    sample.metadata["evaluation"] = evaluation
     state = GenerateState(args)
     sample.loss_mask = []
     for turn in range(2):
@@ -89,9 +90,12 @@ async def agents(args, sample: Sample, sampling_params, evaluation=False) -> lis
 
 
 async def reward(args, sample, **kwargs):
-    """slime's custom reward form: (args, sample) -> a number; here the response length as a fraction."""
+    """slime's custom reward form: (args, sample) -> a number; here the response length as a fraction,
+    and -1 for a sample generated for an eval dataset (evaluation=True)."""
     if not isinstance(sample, Sample):
         raise TypeError("Sample must be an instance of Sample class.")
+    if sample.metadata.get("evaluation"):
+        return -1.0
     return sample.response_length / args.rollout_max_response_len
 
 

@@ -146,8 +146,10 @@ def test_the_adapter_passes_evaluation_copies_args_and_returns_lists():
     asyncio.run(fn(handle(), Sample(prompt="p", prompt_tokens=[1]), Sampling(max_new_tokens=8)))
     assert [o.response_tokens for o in out] == [[10], [11]] and out[0] is prompt
     assert [o.group_id for o in out] == [4, 4] and all(o.status is Status.COMPLETED for o in out)
-    (a1, ev, params), (a2, _, _) = seen
-    assert ev is False and params["sampling_seed"] == 7 and params["max_new_tokens"] == 8
+    asyncio.run(fn.for_evaluation(handle(), Sample(prompt="p", prompt_tokens=[1]), Sampling(max_new_tokens=8)))
+    (a1, ev, params), (a2, ev2, _), (_, ev3, _) = seen
+    assert (ev, ev2, ev3) == (False, False, True)  # for_evaluation: eval datasets (RolloutSide.generate)
+    assert params["sampling_seed"] == 7 and params["max_new_tokens"] == 8
     assert a1 is not a2 and a1.tokenizer == "set by the function"
 
 

@@ -172,29 +172,36 @@ def _results(out, sample: Sample) -> Sample | list[Sample]:
 
 def slime_generate(fn, cfg=None, dotted: str | None = None) -> GenerateFn:
     """rlrun's generate-function form of a slime one. `cfg`: the RunConfig (None: rlrun's defaults);
-    `dotted`: the function's path in slime's form (args.custom_generate_function_path)."""
+    `dotted`: the function's path in slime's form (args.custom_generate_function_path). Its
+    `for_evaluation` attribute is the same for eval datasets: slime passes evaluation=True there
+    to a function that takes it."""
     from rlrun.agent import slime_compat
 
     if cfg is None:
         from rlrun.config import load
 
         cfg = load([])
-    evaluation = "evaluation" in inspect.signature(fn).parameters
+    takes_evaluation = "evaluation" in inspect.signature(fn).parameters
     rm = slime_reward(cfg.data.rm_type)
     base: list[argparse.Namespace] = []
 
-    async def adapted(handle, sample: Sample, sampling) -> Sample | list[Sample]:
-        if not base:
-            base.append(slime_args(cfg, handle, dotted))
-        args = copy.copy(base[0])
-        slime_compat.ensure_client(args)
-        kw = {"evaluation": False} if evaluation else {}
-        out = await fn(args, to_slime(sample, slime_compat.Sample), sampling_params(sampling, handle.seed), **kw)
-        if rm is not None:
-            await _score(rm, args, out)
-        return _results(out, sample)
+    def make(evaluation: bool):
+        async def adapted(handle, sample: Sample, sampling) -> Sample | list[Sample]:
+            if not base:
+                base.append(slime_args(cfg, handle, dotted))
+            args = copy.copy(base[0])
+            slime_compat.ensure_client(args)
+            kw = {"evaluation": evaluation} if takes_evaluation else {}
+            out = await fn(args, to_slime(sample, slime_compat.Sample), sampling_params(sampling, handle.seed), **kw)
+            if rm is not None:
+                await _score(rm, args, out)
+            return _results(out, sample)
 
-    adapted.__name__ = f"slime[{getattr(fn, '__name__', fn)}]"
+        adapted.__name__ = f"slime[{getattr(fn, '__name__', fn)}{', evaluation' if evaluation else ''}]"
+        return adapted
+
+    adapted = make(False)
+    adapted.for_evaluation = make(True)
     return adapted
 
 
