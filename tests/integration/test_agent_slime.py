@@ -30,7 +30,8 @@ from slime_style_fns import OBSERVATION  # noqa: E402
 from test_agent_rollout import serve  # noqa: E402
 
 # float32 both ways; the engine decodes with a KV cache (and may batch requests), the check runs one
-# forward over the whole sequence: the summation order differs, measured max |diff| < 2e-6 here.
+# forward over the whole sequence: the summation order differs; measured max |diff| 9.5e-7 over all
+# the checks of this file with slime on the path (2026-11-25).
 LOGPROB_TOL = 1e-4
 MAX_NEW = 5
 
