@@ -1,8 +1,14 @@
 import os
+import sys
 import tempfile
 
 # config layer: keep rlrun's composition cache (rlrun/config/cache.py) out of the user's home during tests.
 os.environ.setdefault("RLRUN_CACHE_DIR", tempfile.mkdtemp(prefix="rlrun-test-cache-"))
+
+# RLRUN_SLIME_DIR: a slime checkout, on sys.path before any test imports rlrun.agent.slime_compat, so
+# that slime's own Sample / GenerateState / post are the ones slime functions get (tests/*/test_*slime*).
+if os.environ.get("RLRUN_SLIME_DIR"):
+    sys.path.append(os.environ["RLRUN_SLIME_DIR"])
 
 # Property tests draw the same examples on every run (no test may depend on luck): hypothesis
 # derives its examples from each test's source instead of a random seed, and keeps no database.

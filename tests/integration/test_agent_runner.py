@@ -3,6 +3,8 @@ rollout.generate_fn names an Environment class, data.source a buffered source th
 dynamic sampling dropped and hands them back without generating them again."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import ray
 
@@ -44,3 +46,31 @@ def test_tiny_tool_job_with_a_buffered_source(tmp_path):
         assert reused == min(buffer, 8) and reused == int(reused)
         surplus = max(0, r["dynamic_sampling/generated_groups"] - r["dynamic_sampling/dropped_groups"] - 4)
         buffer += surplus - reused
+
+
+def test_a_slime_generate_and_reward_function_through_the_whole_runner(tmp_path):
+    """slime's form (tests/integration/slime_style_fns.py: GenerateState, post, append_response_tokens,
+    a tool observation with loss mask 0, slime's reward(args, sample)) driving a real training run,
+    with an eval dataset."""
+    fns = Path(__file__).parent / "slime_style_fns.py"
+    overrides = ["experiment=tiny-tool-cpu", f"run.output_dir={tmp_path}", "rollout.num_rollout=2",
+                 "rollout.rollout_batch_size=2", "rollout.n_samples_per_prompt=2", "logging.wandb.mode=disabled",
+                 "logging.progress=false", f"rollout.generate_fn=slime:{fns}:tool_loop",
+                 "rollout.max_response_len=40", f"data.rm_type=slime:{fns}:reward", "eval.interval=1",
+                 f"eval.datasets=[{{name: tt, path: examples/tiny_tool/prompts.jsonl, rm_type: 'slime:{fns}:reward'}}]"]
+    cfg = load(overrides)
+    plan = make_plan(cfg)
+    summary = runner.run(cfg, plan, prepare_run_dir(cfg, plan, overrides))
+    assert not ray.is_initialized() and summary["steps"] == 2
+    rows = read_metrics(tmp_path / "tiny-tool-cpu" / summary["run_dir"].split("/")[-1] / METRICS_FILE)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["rollout/samples"] == 4 and r["rollout/retries"] == 0
+        # slime_style_fns.reward = response_length / args.rollout_max_response_len (rollout.max_response_len),
+        # linear, so the means agree up to float rounding
+        assert r["rollout/reward_mean"] == pytest.approx(r["rollout/response_len_mean"] / 40, abs=1e-12)
+        # the slime function's token ids and log-probs are the ones the trainer recomputes: 1e-5 as above
+        assert r["train/train_rollout_logp_abs_diff"] < 1e-5
+    # eval datasets go through the same function with evaluation=True (as slime calls it); the reward says so
+    evals = [r["eval/tt/reward_mean"] for r in rows if "eval/tt/reward_mean" in r]
+    assert evals and all(v == -1.0 for v in evals)

@@ -21,6 +21,12 @@ def not_async(handle, sample, sampling):
 async def slime_style(args, sample, sampling_params):
     return sample
 
+async def slime_reward(args, sample, **kwargs):
+    return 1.0
+
+def sync_reward(args, sample):
+    return 1.0
+
 class Env(Environment):
     pass
 
@@ -72,6 +78,47 @@ def test_valid_generate_fns(user_file, name, slime):
 def test_bad_generate_fns_are_problems_on_the_key(user_file, spec, words):
     p = problems([f"rollout.generate_fn={spec.format(f=user_file)}"])["rollout.generate_fn"]
     assert words in p.message and "async function (handle, sample, sampling)" in p.fix
+
+
+def test_slime_reward_functions_need_a_slime_generate_function_and_the_same_eval_type(user_file):
+    gen, rm = f"rollout.generate_fn=slime:{user_file}:slime_style", f"slime:{user_file}:slime_reward"
+    assert load([gen, f"data.rm_type={rm}"]).data.rm_type == rm
+    found = problems([f"data.rm_type={rm}", "eval.interval=5",
+                      "eval.datasets=[{name: a, path: a.jsonl, rm_type: math}]"])
+    assert "rollout.generate_fn is None" in found["data.rm_type"].message
+    assert "rollout.generate_fn=slime:" in found["data.rm_type"].fix
+    assert found["eval.datasets.0.rm_type"].fix == f"set eval.datasets.0.rm_type={rm}"
+    p = problems([gen, f"data.rm_type=slime:{user_file}:sync_reward"])["data.rm_type"]
+    assert "is not an async function" in p.message
+    p = problems([gen, f"data.rm_type=slime:{user_file}:missing"])["data.rm_type"]
+    assert "has no function or class 'missing'" in p.message
+
+
+def test_partial_rollout_is_refused_for_slime_functions(user_file):
+    with pytest.raises(ConfigError) as e:  # the sync loop's own refusal is on the same key: look at all
+        load([f"rollout.generate_fn=slime:{user_file}:slime_style", "rollout.partial_rollout=true"])
+    assert any("sends its own requests" in p.message for p in e.value.problems if p.path == "rollout.partial_rollout")
+
+
+def test_a_slime_function_without_slime_on_the_path_says_so(tmp_path):
+    f = tmp_path / "needs_slime.py"
+    f.write_text("from slime.utils.types import Sample\n\nasync def generate(args, sample, p):\n    return sample\n")
+    import importlib.util
+
+    if importlib.util.find_spec("slime") is not None:
+        pytest.skip("slime is importable here")
+    found = problems([f"rollout.generate_fn=slime:{f}:generate", f"data.rm_type=slime:{f}:generate"])
+    for key in ("rollout.generate_fn", "data.rm_type"):
+        assert "imports slime, which does not import here" in found[key].message
+        assert "put a slime checkout on PYTHONPATH" in found[key].message
+
+
+def test_the_preflight_finds_the_module_of_a_slime_path():
+    from rlrun.config.preflight import _function
+
+    assert list(_function("rollout.generate_fn", "slime:rlrun.rollout.generate_api:single_turn")) == []
+    (p,) = _function("data.rm_type", "slime:no_such_pkg.mod:reward")
+    assert "module 'no_such_pkg.mod'" in p.message and "put no_such_pkg on PYTHONPATH" in p.fix
 
 
 def test_max_turns_without_a_generate_fn_and_bad_sources_are_reported_together(user_file):

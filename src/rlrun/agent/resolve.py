@@ -29,7 +29,9 @@ def check(spec: str | None) -> str | None:
     try:
         obj, slime = _load(spec)
     except Exception as exc:  # noqa: BLE001 - an import error in user code is a config problem here
-        return str(exc)
+        from rlrun.agent.slime_adapter import PREFIX, load_problem
+
+        return load_problem(spec, exc) if spec.startswith(PREFIX) else str(exc)
     if isinstance(obj, type):
         if issubclass(obj, Environment) and not slime:
             return _check_env(spec, obj)
@@ -58,13 +60,14 @@ def _check_env(spec: str, env) -> str | None:
     return None
 
 
-def load_generate_fn(spec: str | None) -> GenerateFn:
+def load_generate_fn(spec: str | None, cfg=None) -> GenerateFn:
+    """The function the runner calls; `cfg` (the RunConfig) gives a slime function its args."""
     from rlrun.agent.env import Environment, env_generate
-    from rlrun.agent.slime_adapter import slime_generate
+    from rlrun.agent.slime_adapter import dotted_path, slime_generate
 
     obj, slime = _load(spec)
     if slime:
-        return slime_generate(obj)
+        return slime_generate(obj, cfg, dotted_path(spec))
     if isinstance(obj, type) and issubclass(obj, Environment):
         return env_generate(obj)
     return obj

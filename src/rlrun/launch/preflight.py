@@ -170,7 +170,8 @@ def _get(cfg: RunConfig, dotted: str) -> Any:
 
 
 def _function(key: str, spec: str) -> Iterator[Problem]:
-    target, _, attr = spec.rpartition(":")
+    slime = "slime:"  # rlrun.agent.slime_adapter.PREFIX: a slime function, run through the adapter
+    target, _, attr = (spec[len(slime):] if spec.startswith(slime) else spec).rpartition(":")
     if target.endswith(".py"):
         bad = _unreadable(key, target, False, f"the file of {spec!r}", f"fix the path in {key}")
         if bad:

@@ -24,7 +24,7 @@ class Evaluator:
                                                          path=ds.path, train=False).items
             samples = steps.make_samples(self._sets[ds.name], e.n_samples_per_prompt, 0)
             seeds = [steps.request_seed(self.cfg.run.seed + 1, rollout_id, i) for i in range(len(samples))]
-            samples, _ = self.rollout.generate(samples, sampling, seeds)
+            samples, _ = self.rollout.generate(samples, sampling, seeds, evaluation=True)
             steps.score(samples, ds.rm_type, e.n_samples_per_prompt, self.cfg.data.rm_url)
             out.update(steps.rollout_metrics(samples, prefix=f"eval/{ds.name}"))
         if out:

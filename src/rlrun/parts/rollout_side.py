@@ -22,7 +22,7 @@ class RolloutSide:
         self.router, self.engines, self.model_dir = router, engines, model_dir
         self.versions = PolicyVersion()  # what the engines serve (WeightSync writes it)
         # rollout.generate_fn (a function, an Environment class, slime:<path>; docs/agents.md)
-        self.generate_fn = load_generate_fn(cfg.rollout.generate_fn)
+        self.generate_fn = load_generate_fn(cfg.rollout.generate_fn, cfg)
         self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
         self.source = steps.load_source(cfg, self.prompts)  # data.source; None = the prompts directly
 
@@ -43,9 +43,11 @@ class RolloutSide:
         group.start()
         return cls(cfg, tokenizer, run_dir, router, group, model_dir)
 
-    def generate(self, samples: list, sampling, seeds: list[int]) -> tuple[list, dict]:
-        """The generate function on every sample -> (samples, counters)."""
-        return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=self.generate_fn,
+    def generate(self, samples: list, sampling, seeds: list[int], evaluation: bool = False) -> tuple[list, dict]:
+        """The generate function on every sample -> (samples, counters). evaluation: eval datasets
+        (a slime function is told so, as slime does: its `for_evaluation` form)."""
+        fn = getattr(self.generate_fn, "for_evaluation", self.generate_fn) if evaluation else self.generate_fn
+        return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
                                 tokenizer=self.tokenizer, versions=self.versions,
                                 partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
 
