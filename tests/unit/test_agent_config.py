@@ -114,7 +114,7 @@ def test_a_slime_function_without_slime_on_the_path_says_so(tmp_path):
 
 
 def test_the_preflight_finds_the_module_of_a_slime_path():
-    from rlrun.config.preflight import _function
+    from rlrun.launch.preflight import _function
 
     assert list(_function("rollout.generate_fn", "slime:rlrun.rollout.generate_api:single_turn")) == []
     (p,) = _function("data.rm_type", "slime:no_such_pkg.mod:reward")
