@@ -1,7 +1,9 @@
 """Turn a slime run script into an rlrun experiment (`conf/experiment/NAME.yaml`): the matching groups
 in a defaults list, then only the settings where the script differs from them.
 
-The script is read, never run (bash_script.py). Values mean what slime would do (slime_decode.decode
+The script is run by bash in a sandbox where every command that acts on the machine or the network is a
+recording no-op (bash_run.py), so the importer gets the argv slime would; where that sandbox cannot be built,
+the static reader (bash_script.py) reads it instead and the report says so. Values mean what slime would do (slime_decode.decode
 fills slime's defaults for absent flags), so the experiment reproduces the script's run rather than
 rlrun's defaults. Flags rlrun has no setting for are reported and listed at the end of the YAML.
 """
@@ -73,14 +75,30 @@ def experiment_name(path: str | Path) -> str:
     return re.sub(r"[^a-z0-9_.-]+", "-", stem).strip("-") or "imported"
 
 
+def read_launch(script_path: str | Path, environ: dict[str, str] | None = None, static: bool = False,
+                binds: dict[str, str] | None = None):
+    """The script as bash runs it (bash_run.run_script), or read statically (bash_script.read_script) when
+    `static` or when the sandbox cannot be built here; then the first note says why."""
+    from rlrun.interop.bash_run import run_script, sandbox_problem
+
+    why = "--static was given" if static else sandbox_problem()
+    if why is None:
+        return run_script(script_path, environ, binds=binds)
+    script = read_script(script_path, environ)
+    script.notes.insert(0, f"read without bash ({why}): loops, if blocks, functions and command substitutions "
+                           "were not run; values they set are reported as unknown")
+    return script
+
+
 def import_script(script_path: str | Path, name: str | None = None, config_dir: Any = None,
-                  forced: dict[str, str] | None = None, environ: dict[str, str] | None = None) -> ImportResult:
+                  forced: dict[str, str] | None = None, environ: dict[str, str] | None = None,
+                  static: bool = False, binds: dict[str, str] | None = None) -> ImportResult:
     """Read a slime script and build the experiment YAML; validate it with rlrun.config.load.
     `environ` plays the variables the script expects from its caller (e.g. {"BASE_DIR": "/data"}).
     Raises ScriptError when the script has no train.py launch to read."""
     from rlrun.config.compose import Composer, conf_dir
 
-    script = read_script(script_path, environ)
+    script = read_launch(script_path, environ, static, binds)
     if script.launch is None:
         raise ScriptError(f"{script_path}: no `ray job submit ... -- python3 train.py ...` line found; "
                           "rlrun reads the arguments of that line")
