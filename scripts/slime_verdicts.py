@@ -42,6 +42,7 @@ def verdict(root: Path, rel: str, conf: Path) -> dict:
     target = conf / "experiment" / f"{name}.yaml"
     env = [x for k, v in ENV.items() for x in ("--env", f"{k}={v}")]
     rc, _, err = _cli(["import", "slime", rel, "--out", str(target), "--bind", f"/root/slime={root}", *env], root)
+    err = re.sub(r"\S*/rlrun-bash-\w+/prelude\.sh: line \d+: ", "", err).replace(f"{root}/", "")
     row = {"script": rel, "import_rc": rc}
     if not target.exists():
         refused = re.search(r"nothing written: \d+ flag\(s\) would be left out.*?: (.*?)\. Fix", err, re.S)
@@ -68,8 +69,11 @@ def verdict(root: Path, rel: str, conf: Path) -> dict:
 def _reasons(err: str, flags: list[str]) -> dict[str, str]:
     out = {}
     for flag in flags:
-        m = re.search(r"^\s+" + re.escape(flag) + r"\b.*?\] (.*)$", err, re.M)
+        m = re.search(r"^\s+" + re.escape(flag) + r"(?=\s).*?\] (.*)$", err, re.M)
         out[flag] = m.group(1) if m else ""
+        if flag == "(model flags)":  # why bash gave no model flags: the script's own bug, in its words
+            out[flag] = "no model flags reach train.py (Megatron would not start): " + "; ".join(
+                re.findall(r"note: (\S+: bash ran .*? as a command|bash: .*No such file or directory)", err))
     return out
 
 

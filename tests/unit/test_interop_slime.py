@@ -79,7 +79,7 @@ def test_unknown_typo_abbreviation_secret_and_changed_constant_are_reported():
     assert "--rollout-max-response-len" in why["--rollout-max-resp"]
     assert "credential" in why["--wandb-key"]
     assert "--attention-dropout 0.0" in why["--attention-dropout"]
-    assert "no rlrun setting" in why["--optimizer-cpu-offload"]
+    assert why["--optimizer-cpu-offload"] == "slime feature rlrun lacks: CPU optimizer offload"
     assert d.values["rollout.temperature"] == 1.0  # the typo did not set it: slime's default holds
 
 

@@ -352,5 +352,10 @@ def _script_from(path: Path, records: list[dict], returncode: int, stderr: str, 
     if recorded:
         shown = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(recorded.items()))
         script.notes.append(f"commands recorded in the sandbox, not run: {shown}")
+    for r in records:  # `--flag ...` run as a command: the line before it lacks its `\`
+        if r["kind"] == "unknown" and r["argv"] and r["argv"][0].startswith("--"):
+            script.notes.append(f"{Path(r['file']).name}:{r['line']}: bash ran `{' '.join(r['argv'][:3])} ...` as a "
+                                "command of its own: a `\\` line continuation is missing before it, so these "
+                                "flags are not on the launch line (slime would start without them too)")
     script.notes += [f"bash: {ln}" for ln in errors]
     return script

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from rlrun.interop.bash_script import ScriptError, read_script
-from rlrun.interop.slime_decode import Occ, decode, parse_args
+from rlrun.interop.slime_decode import NO_MODEL, Occ, decode, parse_args
 from rlrun.interop.slime_values import get_path, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
 from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED, ROWS, SECRET_FLAGS
@@ -104,6 +104,8 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
                           "rlrun reads the arguments of that line")
     occs = parse_args(script.launch.args)
     decoded = decode(occs, script.launch.entry)
+    if "model.num_layers" not in decoded.explicit:  # a launch without model flags: Megatron would not start
+        decoded.unknown.append((Occ("(model flags)", (), ""), NO_MODEL))
     values = {**decoded.values, **IMPLIED}
     _leave_derived(values, decoded.explicit)
     values["cluster.num_nodes"] = cluster_nodes(values)
