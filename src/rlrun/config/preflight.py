@@ -88,9 +88,18 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
             yield from compare(cfg, hf, f"{ck.hf}/config.json")
             yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
     if ck.ref is not None and ck.ref != ck.hf:
+        from rlrun.config.torch_dist import dist_checkpoint_dir
+
         bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
                           "fix checkpoint.ref, or null to use checkpoint.hf")
-        yield from [bad] if bad else _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
+        if bad:
+            yield bad
+        elif dist_checkpoint_dir(ck.ref) is not None and ck.hf is None:
+            yield Problem("checkpoint.ref", f"{ck.ref} is a Megatron torch_dist checkpoint; rlrun builds the reference "
+                          "model from Hugging Face weights, its conversion's source (checkpoint.hf) is not set",
+                          "set checkpoint.hf to the HF model the torch_dist folder was converted from", ck.ref)
+        elif dist_checkpoint_dir(ck.ref) is None:  # a torch_dist folder beside checkpoint.hf: its HF weights
+            yield from _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
 
