@@ -231,15 +231,9 @@ def lengths(cfg: RunConfig) -> Iterator[Problem]:
     if d.max_prompt_len is not None and d.max_prompt_len > ctx - 1:
         yield Problem("data.max_prompt_len", f"{d.max_prompt_len} leaves no room to generate in a context of {ctx}",
                       f"set data.max_prompt_len <= {ctx - 1}", d.max_prompt_len)
-    lens = [("rollout", r.max_response_len)] + ([("eval", cfg.eval.max_response_len)]
-                                                if cfg.eval.max_response_len != r.max_response_len else [])
-    for sec, resp in lens:
-        total = resp + (d.max_prompt_len or 1)
-        if total > ctx:
-            yield Problem(f"{sec}.max_response_len", f"prompt ({d.max_prompt_len or 'at least 1'}) + response {resp} "
-                          f"= {total} tokens exceed the context length {ctx}",
-                          f"lower {sec}.max_response_len to {ctx - (d.max_prompt_len or 1)} or raise "
-                          "rollout.context_length", resp)
+    # prompt + response beyond the context is no error: each request's max_new_tokens is cut to the room left
+    # (rlrun.rollout.handle.RolloutHandle.generate), as slime does with --rollout-max-context-len; a warning
+    # says so (rlrun.config.warn.responses_cut_at_the_context)
 
 
 @rule

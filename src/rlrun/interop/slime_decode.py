@@ -155,6 +155,8 @@ class _Decoder:
         elif flag == "--offload":  # slime: both --offload-train and --offload-rollout
             self.set("train.offload", True, occ)
             self.set("rollout.offload", True, occ)
+        elif flag in NO_OP_FLAGS and self.special(occ):
+            pass
         elif flag.startswith("--no-") and (row := self.by_flag.get("--" + flag[5:])) and row.kind == "bool":
             self.expect(occ, 0)
             self.set(row.path, False, occ)

@@ -444,6 +444,10 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "--bf16": ((), "slime trains in bf16 unless --fp16 (_set_default_megatron_args: args.bf16 = not args.fp16)"),
     "--seq-length": (None, "a placeholder for slime, which packs variable-length sequences "
                            "(_set_default_megatron_args; validate_args sets variable_seq_lengths)"),
+    "--max-position-embeddings": (None, "Megatron's training position limit (slime packs variable-length "
+                                        "sequences; with RoPE it only sets YaRN's original length, "
+                                        "_set_default_megatron_args); the model's and SGLang's context come from "
+                                        "the checkpoint's config.json, which rlrun's model group holds"),
     "--train-backend": (("megatron",), "slime's only training backend (slime/utils/arguments.py: "
                                        "choices=['megatron']); rlrun imports it as train.backend=megatron"),
 }
