@@ -486,3 +486,19 @@ def test_async_training_round_trips_through_train_async_py(tmp_path):
     assert back.train.async_train and not back.train.colocate
     assert (back.rollout.async_buffer_size, back.rollout.update_weights_interval) == (3, 2)
     assert back.rollout.partial_rollout and back.rollout.mask_offpolicy_in_partial_rollout
+
+
+def test_import_reports_by_name_what_an_export_would_not_give_back(imported, tmp_path):
+    assert imported[SEED.name].round_trip == {"lost": [], "changed": [], "added": []}
+    import shutil
+
+    shutil.copytree(DATA / "models", tmp_path / "models")  # the seed sources models/qwen3-4B.sh beside it
+    script = tmp_path / "rt.sh"
+    script.write_text(SEED.read_text().replace("   --adam-beta2 0.98\n", "   --adam-beta2 0.98\n"
+                                               "   --use-precision-aware-optimizer\n   --optimizer-cpu-offload\n"))
+    r = import_script(script)
+    assert r.problems == [] and [o.flag for o, _ in r.unknown] == ["--optimizer-cpu-offload"]
+    assert r.round_trip == {"lost": ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"], "changed": [],
+                            "added": []}
+    assert ("`rlrun export slime` of it loses: --optimizer-cpu-offload, --use-precision-aware-optimizer"
+            in r.report())

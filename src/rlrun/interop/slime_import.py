@@ -27,6 +27,10 @@ from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED,
 # What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
 IMPLIED = {"train.backend": "megatron", "rollout.engine": "sglang"}
 FLAG_OF = {r.path: r.flag for r in ROWS}  # rlrun path -> its slime flag, for reports
+# Flags an export may add to what a script gives, and why (docs/slime.md "Round trip"): not reported.
+EXPORT_EXTRAS = {"--max-position-embeddings": "rlrun knows the model's position limit (config.json's); slime's "
+                                              "scripts leave it to Megatron"}
+ROUND_TRIP_WORDS = {"lost": "loses", "changed": "writes another value for", "added": "adds"}
 
 
 @dataclass
@@ -39,6 +43,8 @@ class ImportResult:
     notes: list[str]
     problems: list[str] = field(default_factory=list)  # rlrun validation problems of the result
     filled: dict[str, str] = field(default_factory=dict)  # written path -> the absent flag whose default it is
+    # what `rlrun export slime` of the experiment gives back differently (flag names): lost, changed value, added
+    round_trip: dict[str, list[str]] = field(default_factory=dict)
 
     def report(self, written: bool = True) -> str:
         lines = [f"experiment {self.name}:"]
@@ -58,6 +64,9 @@ class ImportResult:
                          "(listed in the YAML):")
             lines.extend(f"    {p} = {self.overrides[p]!r}  ({flag} absent)" for p, flag in self.filled.items())
         lines.extend(f"  note: {n}" for n in self.notes)
+        for kind, flags in self.round_trip.items():
+            if flags:
+                lines.append(f"  `rlrun export slime` of it {ROUND_TRIP_WORDS[kind]}: {', '.join(flags)}")
         if self.problems:
             lines.append("  the imported config does not validate:")
             lines.extend(f"    {p}" for p in self.problems)
@@ -126,7 +135,28 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes, filled=filled)
     result.yaml_text = render_yaml(result, Path(script_path).name, base)
     result.problems = validate_yaml(result.yaml_text, name, config_dir)
+    if not result.problems:
+        cfg = _load_text(result.yaml_text, name, config_dir).model_dump(mode="python")
+        result.round_trip = round_trip(script.launch.args, script.launch.entry, cfg)
     return result
+
+
+def round_trip(args: list[Any], entry: str, cfg: dict) -> dict[str, list[str]]:
+    """Compare a script's flags with the export of `cfg` (its import) as flag sets (slime_decode.flag_set: values
+    typed, paths as placeholders, flags at slime's default dropped): the flags the export loses, writes with
+    another value, or adds (less EXPORT_EXTRAS), by name."""
+    from rlrun.interop.slime_decode import flag_set
+    from rlrun.interop.slime_encode import encode
+    from rlrun.interop.slime_table import ARRAYS
+
+    enc = encode(cfg)
+    exported = [t for tokens in enc.launch for t in tokens]
+    exported += [t for a in ARRAYS for tokens in enc.arrays[a] for t in tokens]
+    before, after = flag_set(args, entry), flag_set(exported, enc.entry)
+    names_before, names_after = {f for f, _ in before}, {f for f, _ in after}
+    return {"lost": sorted(names_before - names_after),
+            "changed": sorted({f for f, _ in before - after} & names_after),
+            "added": sorted(names_after - names_before - set(EXPORT_EXTRAS))}
 
 
 def _leave_derived(values: dict[str, Any], explicit: set[str]) -> None:
