@@ -339,10 +339,14 @@ def test_torch_dist_ref_beside_hf_is_read_from_the_hf_weights(tmp_path):
     assert ref_weights(str(hf), str(hf)) == (str(hf), None)
 
 
-def test_torch_dist_ref_without_hf_names_the_missing_source(tmp_path):
+def test_torch_dist_ref_without_hf_is_read_by_megatron_only(tmp_path):
     ref = torch_dist_folder(tmp_path / "ref")
-    problems = preflight(with_checkpoint(cfg_with(tmp_path), hf=None, ref=str(ref)))
+    problems = preflight(with_checkpoint(cfg_with(tmp_path, "train.backend=torch"), hf=None, ref=str(ref)))
     assert paths(problems) == ["checkpoint.ref"] and "torch_dist" in problems[0].message
+    assert "train.backend=megatron" in problems[0].fix
+    # the megatron backend loads it with megatron-core's dist_checkpointing (rlrun.train.megatron.dist_ckpt)
+    meg = cfg_with(tmp_path, "train.backend=megatron", "hardware=h100", "rollout.engine=sglang")
+    assert "checkpoint.ref" not in paths(preflight(with_checkpoint(meg, hf=None, ref=str(ref))))
 
 
 def test_a_tracker_naming_a_missing_iteration_is_no_torch_dist_checkpoint(tmp_path):
