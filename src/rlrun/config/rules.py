@@ -84,15 +84,19 @@ def dynamic_batching(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.max_tokens_per_gpu", "dynamic batching (train.use_dynamic_batch_size=true) needs a "
                       "token budget per GPU", "set train.max_tokens_per_gpu (e.g. max prompt + response length)")
         return
-    need, cp = _one_sample_tokens(cfg), cfg.parallelism.cp
-    # a log-prob budget equal to the training one is usually derived from it: one problem, at the source
+    need, cp = cfg.rollout.max_response_len, cfg.parallelism.cp
+    # A sample above the budget trains alone in its micro-batch (rlrun.train.batching.group_samples), as slime's
+    # dp_schedule does; a budget below the response limit itself is refused (most long samples would overflow it),
+    # one between the response and a whole sample is a warning (rlrun.config.warn.samples_above_the_budget).
+    # A log-prob budget equal to the training one is usually derived from it: one problem, at the source.
     for key, budget in (("max_tokens_per_gpu", t.max_tokens_per_gpu),
                         ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu
                          if t.log_probs_max_tokens_per_gpu != t.max_tokens_per_gpu else None)):
         if budget is not None and budget * cp < need:
             yield Problem(f"train.{key}", f"{budget} tokens{f' x CP {cp}' if cp > 1 else ''} cannot hold one "
-                          f"sample of up to {need} tokens ({_sample_desc(cfg)})",
-                          f"set train.{key} >= {-(-need // cp)} or shorten the prompt/response limits", budget)
+                          f"response of up to {need} tokens ({_sample_desc(cfg)})",
+                          f"set train.{key} >= {-(-_one_sample_tokens(cfg) // cp)} or shorten the response limit",
+                          budget)
 
 
 def _one_sample_tokens(cfg: RunConfig) -> int:

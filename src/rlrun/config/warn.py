@@ -58,3 +58,20 @@ def responses_cut_at_the_context(cfg: RunConfig, overrides: Sequence[str]) -> It
                           f"= {total} tokens exceed the context length {ctx}: responses are cut at {ctx} tokens "
                           "minus their prompt", f"lower {sec}.max_response_len to {ctx - (d.max_prompt_len or 1)} "
                           "or raise rollout.context_length, if the cut is not meant", resp)
+
+
+@warning
+def samples_above_the_budget(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """A token budget that holds the response limit but not a whole sample: such a sample trains alone in its
+    micro-batch (rlrun.train.batching.group_samples), as slime's dp_schedule places a sample above
+    --max-tokens-per-gpu; the memory plan counts it (rlrun.config.memory)."""
+    from rlrun.config.rules import _one_sample_tokens
+
+    t, cp = cfg.train, cfg.parallelism.cp
+    need = _one_sample_tokens(cfg)
+    if t.use_dynamic_batch_size and t.max_tokens_per_gpu and cfg.rollout.max_response_len <= \
+            t.max_tokens_per_gpu * cp < need:
+        yield Problem("train.max_tokens_per_gpu", f"{t.max_tokens_per_gpu} tokens per GPU hold a response but not "
+                      f"a whole sample of up to {need} tokens: such a sample trains alone in its micro-batch "
+                      "(slime does the same)", f"set train.max_tokens_per_gpu >= {-(-need // cp)} to pack them",
+                      t.max_tokens_per_gpu)
