@@ -135,3 +135,21 @@ def test_the_caller_environment_is_not_read(tmp_path, monkeypatch):
     script = write(tmp_path, 'ARGS=(--x "${SECRET_FROM_CALLER:-unset}" --home "$HOME")\n' + LAUNCH)
     got = argv(run_script(script))
     assert got[:2] == ["--x", "unset"] and got[3] != os.environ.get("HOME")
+
+
+def test_static_reader_is_the_fallback_and_says_why(tmp_path, monkeypatch):
+    from rlrun.interop import bash_run
+    from rlrun.interop.slime_import import read_launch
+
+    script = write(tmp_path, "ARGS=(--num-layers 2)\n" + LAUNCH)
+    got = read_launch(script, static=True)
+    assert argv(got) == ["--num-layers", "2"] and got.notes[0].startswith("read without bash (--static was given)")
+    # no unshare on the machine: the probe says so, and the importer reads statically with that reason
+    monkeypatch.setattr(bash_run.shutil, "which", lambda name: None if name == "unshare" else "/bin/" + name)
+    why = bash_run.sandbox_problem.__wrapped__()
+    assert "`unshare` (util-linux) is not installed" in why
+    monkeypatch.setattr(bash_run, "sandbox_problem", lambda: why)
+    got = read_launch(script)
+    assert argv(got) == ["--num-layers", "2"] and why in got.notes[0]
+    with pytest.raises(ScriptError, match="cannot run the script in a sandbox"):
+        run_script(script)
