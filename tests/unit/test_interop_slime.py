@@ -502,3 +502,22 @@ def test_import_reports_by_name_what_an_export_would_not_give_back(imported, tmp
                             "added": []}
     assert ("`rlrun export slime` of it loses: --optimizer-cpu-offload, --use-precision-aware-optimizer"
             in r.report())
+
+
+def test_a_value_rlrun_cannot_parse_is_reported_and_never_filled_in_as_absent():
+    ok = decode(parse_args(args("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --norm-epsilon 1e-5")))
+    assert ok.values["model.norm_epsilon"] == 1e-5 and ok.unknown == []
+    bad = decode(parse_args(args("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --norm-epsilon 1e-5x")))
+    assert [o.flag for o, _ in bad.unknown] == ["--norm-epsilon"] and "bad value" in bad.unknown[0][1]
+    assert bad.values["model.norm_epsilon"] is None  # not Megatron's 1e-5 default as if the flag were absent
+
+
+def test_model_family_comes_from_the_fields_that_define_it():
+    from rlrun.interop.slime_decode import family_of
+    base = {"model.qk_layernorm": False, "model.add_qkv_bias": False, "model.post_norms": False,
+            "model.moe": None, "model.mla": None}
+    assert family_of({**base, "model.qk_layernorm": True}) == "qwen3"
+    assert family_of({**base, "model.qk_layernorm": True, "model.moe": None, "model.moe.num_experts": 8}) == "qwen3_moe"
+    assert family_of({**base, "model.add_qkv_bias": True}) == "qwen2"  # Qwen2/2.5, MiMo
+    assert family_of({**base, "model.post_norms": True}) == "glm4"
+    assert family_of(base) == "llama"
