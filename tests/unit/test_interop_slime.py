@@ -79,7 +79,7 @@ def test_unknown_typo_abbreviation_secret_and_changed_constant_are_reported():
     assert "--rollout-max-response-len" in why["--rollout-max-resp"]
     assert "credential" in why["--wandb-key"]
     assert "--attention-dropout 0.0" in why["--attention-dropout"]
-    assert "no rlrun setting" in why["--optimizer-cpu-offload"]
+    assert why["--optimizer-cpu-offload"] == "slime feature rlrun lacks: CPU optimizer offload"
     assert d.values["rollout.temperature"] == 1.0  # the typo did not set it: slime's default holds
 
 
@@ -486,3 +486,38 @@ def test_async_training_round_trips_through_train_async_py(tmp_path):
     assert back.train.async_train and not back.train.colocate
     assert (back.rollout.async_buffer_size, back.rollout.update_weights_interval) == (3, 2)
     assert back.rollout.partial_rollout and back.rollout.mask_offpolicy_in_partial_rollout
+
+
+def test_import_reports_by_name_what_an_export_would_not_give_back(imported, tmp_path):
+    assert imported[SEED.name].round_trip == {"lost": [], "changed": [], "added": []}
+    import shutil
+
+    shutil.copytree(DATA / "models", tmp_path / "models")  # the seed sources models/qwen3-4B.sh beside it
+    script = tmp_path / "rt.sh"
+    script.write_text(SEED.read_text().replace("   --adam-beta2 0.98\n", "   --adam-beta2 0.98\n"
+                                               "   --use-precision-aware-optimizer\n   --optimizer-cpu-offload\n"))
+    r = import_script(script)
+    assert r.problems == [] and [o.flag for o, _ in r.unknown] == ["--optimizer-cpu-offload"]
+    assert r.round_trip == {"lost": ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"], "changed": [],
+                            "added": []}
+    assert ("`rlrun export slime` of it loses: --optimizer-cpu-offload, --use-precision-aware-optimizer"
+            in r.report())
+
+
+def test_a_value_rlrun_cannot_parse_is_reported_and_never_filled_in_as_absent():
+    ok = decode(parse_args(args("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --norm-epsilon 1e-5")))
+    assert ok.values["model.norm_epsilon"] == 1e-5 and ok.unknown == []
+    bad = decode(parse_args(args("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --norm-epsilon 1e-5x")))
+    assert [o.flag for o, _ in bad.unknown] == ["--norm-epsilon"] and "bad value" in bad.unknown[0][1]
+    assert bad.values["model.norm_epsilon"] is None  # not Megatron's 1e-5 default as if the flag were absent
+
+
+def test_model_family_comes_from_the_fields_that_define_it():
+    from rlrun.interop.slime_decode import family_of
+    base = {"model.qk_layernorm": False, "model.add_qkv_bias": False, "model.post_norms": False,
+            "model.moe": None, "model.mla": None}
+    assert family_of({**base, "model.qk_layernorm": True}) == "qwen3"
+    assert family_of({**base, "model.qk_layernorm": True, "model.moe": None, "model.moe.num_experts": 8}) == "qwen3_moe"
+    assert family_of({**base, "model.add_qkv_bias": True}) == "qwen2"  # Qwen2/2.5, MiMo
+    assert family_of({**base, "model.post_norms": True}) == "glm4"
+    assert family_of(base) == "llama"

@@ -309,3 +309,51 @@ def test_a_sweep_checks_every_point_before_any_run_dir(tmp_path, data):
         launch(planned, root=tmp_path / "sweep")
     assert exc.value.paths == ["data.prompt_data"] and "[point data.prompt_data=" in exc.value.render()
     assert not (tmp_path / "sweep").exists()
+
+
+def torch_dist_folder(path: Path, iteration: int | None = 0) -> Path:
+    """A Megatron torch_dist save as slime's --ref-load names it: the tracker file and iter_0000000/ with the
+    .metadata and __*.distcp shards megatron-core's dist_checkpointing writes (empty: only their names count)."""
+    shards = path / f"iter_{iteration:07d}" if iteration is not None else path
+    shards.mkdir(parents=True)
+    (shards / ".metadata").write_bytes(b"")
+    (shards / "__0_0.distcp").write_bytes(b"")
+    if iteration is not None:
+        (path / "latest_checkpointed_iteration.txt").write_text(str(iteration))
+    return path
+
+
+def test_torch_dist_ref_beside_hf_is_read_from_the_hf_weights(tmp_path):
+    from rlrun.config.torch_dist import dist_checkpoint_dir, ref_weights
+
+    hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text())
+    ref = torch_dist_folder(tmp_path / "Qwen3-4B_torch_dist")
+    assert dist_checkpoint_dir(ref) == ref / "iter_0000000"
+    assert dist_checkpoint_dir(torch_dist_folder(tmp_path / "bare", None)) == tmp_path / "bare"
+    assert dist_checkpoint_dir(hf) is None
+    cfg = with_checkpoint(load(["model=qwen3-4b", "hardware=h100", f"run.output_dir={tmp_path}"]), hf=str(hf),
+                          ref=str(ref))
+    assert preflight(cfg) == []
+    got, note = ref_weights(str(ref), str(hf))
+    assert got == str(hf) and "torch_dist" in note and str(hf) in note
+    assert ref_weights(str(hf), str(hf)) == (str(hf), None)
+
+
+def test_torch_dist_ref_without_hf_is_read_by_megatron_only(tmp_path):
+    ref = torch_dist_folder(tmp_path / "ref")
+    problems = preflight(with_checkpoint(cfg_with(tmp_path, "train.backend=torch"), hf=None, ref=str(ref)))
+    assert paths(problems) == ["checkpoint.ref"] and "torch_dist" in problems[0].message
+    assert "train.backend=megatron" in problems[0].fix
+    # the megatron backend loads it with megatron-core's dist_checkpointing (rlrun.train.megatron.dist_ckpt)
+    meg = cfg_with(tmp_path, "train.backend=megatron", "hardware=h100", "rollout.engine=sglang")
+    assert "checkpoint.ref" not in paths(preflight(with_checkpoint(meg, hf=None, ref=str(ref))))
+
+
+def test_a_tracker_naming_a_missing_iteration_is_no_torch_dist_checkpoint(tmp_path):
+    from rlrun.config.torch_dist import dist_checkpoint_dir
+
+    ref = torch_dist_folder(tmp_path / "ref")
+    (ref / "latest_checkpointed_iteration.txt").write_text("20")
+    assert dist_checkpoint_dir(ref) is None
+    problems = preflight(with_checkpoint(cfg_with(tmp_path), ref=str(ref)))
+    assert "checkpoint.ref" in paths(problems)  # then it must hold HF weights, and it does not

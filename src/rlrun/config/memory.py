@@ -175,7 +175,8 @@ def _activations(cfg: RunConfig, tokens: int) -> float:
 def _tokens_per_micro_batch(cfg: RunConfig, sample_tokens: int) -> int:
     t = cfg.train
     if t.use_dynamic_batch_size and t.max_tokens_per_gpu:
-        return t.max_tokens_per_gpu
+        from rlrun.config.rules import _one_sample_tokens  # a sample above the budget trains alone (batching.py)
+        return max(t.max_tokens_per_gpu, ceil(_one_sample_tokens(cfg) / cfg.parallelism.cp))
     return t.micro_batch_size * ceil(sample_tokens / cfg.parallelism.cp)
 
 

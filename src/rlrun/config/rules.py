@@ -80,15 +80,19 @@ def dynamic_batching(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.max_tokens_per_gpu", "dynamic batching (train.use_dynamic_batch_size=true) needs a "
                       "token budget per GPU", "set train.max_tokens_per_gpu (e.g. max prompt + response length)")
         return
-    need, cp = _one_sample_tokens(cfg), cfg.parallelism.cp
-    # a log-prob budget equal to the training one is usually derived from it: one problem, at the source
+    need, cp = cfg.rollout.max_response_len, cfg.parallelism.cp
+    # A sample above the budget trains alone in its micro-batch (rlrun.train.batching.group_samples), as slime's
+    # dp_schedule does; a budget below the response limit itself is refused (most long samples would overflow it),
+    # one between the response and a whole sample is a warning (rlrun.config.warn.samples_above_the_budget).
+    # A log-prob budget equal to the training one is usually derived from it: one problem, at the source.
     for key, budget in (("max_tokens_per_gpu", t.max_tokens_per_gpu),
                         ("log_probs_max_tokens_per_gpu", t.log_probs_max_tokens_per_gpu
                          if t.log_probs_max_tokens_per_gpu != t.max_tokens_per_gpu else None)):
         if budget is not None and budget * cp < need:
             yield Problem(f"train.{key}", f"{budget} tokens{f' x CP {cp}' if cp > 1 else ''} cannot hold one "
-                          f"sample of up to {need} tokens ({_sample_desc(cfg)})",
-                          f"set train.{key} >= {-(-need // cp)} or shorten the prompt/response limits", budget)
+                          f"response of up to {need} tokens ({_sample_desc(cfg)})",
+                          f"set train.{key} >= {-(-_one_sample_tokens(cfg) // cp)} or shorten the response limit",
+                          budget)
 
 
 def _one_sample_tokens(cfg: RunConfig) -> int:
@@ -262,15 +266,9 @@ def lengths(cfg: RunConfig) -> Iterator[Problem]:
     if d.max_prompt_len is not None and d.max_prompt_len > ctx - 1:
         yield Problem("data.max_prompt_len", f"{d.max_prompt_len} leaves no room to generate in a context of {ctx}",
                       f"set data.max_prompt_len <= {ctx - 1}", d.max_prompt_len)
-    lens = [("rollout", r.max_response_len)] + ([("eval", cfg.eval.max_response_len)]
-                                                if cfg.eval.max_response_len != r.max_response_len else [])
-    for sec, resp in lens:
-        total = resp + (d.max_prompt_len or 1)
-        if total > ctx:
-            yield Problem(f"{sec}.max_response_len", f"prompt ({d.max_prompt_len or 'at least 1'}) + response {resp} "
-                          f"= {total} tokens exceed the context length {ctx}",
-                          f"lower {sec}.max_response_len to {ctx - (d.max_prompt_len or 1)} or raise "
-                          "rollout.context_length", resp)
+    # prompt + response beyond the context is no error: each request's max_new_tokens is cut to the room left
+    # (rlrun.rollout.handle.RolloutHandle.generate), as slime does with --rollout-max-context-len; a warning
+    # says so (rlrun.config.warn.responses_cut_at_the_context)
 
 
 @rule

@@ -38,3 +38,37 @@ def epochs_do_not_set_the_length(cfg: RunConfig, overrides: Sequence[str]) -> It
                       "(slime, too, ignores --num-epoch when --num-rollout is set)",
                       "set rollout.num_rollout = epochs x dataset rows / rollout.rollout_batch_size",
                       cfg.data.num_epochs)
+
+
+@warning
+def responses_cut_at_the_context(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """A response limit the context cannot hold: each request's max_new_tokens is cut to context_length minus its
+    prompt (rlrun.rollout.handle.RolloutHandle.generate), which is how slime reads --rollout-max-context-len
+    (its SGLang rollout caps max_new_tokens at rollout_max_context_len - len(prompt))."""
+    r, d, ctx = cfg.rollout, cfg.data, cfg.rollout.context_length
+    lens = [("rollout", r.max_response_len)] + ([("eval", cfg.eval.max_response_len)]
+                                                if cfg.eval.max_response_len != r.max_response_len else [])
+    for sec, resp in lens:
+        total = resp + (d.max_prompt_len or 1)
+        if total > ctx:
+            yield Problem(f"{sec}.max_response_len", f"prompt ({d.max_prompt_len or 'at least 1'}) + response {resp} "
+                          f"= {total} tokens exceed the context length {ctx}: responses are cut at {ctx} tokens "
+                          "minus their prompt", f"lower {sec}.max_response_len to {ctx - (d.max_prompt_len or 1)} "
+                          "or raise rollout.context_length, if the cut is not meant", resp)
+
+
+@warning
+def samples_above_the_budget(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """A token budget that holds the response limit but not a whole sample: such a sample trains alone in its
+    micro-batch (rlrun.train.batching.group_samples), as slime's dp_schedule places a sample above
+    --max-tokens-per-gpu; the memory plan counts it (rlrun.config.memory)."""
+    from rlrun.config.rules import _one_sample_tokens
+
+    t, cp = cfg.train, cfg.parallelism.cp
+    need = _one_sample_tokens(cfg)
+    if t.use_dynamic_batch_size and t.max_tokens_per_gpu and cfg.rollout.max_response_len <= \
+            t.max_tokens_per_gpu * cp < need:
+        yield Problem("train.max_tokens_per_gpu", f"{t.max_tokens_per_gpu} tokens per GPU hold a response but not "
+                      f"a whole sample of up to {need} tokens: such a sample trains alone in its micro-batch "
+                      "(slime does the same)", f"set train.max_tokens_per_gpu >= {-(-need // cp)} to pack them",
+                      t.max_tokens_per_gpu)

@@ -19,8 +19,9 @@ rlrun export slime [--config-dir DIR] [overrides ...]
     print the slime launch (env exports, flag arrays, ray job submit line) for the resolved config
 rlrun import slime SCRIPT.sh [--out conf/experiment/NAME.yaml] [--name NAME] [--config-dir DIR]
                              [--env NAME=VALUE ...] [--model M] [--algo A] [--hardware H] [--parallelism P] [--data D]
-                             [--allow-unknown]
-    read a slime run script (without running it) and write an rlrun experiment that reproduces it; a flag it
+                             [--allow-unknown] [--static] [--bind DST=SRC ...]
+    run a slime launch script with bash in a sandbox (every command that acts on the machine or the network is
+    a recording no-op; --static reads it without bash) and write an rlrun experiment that reproduces it; a flag it
     cannot carry over (misspelt, or with no rlrun setting) stops it (exit 2) unless --allow-unknown"""
 
 
@@ -55,6 +56,11 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
                         help="a variable the script expects from its caller (e.g. BASE_DIR=/data); repeatable")
     parser.add_argument("--allow-unknown", action="store_true",
                         help="write the experiment even when flags cannot be carried over (they are listed in it)")
+    parser.add_argument("--static", action="store_true",
+                        help="read the script without running bash (loops, ifs and $(...) are not evaluated)")
+    parser.add_argument("--bind", action="append", default=[], metavar="DST=SRC",
+                        help="show folder SRC at DST in the sandbox, read-only (e.g. /root/slime=. for slime's "
+                             "examples, which source /root/slime/scripts/models/*.sh); repeatable")
     for group in SCORED_GROUPS:
         parser.add_argument(f"--{group}", default=None, help=f"use this {group} group instead of the best match")
     args = parser.parse_args(argv)
@@ -65,8 +71,13 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         err.write(f"rlrun import slime: --env takes NAME=VALUE, got {bad}\n")
         return 2
     environ = dict(e.split("=", 1) for e in args.env)
+    if bad := [b for b in args.bind if "=" not in b]:
+        err.write(f"rlrun import slime: --bind takes DST=SRC, got {bad}\n")
+        return 2
+    binds = dict(b.split("=", 1) for b in args.bind)
     try:
-        result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced, environ=environ)
+        result = import_script(args.script, name=name, config_dir=args.config_dir, forced=forced, environ=environ,
+                               static=args.static, binds=binds)
     # ConfigError: e.g. a --config-dir that does not exist, a forced group that is unknown;
     # ValueError: ScriptError, BashSyntaxError, no group option for the machine
     except (ConfigError, ValueError) as exc:

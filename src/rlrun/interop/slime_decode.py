@@ -14,8 +14,8 @@ from rlrun.interop import slime_agent, slime_mis
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
-    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, ICEPOP_FUNCTION, IGNORED_WITH, KEEP,
-    MOE_FLAGS, OVERRIDES, ROWS, SECRET_FLAGS, Row, rows_by_flag,
+    ALIASES, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, FEATURE_OF, ICEPOP_FUNCTION, IGNORED_WITH,
+    KEEP, MOE_FLAGS, NO_OP_FLAGS, OVERRIDES, ROWS, SECRET_FLAGS, Row, rows_by_flag,
 )
 from rlrun.interop.slime_values import same, slime_default
 
@@ -134,6 +134,10 @@ class _Decoder:
                 self.one(occ)
             except ValueError as exc:
                 self.unknown.append((occ, f"bad value: {exc}"))
+                row = self.by_flag.get(occ.flag)
+                if row is not None:  # never filled in with the default as if it were absent
+                    self.explicit.add(row.path)
+                    self.values.setdefault(row.path, None)
         self.fill_defaults()
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
@@ -153,6 +157,8 @@ class _Decoder:
         elif flag == "--offload":  # slime: both --offload-train and --offload-rollout
             self.set("train.offload", True, occ)
             self.set("rollout.offload", True, occ)
+        elif flag in NO_OP_FLAGS and self.special(occ):
+            pass
         elif flag.startswith("--no-") and (row := self.by_flag.get("--" + flag[5:])) and row.kind == "bool":
             self.expect(occ, 0)
             self.set(row.path, False, occ)
@@ -200,10 +206,19 @@ class _Decoder:
         elif flag == "--moe-layer-freq":
             self.moe_layer_freq(occ)
         elif flag == "--eval-prompt-data":
+            if len(vals) == 1:  # slime: "[legacy] only one eval_prompt_data detected, will assume it is data for
+                # aime" (slime/utils/arguments.py, building the eval datasets from --eval-prompt-data)
+                vals = ("aime", vals[0])
+                self.notes.append(_at(occ, "--eval-prompt-data with one path: slime names the set `aime`"))
             if len(vals) % 2:
-                raise ValueError("--eval-prompt-data takes NAME PATH pairs")
+                raise ValueError("--eval-prompt-data takes NAME PATH pairs (or one PATH, which slime names aime)")
             self.datasets = [{"name": vals[i], "path": vals[i + 1]} for i in range(0, len(vals), 2)]
             self.explicit.add("eval.datasets")
+        elif flag in NO_OP_FLAGS:
+            allowed, why = NO_OP_FLAGS[flag]
+            if allowed is not None and tuple(vals) != allowed:
+                return False
+            self.notes.append(_at(occ, f"{' '.join((flag, *vals))}: no change: {why}"))
         elif flag == "--use-wandb":
             self.expect(occ, 0)  # the mode is settled in fill_defaults: --wandb-mode may come later
         elif flag == "--wandb-mode":
@@ -251,7 +266,9 @@ class _Decoder:
                   "--multi-latent-attention": (), "--use-rope-scaling": ()}
         if occ.flag not in fixed:
             return False
-        if not _same_values(occ.values, fixed[occ.flag]):
+        if not _same_values(occ.values, fixed[occ.flag]) and occ.flag in FEATURE_OF:
+            self.unknown.append((occ, f"slime feature rlrun lacks: {FEATURE_OF[occ.flag]}"))
+        elif not _same_values(occ.values, fixed[occ.flag]):
             want = " ".join((occ.flag, *fixed[occ.flag]))
             self.unknown.append((occ, f"rlrun always uses `{want}`; this value is not carried over"))
         return True
@@ -259,10 +276,10 @@ class _Decoder:
     def moe_layer_freq(self, occ: Occ) -> None:
         self.expect(occ, 1)
         text = occ.values[0].replace(" ", "")
+        bits = _layer_pattern(text)
         if m := _MOE_FREQ.match(text):
             self.set("model.moe.first_k_dense", int(m.group(1)), occ)
-        elif re.fullmatch(r"\[[01](,[01])*\]", text):
-            bits = [int(b) for b in text[1:-1].split(",")]
+        elif bits is not None:
             k = bits.index(1) if 1 in bits else len(bits)
             if any(b == 0 for b in bits[k:]):
                 raise ValueError(f"{occ.values[0]!r}: rlrun models dense layers only before the first MoE layer")
@@ -274,6 +291,8 @@ class _Decoder:
                              "it is probably a variable the script computes in a loop")
 
     def suggest(self, flag: str) -> str:
+        if flag in FEATURE_OF:
+            return f"slime feature rlrun lacks: {FEATURE_OF[flag]}"
         flags = known_flags()
         prefixed = [f for f in flags if f.startswith(flag)]
         if len(prefixed) == 1:
@@ -291,12 +310,16 @@ class _Decoder:
             v.setdefault("model.num_query_groups", heads)
             v.setdefault("model.rope_scaling_factor", 1.0)
             v.setdefault("model.post_norms", False)
-            if "--num-experts" not in self.seen:
+            if "--num-experts" not in self.seen:  # Megatron reads the MoE flags only with --num-experts
+                for k in [k for k in v if k.startswith("model.moe.")]:
+                    del v[k]
+                    self.explicit.discard(k)
                 v["model.moe"] = None
             elif "--moe-layer-freq" not in self.seen:  # absent: every layer is MoE (Megatron's default 1)
                 v.setdefault("model.moe.first_k_dense", 0)
             if "--multi-latent-attention" not in self.seen:
                 v["model.mla"] = None
+            v["model.family"] = family_of(v)
         if self.datasets:
             v["eval.datasets"] = self.datasets  # rm_type is filled by the importer (data.rm_type)
         elif "eval.datasets" not in self.explicit:
@@ -361,6 +384,52 @@ class _Decoder:
                 v[o.path] = o.value(v)
         self.notes += [_at(self.seen[flag], "warning: " + why) for flag, other, why in IGNORED_WITH
                        if flag in seen and other in seen]
+
+
+NO_MODEL = ("the script gives no model flags (--num-layers, --hidden-size, --num-attention-heads, ... usually from "
+            "scripts/models/*.sh): Megatron refuses to start without them (Megatron-LM megatron/training/arguments.py "
+            "validate_args), so rlrun imports no model for it")
+
+
+def family_of(v: dict[str, Any]) -> str:
+    """The model family the flags define (rlrun.config.families.FAMILIES): the families whose hard-wired fields
+    (`fixed`) and MoE/MLA layout all match, the one with the most defining features present winning
+    (--qk-layernorm: qwen3 / qwen3_moe; --add-qkv-bias without it: qwen2 (Qwen2/2.5, MiMo); the post-norms of
+    GLM-4: glm4; none of them: llama, the plain layout)."""
+    from rlrun.config.families import FAMILIES
+
+    moe, mla = (v.get(f"model.{s}") is not None or any(k.startswith(f"model.{s}.") for k in v) for s in ("moe", "mla"))
+    fields = {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False}
+    fields |= {k[len("model."):]: x for k, x in v.items() if k.startswith("model.") and k.count(".") == 1}
+    fits = [(sum(val is True for val in f.fixed.values()), -i, name) for i, (name, f) in enumerate(FAMILIES.items())
+            if f.moe == moe and f.mla == mla and all(fields.get(k) == val for k, val in f.fixed.items())]
+    return max(fits)[2] if fits else "llama"
+
+
+def _layer_pattern(text: str) -> list[int] | None:
+    """Megatron's --moe-layer-freq as a list of 0/1 per layer: a Python list expression such as `[1]*62` or
+    `([0]*3+[1]*58)` (Megatron-LM megatron/training/arguments.py moe_freq_type evaluates it), read here with
+    ast instead of eval: only list literals of 0/1, `*` by an int and `+`."""
+    import ast
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and e.value in (0, 1) for e in node.elts):
+            return [e.value for e in node.elts]  # type: ignore[attr-defined]
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add)):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add) and isinstance(a, list) and isinstance(b, list):
+                return a + b
+            if isinstance(node.op, ast.Mult) and {type(a), type(b)} == {list, int}:
+                return a * b if isinstance(a, list) else b * a
+        raise ValueError(text)
+
+    try:
+        got = ev(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    return got if isinstance(got, list) else None
 
 
 def _at(occ: Occ, text: str) -> str:

@@ -1,7 +1,9 @@
 """Turn a slime run script into an rlrun experiment (`conf/experiment/NAME.yaml`): the matching groups
 in a defaults list, then only the settings where the script differs from them.
 
-The script is read, never run (bash_script.py). Values mean what slime would do (slime_decode.decode
+The script is run by bash in a sandbox where every command that acts on the machine or the network is a
+recording no-op (bash_run.py), so the importer gets the argv slime would; where that sandbox cannot be built,
+the static reader (bash_script.py) reads it instead and the report says so. Values mean what slime would do (slime_decode.decode
 fills slime's defaults for absent flags), so the experiment reproduces the script's run rather than
 rlrun's defaults. Flags rlrun has no setting for are reported and listed at the end of the YAML.
 """
@@ -17,7 +19,7 @@ from typing import Any
 import yaml
 
 from rlrun.interop.bash_script import ScriptError, read_script
-from rlrun.interop.slime_decode import Occ, decode, parse_args
+from rlrun.interop.slime_decode import NO_MODEL, Occ, decode, parse_args
 from rlrun.interop.slime_values import get_path, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
 from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED, ROWS, SECRET_FLAGS
@@ -25,6 +27,10 @@ from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED,
 # What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
 IMPLIED = {"train.backend": "megatron", "rollout.engine": "sglang"}
 FLAG_OF = {r.path: r.flag for r in ROWS}  # rlrun path -> its slime flag, for reports
+# Flags an export may add to what a script gives, and why (docs/slime.md "Round trip"): not reported.
+EXPORT_EXTRAS = {"--max-position-embeddings": "rlrun knows the model's position limit (config.json's); slime's "
+                                              "scripts leave it to Megatron"}
+ROUND_TRIP_WORDS = {"lost": "loses", "changed": "writes another value for", "added": "adds"}
 
 
 @dataclass
@@ -37,6 +43,8 @@ class ImportResult:
     notes: list[str]
     problems: list[str] = field(default_factory=list)  # rlrun validation problems of the result
     filled: dict[str, str] = field(default_factory=dict)  # written path -> the absent flag whose default it is
+    # what `rlrun export slime` of the experiment gives back differently (flag names): lost, changed value, added
+    round_trip: dict[str, list[str]] = field(default_factory=dict)
 
     def report(self, written: bool = True) -> str:
         lines = [f"experiment {self.name}:"]
@@ -56,6 +64,9 @@ class ImportResult:
                          "(listed in the YAML):")
             lines.extend(f"    {p} = {self.overrides[p]!r}  ({flag} absent)" for p, flag in self.filled.items())
         lines.extend(f"  note: {n}" for n in self.notes)
+        for kind, flags in self.round_trip.items():
+            if flags:
+                lines.append(f"  `rlrun export slime` of it {ROUND_TRIP_WORDS[kind]}: {', '.join(flags)}")
         if self.problems:
             lines.append("  the imported config does not validate:")
             lines.extend(f"    {p}" for p in self.problems)
@@ -73,19 +84,37 @@ def experiment_name(path: str | Path) -> str:
     return re.sub(r"[^a-z0-9_.-]+", "-", stem).strip("-") or "imported"
 
 
+def read_launch(script_path: str | Path, environ: dict[str, str] | None = None, static: bool = False,
+                binds: dict[str, str] | None = None):
+    """The script as bash runs it (bash_run.run_script), or read statically (bash_script.read_script) when
+    `static` or when the sandbox cannot be built here; then the first note says why."""
+    from rlrun.interop.bash_run import run_script, sandbox_problem
+
+    why = "--static was given" if static else sandbox_problem()
+    if why is None:
+        return run_script(script_path, environ, binds=binds)
+    script = read_script(script_path, environ)
+    script.notes.insert(0, f"read without bash ({why}): loops, if blocks, functions and command substitutions "
+                           "were not run; values they set are reported as unknown")
+    return script
+
+
 def import_script(script_path: str | Path, name: str | None = None, config_dir: Any = None,
-                  forced: dict[str, str] | None = None, environ: dict[str, str] | None = None) -> ImportResult:
+                  forced: dict[str, str] | None = None, environ: dict[str, str] | None = None,
+                  static: bool = False, binds: dict[str, str] | None = None) -> ImportResult:
     """Read a slime script and build the experiment YAML; validate it with rlrun.config.load.
     `environ` plays the variables the script expects from its caller (e.g. {"BASE_DIR": "/data"}).
     Raises ScriptError when the script has no train.py launch to read."""
     from rlrun.config.compose import Composer, conf_dir
 
-    script = read_script(script_path, environ)
+    script = read_launch(script_path, environ, static, binds)
     if script.launch is None:
         raise ScriptError(f"{script_path}: no `ray job submit ... -- python3 train.py ...` line found; "
                           "rlrun reads the arguments of that line")
     occs = parse_args(script.launch.args)
     decoded = decode(occs, script.launch.entry)
+    if "model.num_layers" not in decoded.explicit:  # a launch without model flags: Megatron would not start
+        decoded.unknown.append((Occ("(model flags)", (), ""), NO_MODEL))
     values = {**decoded.values, **IMPLIED}
     _leave_derived(values, decoded.explicit)
     values["cluster.num_nodes"] = cluster_nodes(values)
@@ -106,7 +135,28 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes, filled=filled)
     result.yaml_text = render_yaml(result, Path(script_path).name, base)
     result.problems = validate_yaml(result.yaml_text, name, config_dir)
+    if not result.problems:
+        cfg = _load_text(result.yaml_text, name, config_dir).model_dump(mode="python")
+        result.round_trip = round_trip(script.launch.args, script.launch.entry, cfg)
     return result
+
+
+def round_trip(args: list[Any], entry: str, cfg: dict) -> dict[str, list[str]]:
+    """Compare a script's flags with the export of `cfg` (its import) as flag sets (slime_decode.flag_set: values
+    typed, paths as placeholders, flags at slime's default dropped): the flags the export loses, writes with
+    another value, or adds (less EXPORT_EXTRAS), by name."""
+    from rlrun.interop.slime_decode import flag_set
+    from rlrun.interop.slime_encode import encode
+    from rlrun.interop.slime_table import ARRAYS
+
+    enc = encode(cfg)
+    exported = [t for tokens in enc.launch for t in tokens]
+    exported += [t for a in ARRAYS for tokens in enc.arrays[a] for t in tokens]
+    before, after = flag_set(args, entry), flag_set(exported, enc.entry)
+    names_before, names_after = {f for f, _ in before}, {f for f, _ in after}
+    return {"lost": sorted(names_before - names_after),
+            "changed": sorted({f for f, _ in before - after} & names_after),
+            "added": sorted(names_after - names_before - set(EXPORT_EXTRAS))}
 
 
 def _leave_derived(values: dict[str, Any], explicit: set[str]) -> None:

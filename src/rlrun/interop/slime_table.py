@@ -448,3 +448,60 @@ PLUMBING_ENV = frozenset({
 def rows_by_flag() -> dict[str, Row]:
     return {r.flag: r for r in ROWS}
 
+
+# Flags slime itself fixes or treats as a placeholder, so that a script giving them changes nothing:
+# flag -> (the values that are a no-op, or None for any value; why, with the source). Imported with a note.
+NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "--use-distributed-optimizer": ((), "slime always uses Megatron's distributed optimizer "
+                                        "(slime/backends/megatron_utils/arguments.py _set_default_megatron_args)"),
+    "--bf16": ((), "slime trains in bf16 unless --fp16 (_set_default_megatron_args: args.bf16 = not args.fp16)"),
+    "--seq-length": (None, "a placeholder for slime, which packs variable-length sequences "
+                           "(_set_default_megatron_args; validate_args sets variable_seq_lengths)"),
+    "--max-position-embeddings": (None, "Megatron's training position limit (slime packs variable-length "
+                                        "sequences; with RoPE it only sets YaRN's original length, "
+                                        "_set_default_megatron_args); the model's and SGLang's context come from "
+                                        "the checkpoint's config.json, which rlrun's model group holds"),
+    "--train-backend": (("megatron",), "slime's only training backend (slime/utils/arguments.py: "
+                                       "choices=['megatron']); rlrun imports it as train.backend=megatron"),
+}
+
+# The slime/Megatron feature a flag belongs to, where rlrun lacks that feature: a refusal names the feature.
+_FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
+    "multi-token prediction (MTP)": ("--enable-mtp-training", "--mtp-num-layers", "--mtp-loss-scaling-factor"),
+    "YaRN rope scaling (mscale)": ("--mscale", "--mscale-all-dim"),
+    "FP8 training": ("--fp8-format", "--fp8-recipe", "--transformer-impl"),
+    "CPU optimizer offload": ("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d"),
+    "DeepEP / token-drop MoE dispatch": ("--moe-enable-deepep", "--moe-token-dispatcher-type",
+                                         "--moe-token-drop-policy"),
+    "aux-loss-free MoE routing (expert bias, DeepSeek-V3 style)": (
+        "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-load-balancing-type",
+        "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor"),
+    "uneven pipeline stages": ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"),
+    "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
+        "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
+    "SFT (supervised fine-tuning loss)": ("--loss-type", "--debug-train-only", "--disable-compute-advantages-and-returns",
+                                          "--loss-mask-type"),
+    "on-policy distillation": ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load"),
+    "vision-language models": ("--multimodal-keys",),
+    "custom rollout functions (slime's rollout-function API)": ("--rollout-function-path",),
+    "slime's custom reward hooks": ("--custom-rm-path", "--custom-reward-post-process-path", "--reward-key"),
+    "eval config files and per-eval top-k": ("--eval-config", "--eval-top-k"),
+    "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
+                                 "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
+                                 "--update-weight-delta-checksum"),
+    "prefill/decode disaggregation": ("--prefill-num-servers",),
+    "all-gather context parallelism": ("--allgather-cp",),
+    "W&B run groups and hosts": ("--wandb-group", "--wandb-host"),
+    "Megatron vocab padding": ("--make-vocab-size-divisible-by",),
+    "learned-position-free GLM layout flags": ("--no-position-embedding",),
+    "chunked log-prob computation": ("--log-probs-chunk-size",),
+    "data padding multiplier": ("--data-pad-size-multiplier",),
+    "LR warmup as a fraction of the run": ("--lr-warmup-fraction",),
+    "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
+    "SGLang config files": ("--sglang-config",),
+    "stop token ids": ("--rollout-stop-token-ids",),
+    "Megatron debugging/determinism switches": ("--no-check-for-nan-in-loss-and-grad", "--no-masked-softmax-fusion",
+                                                "--deterministic-mode", "--enable-experimental",
+                                                "--save-debug-rollout-data"),
+}
+FEATURE_OF: dict[str, str] = {f: feature for feature, flags in _FEATURE_FLAGS.items() for f in flags}

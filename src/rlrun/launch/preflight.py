@@ -82,9 +82,19 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
             yield from compare(cfg, hf, f"{ck.hf}/config.json")
             yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
     if ck.ref is not None and ck.ref != ck.hf:
+        from rlrun.config.torch_dist import dist_checkpoint_dir
+
         bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
                           "fix checkpoint.ref, or null to use checkpoint.hf")
-        yield from [bad] if bad else _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
+        if bad:
+            yield bad
+        elif dist_checkpoint_dir(ck.ref) is not None and ck.hf is None and cfg.train.backend != "megatron":
+            yield Problem("checkpoint.ref", f"{ck.ref} is a Megatron torch_dist checkpoint; the {cfg.train.backend} "
+                          "backend builds the reference model from Hugging Face weights, and checkpoint.hf (the "
+                          "conversion's source) is not set", "set checkpoint.hf to the HF model the torch_dist folder "
+                          "was converted from, or train.backend=megatron (it reads torch_dist)", ck.ref)
+        elif dist_checkpoint_dir(ck.ref) is None:  # a torch_dist folder beside checkpoint.hf: its HF weights
+            yield from _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
 

@@ -24,16 +24,18 @@ def group_samples(lengths: list[int], max_tokens: int | None, micro_batch_size: 
 
     max_tokens=None: micro_batch_size samples each, in order. Otherwise dynamic batching: rows of
     at most max_tokens tokens, filled first-fit over the samples sorted longest first, so rows
-    come out even and few (fewer micro-batches = fewer kernel launches per token)."""
+    come out even and few (fewer micro-batches = fewer kernel launches per token). A sample longer than
+    max_tokens gets a row of its own (slime/utils/dp_schedule.py build_dp_schedule does the same)."""
     if max_tokens is None:
         return [list(range(i, min(i + micro_batch_size, len(lengths)))) for i in range(0, len(lengths), micro_batch_size)]
     rows: list[list[int]] = []
     room: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
         n = lengths[i]
-        if n > max_tokens:
-            raise ValueError(f"sample {i} has {n} tokens > train.max_tokens_per_gpu={max_tokens}: raise it to at "
-                             "least data.max_prompt_len + rollout.max_response_len")
+        if n > max_tokens:  # alone in a micro-batch of its own, as slime's dp_schedule places it
+            rows.append([i])
+            room.append(0)
+            continue
         k = next((r for r, free in enumerate(room) if free >= n), None)
         if k is None:
             rows.append([])

@@ -146,7 +146,17 @@ class MegatronBackend(TrainerBackend):
         self.ref = None
         if self.needs_ref:
             self.ref = mm.build_gpt(cfg.model, self.tconfig).to(self.device).eval()
-            self._load_weights(self.ref, cfg.checkpoint.ref or cfg.checkpoint.hf)
+            from rlrun.config.torch_dist import dist_checkpoint_dir, ref_weights
+
+            ref_dir, note = ref_weights(cfg.checkpoint.ref, cfg.checkpoint.hf)
+            if cfg.checkpoint.ref is not None and cfg.checkpoint.hf is None and dist_checkpoint_dir(cfg.checkpoint.ref):
+                from rlrun.train.megatron.dist_ckpt import load_torch_dist
+                load_torch_dist(self.ref, cfg.checkpoint.ref)  # slime's --ref-load without an HF source
+            else:
+                if note:
+                    import logging
+                    logging.getLogger(__name__).warning(note)  # said once, when the reference model is built
+                self._load_weights(self.ref, ref_dir)
             self.ref.requires_grad_(False)
         # The model, megatron-core and its imports leave millions of long-lived Python objects;
         # a full collection over them took ~50 ms inside some steps (0.20 vs 0.25 s steps of

@@ -77,7 +77,13 @@ class TorchBackend(TrainerBackend):
         self._recompute(self.model)
         self.ref = None
         if self.needs_ref:  # the reference policy: checkpoint.ref, else the initial weights
-            self.ref = build_causal_lm(self.cfg.model, ck.ref or ck.hf, self.cfg.run.seed).to(self.device).eval()
+            from rlrun.config.torch_dist import ref_weights
+
+            ref_dir, note = ref_weights(ck.ref, ck.hf)
+            if note:
+                import logging
+                logging.getLogger(__name__).warning(note)  # said once, when the reference model is built
+            self.ref = build_causal_lm(self.cfg.model, ref_dir, self.cfg.run.seed).to(self.device).eval()
             self.ref.requires_grad_(False)
         self.opt = self._adamw(self.model)
         self.critic = self.critic_opt = None
