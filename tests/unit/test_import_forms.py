@@ -77,7 +77,7 @@ def test_missing_continuation_is_explained(tmp_path, capsys):
 def test_seed_with_real_folders_passes_validate_check_paths(tmp_path, capsys, monkeypatch):
     """The seed recipe imported with an HF model folder, its torch_dist conversion as --ref-load and the data files:
     the preflight accepts the torch_dist folder (the reference model is built from the HF weights)."""
-    import rlrun.config.preflight as pf
+    import rlrun.launch.preflight as pf
 
     real = pf.shutil.disk_usage  # 150 saves of a 4B model: a disk this machine need not have (test_preflight)
     monkeypatch.setattr(pf.shutil, "disk_usage", lambda p: real(p)._replace(free=2 ** 50))

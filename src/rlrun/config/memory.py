@@ -56,7 +56,7 @@ from math import ceil
 from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
 from rlrun.config.params import ParamCount, count_params
 from rlrun.config.schema import RunConfig
-from rlrun.config.sizes import dp_size
+from rlrun.config.sizes import dp_size, known_sample_tokens
 
 GiB = 1024 ** 3
 ENGINE_OVERHEAD_GIB = 1.0  # CUDA context, graphs and sampling buffers outside SGLang's static pool
@@ -175,8 +175,8 @@ def _activations(cfg: RunConfig, tokens: int) -> float:
 def _tokens_per_micro_batch(cfg: RunConfig, sample_tokens: int) -> int:
     t = cfg.train
     if t.use_dynamic_batch_size and t.max_tokens_per_gpu:
-        from rlrun.config.rules import _one_sample_tokens  # a sample above the budget trains alone (batching.py)
-        return max(t.max_tokens_per_gpu, ceil(_one_sample_tokens(cfg) / cfg.parallelism.cp))
+        # a sample above the budget trains alone (batching.py)
+        return max(t.max_tokens_per_gpu, ceil(known_sample_tokens(cfg) / cfg.parallelism.cp))
     return t.micro_batch_size * ceil(sample_tokens / cfg.parallelism.cp)
 
 

@@ -13,7 +13,7 @@ from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.re
 from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES, load_rule_modules
 from rlrun.config.schema import RunConfig
-from rlrun.config.sizes import dp_size as dp_ranks, sample_tokens
+from rlrun.config.sizes import dp_size as dp_ranks, known_sample_tokens, sample_tokens
 
 rule = RULES  # the decorator; rules of other modules register through rlrun.config.registry.RULES too
 
@@ -91,13 +91,8 @@ def dynamic_batching(cfg: RunConfig) -> Iterator[Problem]:
         if budget is not None and budget * cp < need:
             yield Problem(f"train.{key}", f"{budget} tokens{f' x CP {cp}' if cp > 1 else ''} cannot hold one "
                           f"response of up to {need} tokens ({_sample_desc(cfg)})",
-                          f"set train.{key} >= {-(-_one_sample_tokens(cfg) // cp)} or shorten the response limit",
+                          f"set train.{key} >= {-(-known_sample_tokens(cfg) // cp)} or shorten the response limit",
                           budget)
-
-
-def _one_sample_tokens(cfg: RunConfig) -> int:
-    # Without a prompt-length filter only the response is known; the rule then checks that much.
-    return sample_tokens(cfg) if cfg.data.max_prompt_len is not None else cfg.rollout.max_response_len + 1
 
 
 def _sample_desc(cfg: RunConfig) -> str:

@@ -21,3 +21,9 @@ def sample_tokens(cfg: "RunConfig") -> int:
     if prompt is None:
         prompt = max(cfg.rollout.context_length - cfg.rollout.max_response_len, 0)
     return prompt + cfg.rollout.max_response_len
+
+
+def known_sample_tokens(cfg: "RunConfig") -> int:
+    """The tokens one sample is known to need: sample_tokens with a prompt-length filter; without one only
+    the response is known (+ at least 1 prompt token)."""
+    return sample_tokens(cfg) if cfg.data.max_prompt_len is not None else cfg.rollout.max_response_len + 1

@@ -62,10 +62,10 @@ def samples_above_the_budget(cfg: RunConfig, overrides: Sequence[str]) -> Iterat
     """A token budget that holds the response limit but not a whole sample: such a sample trains alone in its
     micro-batch (rlrun.train.batching.group_samples), as slime's dp_schedule places a sample above
     --max-tokens-per-gpu; the memory plan counts it (rlrun.config.memory)."""
-    from rlrun.config.rules import _one_sample_tokens
+    from rlrun.config.sizes import known_sample_tokens
 
     t, cp = cfg.train, cfg.parallelism.cp
-    need = _one_sample_tokens(cfg)
+    need = known_sample_tokens(cfg)
     if t.use_dynamic_batch_size and t.max_tokens_per_gpu and cfg.rollout.max_response_len <= \
             t.max_tokens_per_gpu * cp < need:
         yield Problem("train.max_tokens_per_gpu", f"{t.max_tokens_per_gpu} tokens per GPU hold a response but not "
