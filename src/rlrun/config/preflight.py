@@ -10,7 +10,6 @@ placement (rlrun.launch.cluster.preflight_on_head), where the paths are the clus
 """
 from __future__ import annotations
 
-import importlib.util
 import netrc
 import os
 import shutil
@@ -176,21 +175,11 @@ def _get(cfg: RunConfig, dotted: str) -> Any:
 
 
 def _function(key: str, spec: str) -> Iterator[Problem]:
-    target, _, attr = spec.rpartition(":")
-    if target.endswith(".py"):
-        bad = _unreadable(key, target, False, f"the file of {spec!r}", f"fix the path in {key}")
-        if bad:
-            yield bad
-        return
-    try:
-        found = importlib.util.find_spec(target)  # imports the parent packages, not the module itself
-    except (ImportError, ValueError) as exc:
-        found, why = None, f" ({exc})"
-    else:
-        why = ""
-    if found is None:
-        yield Problem(key, f"module {target!r} of {spec!r} cannot be found on this machine{why}",
-                      f"put {target.split('.')[0]} on PYTHONPATH (or install it), or fix {key}", spec)
+    """The check of rlrun.userfn, the loader the run uses: the file or module exists and defines the name."""
+    from rlrun.userfn import problems
+
+    for message, fix in problems(spec):
+        yield Problem(key, message, f"{fix} ({key})", spec)
 
 
 # ---- outputs -----------------------------------------------------------------------------------------------
