@@ -305,11 +305,31 @@ def cmd_run(a: Args) -> int:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
 
-    result = runner.run(cfg, plan, run_dir)
+    try:
+        result = runner.run(cfg, plan, run_dir)
+    except BaseException as exc:  # the run dir keeps a record of why it ended (rlrun show reads it)
+        _record_failure(run_dir, exc)
+        raise
     if isinstance(result, dict) and result:
         print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in result.items() if isinstance(v, (int, float, str))))
     return 0
+
+
+def _record_failure(run_dir, exc: BaseException) -> None:
+    import time
+    import traceback
+
+    from rlrun.report import ERROR_FILE
+
+    if isinstance(exc, SystemExit) and exc.code in (0, None):
+        return
+    head = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    try:
+        (run_dir / ERROR_FILE).write_text(f"run failed at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC: "
+                                          f"{head}\n\n" + "".join(traceback.format_exception(exc)))
+    except OSError:
+        pass
 
 
 def _on_cluster(a: Args, call):

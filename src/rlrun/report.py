@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rlrun.metrics import METRICS_FILE, read_metrics
 
 REPORT_FILE = "report.html"
 COMPARE_FILE = "compare.html"
+ERROR_FILE = "error.txt"   # written by `rlrun run` into the run dir when the run fails (rlrun.cli)
 MAX_SAMPLE_ROWS = 64  # recorded samples shown in the report (the Parquet files hold them all)
 LAST = 5  # steps in the "last" mean of the summary table
 COLS = 3  # plots per row
@@ -278,7 +280,18 @@ def show_main(a) -> int:
 
         raise UsageError("show takes one RUN_DIR (a run dir or a sweep dir)")
     print(f"report: {show(a.positional[0])}")
-    return 0
+    return _empty_run_note(Path(a.positional[0]))
+
+
+def _empty_run_note(path: Path) -> int:
+    """A run dir with no step logged: say why (its error.txt, when the run failed) and exit 1."""
+    if not (path / "config.yaml").exists() or load_run(path).rows:
+        return 0
+    error = path / ERROR_FILE
+    why = (f"the run failed before its first step: {error.read_text().splitlines()[0]} (full traceback: {error})"
+           if error.exists() else "the run is still starting, or stopped before its first step")
+    print(f"rlrun show: {path} has no steps logged: {why}", file=sys.stderr)
+    return 1
 
 
 def compare_main(a) -> int:

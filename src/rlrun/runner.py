@@ -22,20 +22,10 @@ from rlrun.parts.evaluator import Evaluator
 from rlrun.parts.offload import Offload
 from rlrun.parts.rollout_side import MAX_DRAWS, RolloutSide  # noqa: F401 - public names
 from rlrun.parts.run_metrics import SUMMARY_WINDOW, RunMetrics
+from rlrun.data.tokenizer import tokenizer_for  # noqa: F401  (rlrun.runner.tokenizer_for)
 from rlrun.parts.weight_sync import WEIGHT_SYNC_DIR, WeightSync, WeightSyncError  # noqa: F401
 
 ENGINE_INIT_DIR = "engine_init"
-
-
-def tokenizer_for(cfg):
-    """checkpoint.hf's tokenizer, or the toy tokenizer built offline for random-init models."""
-    if cfg.checkpoint.hf:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(cfg.checkpoint.hf)
-    from rlrun.data.toy import build_toy_tokenizer
-
-    return build_toy_tokenizer()
 
 
 def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:

@@ -75,3 +75,32 @@ def test_a_refused_connection_names_the_address(capsys, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert main(["logs", "nope", "--address", NOWHERE]) == 2
     assert NOWHERE in capsys.readouterr().err
+
+
+def test_a_failed_run_keeps_a_record_and_show_of_an_empty_run_says_so(tmp_path, monkeypatch, capsys):
+    """The run dir of a run that dies before its first step keeps error.txt; `rlrun show` of a run dir with
+    no step exits 1 saying why (it printed an empty table with exit 0)."""
+    import pytest
+
+    from rlrun import runner
+
+    assert main(["run", f"run.output_dir={tmp_path}", "run.dry_run=true"]) == 0
+    (dry,) = (tmp_path / "tiny-grpo-cpu").iterdir()
+    capsys.readouterr()
+    assert main(["show", str(dry)]) == 1
+    assert "no steps logged: the run is still starting, or stopped before its first step" in capsys.readouterr().err
+
+    def boom(cfg, plan, run_dir):
+        raise RuntimeError("engine 0 died")
+
+    monkeypatch.setattr(runner, "run", boom)
+    with pytest.raises(RuntimeError):
+        main(["run", f"run.output_dir={tmp_path}", "run.name=failing"])
+    (failed,) = (tmp_path / "failing").iterdir()
+    record = (failed / "error.txt").read_text()
+    assert record.startswith("run failed at ") and "RuntimeError: engine 0 died" in record.splitlines()[0]
+    assert "Traceback" in record
+    capsys.readouterr()
+    assert main(["show", str(failed)]) == 1
+    err = capsys.readouterr().err
+    assert "the run failed before its first step" in err and "RuntimeError: engine 0 died" in err

@@ -76,3 +76,18 @@ def test_validate_check_paths_reports_a_missing_function_with_exit_2(reward_file
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "data.rm_type" in r.stderr and "defines no 'exactt'" in r.stderr, r.stderr
+
+
+def test_a_length_filter_that_leaves_no_prompt_is_reported_with_counts(tmp_path):
+    """data=toy sets data.max_prompt_len=16; the toy tokenizer makes one token per character (rlrun.data.toy)."""
+    data = tmp_path / "long.jsonl"
+    rows = ["1" * n for n in (18, 24, 30)]  # 18, 24 and 30 tokens
+    data.write_text("".join(f'{{"input": "{r}", "label": "1"}}\n' for r in rows))
+    cfg = load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}"])
+    assert cfg.data.max_prompt_len == 16
+    (p,) = preflight(cfg)
+    assert p.path == "data.max_prompt_len" and p.value == 16
+    assert "all 3 are longer than data.max_prompt_len=16 tokens (shortest 18, longest 30" in p.message, p.message
+    assert "at least 18" in p.fix
+    assert preflight(load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}",
+                           "data.max_prompt_len=18"])) == []  # one prompt left: the run can start

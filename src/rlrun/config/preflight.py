@@ -149,6 +149,35 @@ def _data_file(key: str, path: str, input_key: str, label_key: Optional[str],
         yield Problem(key, f"{path}: cannot be read ({type(exc).__name__}: {exc})", f"fix the file or {key}", path)
 
 
+@check
+def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """data.max_prompt_len drops longer prompts when the dataset loads (rlrun.data.dataset.PromptDataset); a
+    filter that leaves none stopped the run after Ray started. Counted here with the run's own tokenizer and
+    dataset class (a readable file only: data_files reports the others)."""
+    d = cfg.data
+    if cfg.checkpoint.hf and not Path(cfg.checkpoint.hf).expanduser().is_dir():
+        return  # a hub id: its tokenizer is not fetched here (the checkpoint checks cover checkpoint.hf)
+    if d.prompt_data is None or d.max_prompt_len is None or list(_data_file("data.prompt_data", d.prompt_data,
+                                                                           d.input_key, d.label_key, d.metadata_key)):
+        return
+    from rlrun.data.dataset import DataError, PromptDataset
+    from rlrun.data.tokenizer import tokenizer_for
+
+    try:
+        PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+                      tokenizer=tokenizer_for(cfg), apply_chat_template=d.apply_chat_template,
+                      max_prompt_len=d.max_prompt_len, shuffle=False)
+    except DataError as exc:
+        shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
+        fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
+               if shortest else "fix the data file or the data.* keys")
+        yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
+    except (OSError, ValueError) as exc:  # a tokenizer that cannot load: the checkpoint checks say why
+        if not cfg.checkpoint.hf:
+            yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
+                          "fix the file", d.prompt_data)
+
+
 def _data_fix(blamed: str, key: str) -> str:
     if blamed == "data.input_key":
         return "set data.input_key to the key that holds the prompt in every row (see the row's keys above)"

@@ -116,8 +116,10 @@ class PromptDataset:
         self.shuffle, self.seed, self.num_epochs = shuffle, seed, num_epochs
         self.items: list[PromptItem] = []
         self.num_filtered = 0
+        lengths = []
         for i, (where, row) in enumerate(_read_rows(self.path)):
             item = self._parse(i, where, row, input_key, label_key, metadata_key, tokenizer, apply_chat_template)
+            lengths.append(len(item.tokens))
             if max_prompt_len is not None and len(item.tokens) > max_prompt_len:
                 self.num_filtered += 1
                 continue
@@ -125,8 +127,12 @@ class PromptDataset:
         if self.num_filtered:
             log.info("%s: dropped %d prompts longer than data.max_prompt_len=%s", self.path, self.num_filtered,
                      max_prompt_len)
-        if not self.items:
-            raise DataError(f"{self.path}: no prompts left (file empty or every prompt > max_prompt_len)")
+        if not lengths:
+            raise DataError(f"{self.path}: no prompts (the file is empty)")
+        if not self.items:  # every prompt filtered: say by which limit, how many, and what would keep them
+            raise DataError(f"{self.path}: no prompts left: all {len(lengths)} are longer than "
+                            f"data.max_prompt_len={max_prompt_len} tokens (shortest {min(lengths)}, longest "
+                            f"{max(lengths)}, after the chat template when data.apply_chat_template is on)")
         self.epoch, self.position = 0, 0
         self._order = self._epoch_order(0)
 
