@@ -76,3 +76,15 @@ def test_dir_without_config_json_is_a_problem_and_missing_dir_a_note(tmp_path):
     from rlrun.config.hfcheck import hf_note
 
     assert "not on this machine" in hf_note(load(["checkpoint.hf=/nonexistent/Qwen3-4B"]))
+
+
+def test_a_shorter_training_context_than_the_checkpoint_is_valid(tmp_path):
+    """model.max_position_embeddings below config.json's (40960) only leaves positions unused: valid (a false
+    reject before); above it the positions do not exist in the checkpoint: refused with the bound."""
+    _write(tmp_path, _qwen3_4b())
+    cfg = load(["model=qwen3-4b", "hardware=h100", f"checkpoint.hf={tmp_path}", "model.max_position_embeddings=16384"])
+    assert cfg.model.max_position_embeddings == 16384 and cfg.rollout.context_length == 16384
+    with pytest.raises(ConfigError) as e:
+        load(["model=qwen3-4b", "hardware=h100", f"checkpoint.hf={tmp_path}", "model.max_position_embeddings=65536"])
+    (p,) = [p for p in e.value.problems if p.path == "model.max_position_embeddings"]
+    assert p.value == {"config": 65536, "hf": 40960} and "at most 40960" in p.message

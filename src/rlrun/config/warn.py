@@ -41,3 +41,16 @@ def epochs_do_not_set_the_length(cfg: RunConfig, overrides: Sequence[str]) -> It
                       "(slime, too, ignores --num-epoch when --num-rollout is set)",
                       "set rollout.num_rollout = epochs x dataset rows / rollout.rollout_batch_size",
                       cfg.data.num_epochs)
+
+
+@warning
+def kl_reference_is_the_hf_checkpoint(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """KL needs a reference model. slime refuses KL without --ref-load (slime/utils/arguments.py,
+    slime_validate_args: `if args.kl_coef != 0 or args.use_kl_loss:` it requires ref_load to exist); rlrun
+    derives checkpoint.ref from checkpoint.hf (the model the run starts from), and says so."""
+    a, ck = cfg.algo, cfg.checkpoint
+    kl_on = a.use_kl_loss or a.kl_coef != 0  # slime's condition (it loads the reference for either)
+    if kl_on and ck.hf is not None and ck.ref == ck.hf and not _set_by_user("checkpoint.ref", overrides):
+        yield Problem("checkpoint.ref", f"is null, so the KL reference is checkpoint.hf ({ck.hf}); slime refuses KL "
+                      "without --ref-load", "set checkpoint.ref to the reference model to make it explicit, or "
+                      "algo.use_kl_loss=false and algo.kl_coef=0 for no KL", ck.ref)
