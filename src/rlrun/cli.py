@@ -77,7 +77,7 @@ COMMAND_SPECS: dict[str, Command] = {
     "show": Command("summary table + RUN_DIR/report.html (a sweep dir: its points compared)", "RUN_DIR", (1, 1),
                     examples=("rlrun show outputs/tiny-grpo-cpu/<timestamp>",)),
     "compare": Command("curves of several runs overlaid, labelled by their config differences", "RUN ...", (1, None),
-                       (Opt(("--out",), "out", "the HTML report (default: compare.html in the current dir)", "FILE"),),
+                       (Opt(("--out",), "out", "the HTML report (default: compare.html in the deepest folder holding all the runs)", "FILE"),),
                        ("rlrun compare RUN_A RUN_B --out cmp.html", "rlrun compare outputs/multirun/<timestamp>")),
     "replay": Command("train from a run's rollout records, no engines (needs logging.rollout_records=all)",
                       "RUN_DIR [overrides ...]", (1, 1),

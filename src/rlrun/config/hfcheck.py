@@ -148,6 +148,15 @@ def hf_architecture(cfg: RunConfig) -> Iterator[Problem]:
 
 
 @rule
+def random_init(cfg: RunConfig) -> Iterator[Problem]:
+    """checkpoint.random_init asks for random weights: a checkpoint.hf as well is a contradiction."""
+    if cfg.checkpoint.random_init and cfg.checkpoint.hf is not None:
+        yield Problem("checkpoint.random_init", f"is true, but checkpoint.hf is set ({cfg.checkpoint.hf}): the run "
+                      "cannot start from both", "set checkpoint.random_init=false to load checkpoint.hf, or "
+                      "checkpoint.hf=null for random weights", True)
+
+
+@rule
 def model_family(cfg: RunConfig) -> Iterator[Problem]:
     """The family's hard-wired architecture (FAMILIES[...].fixed) and the backends that build it."""
     m, fam = cfg.model, FAMILIES[cfg.model.family]

@@ -75,7 +75,14 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     from rlrun.config.hfcheck import compare, read_hf_config
 
     ck = cfg.checkpoint
-    if ck.hf is not None:
+    if ck.hf is not None and ck.hf == cfg.model.hub_id and not Path(ck.hf).expanduser().exists():
+        from rlrun.config.hub import cache_dir, download_command
+
+        yield Problem("checkpoint.hf", f"model={cfg.model.name} means the released weights of {ck.hf}, which are "
+                      f"not in the local Hugging Face cache ({cache_dir()})",
+                      f"download them (`{download_command(ck.hf)}`, found in the cache then), or set checkpoint.hf to "
+                      "a model folder, or checkpoint.random_init=true for random weights from model.*", ck.hf)
+    elif ck.hf is not None:
         bad = _unreadable("checkpoint.hf", ck.hf, True, "a Hugging Face model folder",
                           "point checkpoint.hf at a folder with config.json, *.safetensors and the tokenizer files")
         if bad:
@@ -86,7 +93,7 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         else:
             yield from compare(cfg, hf, f"{ck.hf}/config.json")
             yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
-    if ck.ref is not None and ck.ref != ck.hf:
+    if ck.ref is not None and ck.ref != ck.hf:  # (a ref equal to an uncached hub id is reported above)
         bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
                           "fix checkpoint.ref, or null to use checkpoint.hf")
         yield from [bad] if bad else _holds("checkpoint.ref", ck.ref, (WEIGHTS,))

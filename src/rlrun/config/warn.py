@@ -54,3 +54,14 @@ def kl_reference_is_the_hf_checkpoint(cfg: RunConfig, overrides: Sequence[str]) 
         yield Problem("checkpoint.ref", f"is null, so the KL reference is checkpoint.hf ({ck.hf}); slime refuses KL "
                       "without --ref-load", "set checkpoint.ref to the reference model to make it explicit, or "
                       "algo.use_kl_loss=false and algo.kl_coef=0 for no KL", ck.ref)
+
+
+@warning
+def real_weights_on_the_toy_task(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """data=toy (data.prompt_data null) is rlrun's digit task for the tiny CPU job; with released weights it
+    still runs, so say plainly what will run and how to choose a real task."""
+    if cfg.checkpoint.hf is not None and cfg.data.prompt_data is None and cfg.data.source is None:
+        yield Problem("data.prompt_data", f"is null: the run trains {cfg.checkpoint.hf} on rlrun's toy task "
+                      f"(data={cfg.data.name}: digit prompts, exact-match reward, up to {cfg.rollout.max_response_len} "
+                      "response tokens)", "for a real task: data=dapo-math-17k data.prompt_data=/path/to/dapo-math-17k.jsonl,"
+                      " or your own JSONL (docs/data.md)", None)
