@@ -91,3 +91,12 @@ def test_a_length_filter_that_leaves_no_prompt_is_reported_with_counts(tmp_path)
     assert "at least 18" in p.fix
     assert preflight(load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}",
                            "data.max_prompt_len=18"])) == []  # one prompt left: the run can start
+
+
+def test_the_preflight_counts_prompts_the_toy_tokenizer_reads_as_unk(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"input": "What is 2+2?", "label": "4"}\n{"input": "2+2=", "label": "4"}\n'
+                    '{"input": "3+3=", "label": "6"}\n')  # 'W' is outside the vocabulary (lower case only)
+    assert preflight(load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}",
+                           "data.max_prompt_len=null"])) == []
+    assert "note: data.prompt_data: 1 of 3 prompts hold characters outside" in capsys.readouterr().err

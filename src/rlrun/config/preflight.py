@@ -164,16 +164,23 @@ def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     d = cfg.data
     if cfg.checkpoint.hf and not Path(cfg.checkpoint.hf).expanduser().is_dir():
         return  # a hub id: its tokenizer is not fetched here (the checkpoint checks cover checkpoint.hf)
-    if d.prompt_data is None or d.max_prompt_len is None or list(_data_file("data.prompt_data", d.prompt_data,
-                                                                           d.input_key, d.label_key, d.metadata_key)):
+    toy = cfg.checkpoint.hf is None  # the toy tokenizer: characters outside its vocabulary become <unk>
+    if d.prompt_data is None or (d.max_prompt_len is None and not toy) or list(
+            _data_file("data.prompt_data", d.prompt_data, d.input_key, d.label_key, d.metadata_key)):
         return
     from rlrun.data.dataset import DataError, PromptDataset
     from rlrun.data.tokenizer import tokenizer_for
 
     try:
-        PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
-                      tokenizer=tokenizer_for(cfg), apply_chat_template=d.apply_chat_template,
-                      max_prompt_len=d.max_prompt_len, shuffle=False)
+        ds = PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+                           tokenizer=tokenizer_for(cfg), apply_chat_template=d.apply_chat_template,
+                           max_prompt_len=d.max_prompt_len, shuffle=False)
+        if ds.num_unk:  # valid, but not what the user meant: a note, counted (docs/data.md, the toy vocabulary)
+            import sys
+
+            print(f"note: data.prompt_data: {ds.num_unk} of {len(ds.items) + ds.num_filtered} prompts hold characters "
+                  "outside the toy tokenizer's vocabulary (digits, space, +-*=:?, a-z); they become <unk>",
+                  file=sys.stderr)
     except DataError as exc:
         shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
         fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
