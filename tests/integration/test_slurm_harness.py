@@ -94,7 +94,7 @@ def test_sbatch_script_runs_the_job_on_two_nodes_and_tears_down(short_tmp):
                  "logging.progress=false"]
     cfg = load(overrides)
     script = tmp / "job.sbatch"
-    script.write_text(slurm.render(cfg, make_plan(cfg), overrides, None))
+    script.write_text(slurm.script(cfg, make_plan(cfg), overrides, None))
     gcs, dashboard, client = free_ports(3)
     env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHONPATH=SRC,
                SLURM_JOB_NODELIST="node[0-1]", SLURM_CPUS_PER_TASK="1", SLURM_JOB_NUM_NODES="2",

@@ -71,11 +71,18 @@ def test_sbatch_is_sized_from_the_plan_and_carries_the_rocm_env():
     assert "export RAY_AUTH_MODE=token" in lines[lines.index(next(ln for ln in lines if "RAY_AUTH_TOKEN" in ln)) + 1]
 
 
+def test_both_cluster_exports_refuse_the_cpu_profile():
+    for what in ("slurm", "kuberay"):
+        r = subprocess.run([*RLRUN, "export", what, "hardware=cpu", *K8S], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "hardware" in r.stderr and "is cpu" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not r.stdout
+
+
 def test_sbatch_passes_shellcheck(tmp_path):
     for overrides in (TWO_MI300X, ["hardware=cpu"]):
         cfg, plan = _cfg_plan(overrides)
         path = tmp_path / "job.sbatch"
-        path.write_text(slurm.render(cfg, plan, overrides, str(tmp_path)))
+        path.write_text(slurm.script(cfg, plan, overrides, str(tmp_path)))
         r = subprocess.run([str(SHELLCHECK), "--shell=bash", "--severity=style", str(path)],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout

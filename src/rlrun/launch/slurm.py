@@ -88,6 +88,20 @@ done
 
 
 def render(cfg, plan, overrides: list[str], config_dir: str | None) -> str:
+    """`rlrun export slurm`: the sbatch script for a GPU profile; hardware=cpu is refused, as by the KubeRay
+    export (an allocation of GPU nodes for a CPU job; `rlrun run` runs it on one machine)."""
+    from rlrun.config.errors import ConfigError, Problem
+
+    if cfg.hardware.vendor == "cpu":
+        raise ConfigError([Problem("hardware", "is cpu; the sbatch export is for GPU nodes (rlrun run runs the CPU "
+                                   "job on this machine)", "choose a GPU profile, e.g. hardware=h100 or "
+                                   "hardware=mi300x", cfg.hardware.name)])
+    return script(cfg, plan, overrides, config_dir)
+
+
+def script(cfg, plan, overrides: list[str], config_dir: str | None) -> str:
+    """The sbatch script for any profile; tests/integration/test_slurm_harness.py runs it on the cpu profile
+    (no GPUs on the test machine) under srun/scontrol shims."""
     c = cfg.cluster
     gpu = cfg.hardware.vendor != "cpu"
     gpus = plan.gpus_per_node if gpu else 0
