@@ -1,7 +1,7 @@
 """Time the default job (or any overrides) end to end and summarise its metrics.jsonl.
 
     python bench/loop_default.py                       # `rlrun` defaults (tiny model, toy task, CPU)
-    python bench/loop_default.py hardware=h100 model=qwen3-0.6b rollout.num_rollout=3 ...
+    python bench/loop_default.py hardware=h100 model=qwen3-0.6b checkpoint.random_init=true rollout.num_rollout=3 ...
     python bench/loop_default.py --summarise RUN_DIR    # only summarise an existing run dir
 
 Prints setup time (config -> first step: Ray, actors, router), loop time, mean seconds per phase,

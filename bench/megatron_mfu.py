@@ -33,7 +33,8 @@ import torch
 
 def overrides(name: str, seq: int, max_tokens: int, recompute: bool = False, extra: tuple[str, ...] = ()) -> list[str]:
     rc = ["train.recompute.granularity=full", "train.recompute.method=uniform", "train.recompute.num_layers=1"]
-    return (rc if recompute else []) + list(extra) + [f"model={name}", "hardware=h100", "train.backend=megatron",
+    return (rc if recompute else []) + list(extra) + [f"model={name}", "checkpoint.random_init=true", "hardware=h100",
+            "train.backend=megatron",
             f"train.max_tokens_per_gpu={max_tokens}", f"train.log_probs_max_tokens_per_gpu={max_tokens}",
             "rollout.max_response_len=1024", "eval.max_response_len=1024", "train.gpus_per_node=1",
             "rollout.num_gpus=1", "parallelism=tp1", "rollout.gpus_per_engine=1"]

@@ -39,7 +39,7 @@ def main() -> None:
     from rlrun.config import load
     from rlrun.train.hf_model import build_causal_lm
     from rlrun.train.megatron_backend import MegatronBackend
-    cfg = load([f"model={args.model}", "hardware=h100", "train.backend=megatron", "train.gpus_per_node=1",
+    cfg = load([f"model={args.model}", "checkpoint.random_init=true", "hardware=h100", "train.backend=megatron", "train.gpus_per_node=1",
                 "train.gradient_accumulation_fusion=false", "rollout.max_response_len=64", "eval.max_response_len=64"])
     tmp = Path(tempfile.mkdtemp(prefix="rlrun-msync-"))
     base = build_causal_lm(cfg.model, None, cfg.run.seed + 1, dtype=torch.bfloat16)

@@ -1,26 +1,14 @@
 """rlrun's command line. Hydra's compose API does the composing; argv is parsed here because
-@hydra.main does not do sub-commands:
+@hydra.main does not do sub-commands: one argparse parser per command, built from COMMAND_SPECS
+(`rlrun CMD --help`: its options, examples and exit codes), the run commands keep Hydra's override
+style (key=value, +key=value, ~key, -m for sweeps). `rlrun export slime` / `rlrun import slime` hand
+their argv to rlrun.interop.slime, which has its own parsers.
 
-    rlrun [run] [overrides]        validate, plan, prepare the run dir, run (the default: tiny CPU job)
-    rlrun plan [overrides] [--json] [--out FILE]
-    rlrun validate [overrides] [--check-paths]   (--check-paths: also the preflight on this machine)
-    rlrun diff A B [--format text|json|md]
-    rlrun show RUN_DIR             summary table + RUN_DIR/report.html (a sweep dir: its points compared)
-    rlrun compare RUN ... [--out FILE]   curves of several runs overlaid, labelled by config differences
-    rlrun replay RUN_DIR [--rollouts A:B] [overrides]   train from the run's rollout records, no engines
-    rlrun -m a=1,2 b=x,y           sweep (also `rlrun plan -m ...`)
-    rlrun export|import ...        slime interop
-    rlrun export slurm|kuberay [overrides] [--out FILE]   an sbatch script / a KubeRay RayJob for the plan
-    rlrun submit [overrides] --address http://HEAD:8265 [--follow] [--working-dir DIR]   a job on a Ray cluster
-    rlrun jobs | logs JOB [--follow] | stop JOB   [--address ADDR, default $RAY_ADDRESS]
-    --cfg job [--resolve]          print the composed config (null = derived; --resolve: the values the
-                                   run will use, derived ones filled, after validation) and exit
-    --version
-    --config-dir DIR               an extra config dir (e.g. DIR/experiment/mine.yaml)
-
-Exit codes: 0 ok, 1 diff found differences / run failed, 2 invalid config or usage."""
+Exit codes: 0 ok, 1 diff found differences / run failed, 2 invalid config or usage (a message, no
+traceback: argparse's errors, a refused Ray request and unwritable outputs included)."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -28,13 +16,106 @@ from typing import Optional, Sequence
 
 from rlrun.config.errors import ConfigError, UsageError  # UsageError: the commands below the CLI raise it too
 
-COMMANDS = ("run", "plan", "validate", "diff", "export", "import", "show", "compare", "replay",
-            "submit", "jobs", "logs", "stop")
 CLUSTER_EXPORTS = ("slurm", "kuberay")
 # commands whose positional arguments are paths, each run by `module:function(args)`
 PATH_COMMANDS = {"show": "rlrun.report:show_main", "compare": "rlrun.report:compare_main",
                  "replay": "rlrun.replay:replay_main"}
-USAGE = __doc__.split("\n\n", 1)[1]
+EXIT_CODES = "exit codes: 0 ok, 1 diff found differences / the run or job failed, 2 invalid config or usage"
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option of a command: its flags, the Args field it fills, a metavar when it takes a value."""
+    flags: tuple[str, ...]
+    dest: str
+    help: str
+    metavar: Optional[str] = None   # None: a flag (store_true)
+    choices: Optional[tuple[str, ...]] = None
+
+
+OVERRIDES = "Hydra overrides key=value, +key=value, ~key (e.g. model=qwen3-4b optim.lr=1e-6)"
+CONFIG_DIR = Opt(("--config-dir", "-cd"), "config_dir", "an extra config dir (e.g. DIR/experiment/mine.yaml)", "DIR")
+MULTIRUN = Opt(("-m", "--multirun"), "multirun", "sweep: comma lists expand to a grid (a=1,2 b=x,y)")
+CFG = Opt(("--cfg", "-c"), "cfg", "print the composed config and exit (null = derived)", "job", ("job", "all"))
+RESOLVE = Opt(("--resolve",), "resolve", "with --cfg: the values the run will use, derived ones filled")
+JSON = Opt(("--json",), "json", "machine-readable output on stdout")
+ADDRESS = Opt(("--address",), "address", "the Ray dashboard (Jobs API) address, default $RAY_ADDRESS", "ADDR")
+FOLLOW = Opt(("--follow",), "follow", "stream the job's logs until it ends (exit 0 if it succeeded, else 1)")
+CONFIG_OPTS = (CONFIG_DIR, MULTIRUN, CFG, RESOLVE)
+AUTH_NOTE = ("Ray token auth: the token is read from $RAY_AUTH_TOKEN, the file $RAY_AUTH_TOKEN_PATH or "
+             "~/.ray/auth_token (docs/cluster.md)")
+JOB_ID = "one job id (rlrun jobs lists them)"
+
+
+@dataclass(frozen=True)
+class Command:
+    summary: str
+    args: str                   # the positional arguments, as the usage line shows them
+    nargs: tuple[int, Optional[int]] = (0, 0)   # how many non-override positionals (min, max; None: any)
+    opts: tuple[Opt, ...] = ()
+    examples: tuple[str, ...] = ()
+    notes: str = ""
+    want: str = ""              # what the positionals are, in a usage error (default: args)
+
+
+COMMAND_SPECS: dict[str, Command] = {
+    "run": Command("validate, plan, prepare the run dir and run (the default command: a tiny CPU job)",
+                   "[overrides ...]", opts=CONFIG_OPTS,
+                   examples=("rlrun", "rlrun model=qwen3-4b algo=grpo hardware=mi300x", "rlrun -m optim.lr=1e-6,3e-6",
+                             "rlrun run.resume=auto")),
+    "plan": Command("the plan only (batch math, placement, memory); imports neither torch nor ray", "[overrides ...]",
+                    opts=(*CONFIG_OPTS, JSON, Opt(("--out",), "out", "also write the plan as JSON here", "FILE")),
+                    examples=("rlrun plan experiment=qwen3-4b-grpo-mi300x", "rlrun plan --json --out plan.json")),
+    "validate": Command("every rule; all problems at once, each with its key and a fix", "[overrides ...]",
+                        opts=(*CONFIG_OPTS, JSON, Opt(("--check-paths",), "check_paths",
+                                                      "also the preflight on this machine (paths, data, HF config, disk)")),
+                        examples=("rlrun validate model=qwen3-8b hardware=h100 --check-paths",)),
+    "diff": Command("what differs between two configs (run dirs, YAML files or quoted override lists)", "A B",
+                    (2, 2), (CONFIG_DIR, Opt(("--format",), "format", "output format", "FMT", ("text", "json", "md"))),
+                    ("rlrun diff outputs/a/2026... outputs/b/2026...", 'rlrun diff "" "optim.lr=1e-6"'),
+                    "exit 0 identical, 1 different, 2 usage"),
+    "show": Command("summary table + RUN_DIR/report.html (a sweep dir: its points compared)", "RUN_DIR", (1, 1),
+                    examples=("rlrun show outputs/tiny-grpo-cpu/<timestamp>",)),
+    "compare": Command("curves of several runs overlaid, labelled by their config differences", "RUN ...", (1, None),
+                       (Opt(("--out",), "out", "the HTML report (default: compare.html in the deepest folder holding all the runs)", "FILE"),),
+                       ("rlrun compare RUN_A RUN_B --out cmp.html", "rlrun compare outputs/multirun/<timestamp>")),
+    "replay": Command("train from a run's rollout records, no engines (needs logging.rollout_records=all)",
+                      "RUN_DIR [overrides ...]", (1, 1),
+                      (CONFIG_DIR, Opt(("--rollouts",), "rollouts", "only these recorded rollouts (A:B)", "A:B")),
+                      ("rlrun replay RUN_DIR --rollouts 0:20 optim.lr=1e-2",)),
+    "submit": Command("validate, check the plan against the live Ray cluster, submit through Ray's Jobs API",
+                      "[overrides ...]", opts=(CONFIG_DIR, MULTIRUN, ADDRESS, FOLLOW,
+                                               Opt(("--working-dir",), "working_dir",
+                                                   "the dir uploaded as the job's working dir (default: .)", "DIR")),
+                      examples=("rlrun submit experiment=mine --config-dir conf --address http://head:8265 --follow",),
+                      notes=AUTH_NOTE),
+    "jobs": Command("the jobs of a Ray cluster (submission id, status, entrypoint)", "", opts=(ADDRESS,),
+                    examples=("rlrun jobs --address http://head:8265",), notes=AUTH_NOTE),
+    "logs": Command("a job's logs", "JOB", (1, 1), (ADDRESS, FOLLOW),
+                    ("rlrun logs rlrun-mine-20261124-221500 --follow",), AUTH_NOTE, JOB_ID),
+    "stop": Command("stop a job (SIGTERM: the run tears down) and wait for its end", "JOB", (1, 1), (ADDRESS,),
+                    ("rlrun stop rlrun-mine-20261124-221500",), AUTH_NOTE, JOB_ID),
+    "export": Command("a launcher for the resolved config: slurm (sbatch script), kuberay (RayJob), slime "
+                      "(slime's launch script; `rlrun export slime --help`)", "slurm|kuberay|slime [overrides ...]",
+                      (1, 1), (CONFIG_DIR, MULTIRUN, Opt(("--out",), "out", "write it here (default: stdout)", "FILE")),
+                      ("rlrun export slurm hardware=h100 > job.sbatch",
+                       "rlrun export kuberay hardware=h100 cluster.kuberay.image=IMG cluster.kuberay.pvc=PVC",
+                       "rlrun export slime model=qwen3-4b")),
+    "import": Command("a slime run script as an rlrun experiment (`rlrun import slime --help`)", "slime SCRIPT.sh ...",
+                      (1, None), examples=("rlrun import slime run-qwen3-4B.sh --out conf/experiment/mine.yaml",)),
+}
+COMMANDS = tuple(COMMAND_SPECS)
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  rlrun {name:{width}}  {c.summary}" for name, c in COMMAND_SPECS.items()]
+    return ("usage: rlrun [COMMAND] [options] [overrides ...]   (no COMMAND: run)\n\ncommands:\n" + "\n".join(lines)
+            + "\n\n  rlrun COMMAND --help   its options, examples and exit codes\n  rlrun --version\n\n"
+            + EXIT_CODES + " (no traceback).")
+
+
+USAGE = _usage()
 
 
 @dataclass
@@ -59,45 +140,70 @@ class Args:
     check_paths: bool = False
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's exit(2) with usage: a UsageError the CLI prints (main() returns 2)
+        raise UsageError(f"{message} (rlrun {self.prog.split()[-1]} --help lists the options)")
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    c = COMMAND_SPECS[name]
+    epilog = "".join([f"{c.notes}\n\n" if c.notes else "", "examples:\n", *(f"  {e}\n" for e in c.examples),
+                      f"\n{EXIT_CODES}" if not c.notes.startswith("exit") else ""])
+    p = _Parser(prog=f"rlrun {name}", usage=f"rlrun {name} [options] {c.args}".rstrip(), description=c.summary,
+                epilog=epilog, add_help=False, allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-h", "--help", action="store_true", help="this help")
+    for o in c.opts:
+        if o.metavar is None:
+            p.add_argument(*o.flags, dest=o.dest, action="store_true", help=o.help)
+        else:
+            p.add_argument(*o.flags, dest=o.dest, metavar=o.metavar, choices=o.choices, help=o.help)
+    p.add_argument("args", nargs="*", metavar=c.args.split()[0].strip("[") if c.args else "ARG",
+                   help=c.args + (f"; overrides: {OVERRIDES}" if "overrides" in c.args else ""))
+    return p
+
+
 def parse(argv: Sequence[str]) -> Args:
+    """argv -> Args: the command (default run), its options (argparse, one parser per command: `rlrun CMD
+    --help`), the positional arguments split into overrides (key=value, ~key) and the rest."""
     argv = list(argv)
     a = Args()
+    if argv[:1] in (["-h"], ["--help"]):
+        a.help = True
+        return a
+    if argv[:1] == ["--version"]:
+        a.command = "version"
+        return a
     if argv and argv[0] in COMMANDS:
         a.command = argv.pop(0)
-    valued = {"--out": "out", "--cfg": "cfg", "-c": "cfg", "--config-dir": "config_dir", "-cd": "config_dir",
-              "--format": "format", "--rollouts": "rollouts", "--address": "address", "--working-dir": "working_dir"}
-    while argv:
-        tok = argv.pop(0)
-        name, eq, val = tok.partition("=")
-        if tok in ("-h", "--help"):
-            a.help = True
-        elif tok == "--resolve":
-            a.resolve = True  # Hydra's flag for --cfg: the values the run will use (derived ones filled)
-        elif tok == "--version":
-            a.command = "version"
-        elif tok == "--json":
-            a.json = True
-        elif tok == "--follow":
-            a.follow = True
-        elif tok == "--check-paths":
-            a.check_paths = True
-        elif tok in ("-m", "--multirun"):
-            a.multirun = True
-        elif name in valued and name.startswith("-"):
-            if not eq:
-                if not argv:
-                    raise UsageError(f"{name} needs a value")
-                val = argv.pop(0)
-            setattr(a, valued[name], val)
-        elif tok.startswith("-"):
-            raise UsageError(f"unknown option {tok!r}")
-        elif "=" in tok or tok.startswith("~"):
-            a.overrides.append(tok)
-            a.args.append(tok)
-        else:
-            a.positional.append(tok)
-            a.args.append(tok)
+    elif argv and not argv[0].startswith("-") and "=" not in argv[0] and not argv[0].startswith(("~", "+")):
+        raise UsageError(f"unknown command {argv[0]!r}: one of {', '.join(COMMANDS)} (overrides look like key=value)")
+    ns = command_parser(a.command).parse_intermixed_args(argv)
+    for key, val in vars(ns).items():
+        if key != "args" and val is not None:
+            setattr(a, key, val)
+    for tok in ns.args:
+        a.args.append(tok)
+        (a.overrides if "=" in tok or tok.startswith("~") else a.positional).append(tok)
     return a
+
+
+def _check_positional(a: Args) -> None:
+    lo, hi = COMMAND_SPECS[a.command].nargs
+    if a.command == "diff":  # A and B may themselves be override lists: diff counts every argument
+        return
+    n = len(a.positional)
+    if n < lo or (hi is not None and n > hi):
+        want = COMMAND_SPECS[a.command].want or COMMAND_SPECS[a.command].args or "no positional argument"
+        extra = " (overrides look like key=value)" if hi is not None and n > hi else ""
+        raise UsageError(f"rlrun {a.command} takes {want}, got {a.positional or 'none'}{extra}")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _fail(err: ConfigError, as_json: bool) -> int:
@@ -171,8 +277,7 @@ def cmd_plan(a: Args) -> int:
         print(f"note: {p.path}: {p.message}", file=sys.stderr)
     doc = json.dumps(plan.to_dict(), indent=2)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(doc + "\n")
+        _write(a.out, doc + "\n")
     if a.json:
         print(doc)
     else:
@@ -196,22 +301,51 @@ def cmd_run(a: Args) -> int:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
 
-    result = runner.run(cfg, plan, run_dir)
+    try:
+        result = runner.run(cfg, plan, run_dir)
+    except BaseException as exc:  # the run dir keeps a record of why it ended (rlrun show reads it)
+        _record_failure(run_dir, exc)
+        raise
     if isinstance(result, dict) and result:
         print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in result.items() if isinstance(v, (int, float, str))))
     return 0
 
 
+def _record_failure(run_dir, exc: BaseException) -> None:
+    import time
+    import traceback
+
+    from rlrun.report import ERROR_FILE
+
+    if isinstance(exc, SystemExit) and exc.code in (0, None):
+        return
+    head = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    try:
+        (run_dir / ERROR_FILE).write_text(f"run failed at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC: "
+                                          f"{head}\n\n" + "".join(traceback.format_exception(exc)))
+    except OSError:
+        pass
+
+
+def _on_cluster(a: Args, call):
+    """A call to a Ray cluster's Jobs / state API: no address, no answer, a refused token (Ray's token
+    auth, rlrun.launch.auth) or an unknown job id is a message with exit 2, not a traceback."""
+    from rlrun.launch import auth, jobs
+
+    try:
+        with auth.ray_http_errors(jobs.dashboard_address(a.address)):
+            return call()
+    except (jobs.SubmitError, auth.ApiError, ConnectionError) as e:
+        raise UsageError(str(e), False) from None
+
+
 def cmd_submit(a: Args) -> int:
     from rlrun.launch import jobs
 
     cfg, plan = _load(a)  # an invalid config exits 2 here, before the cluster is asked anything
-    try:
-        return jobs.submit(cfg, plan, a.overrides, address=a.address, config_dir=a.config_dir,
-                           working_dir=a.working_dir, follow=a.follow)
-    except (jobs.SubmitError, ConnectionError) as e:
-        raise UsageError(str(e)) from e
+    return _on_cluster(a, lambda: jobs.submit(cfg, plan, a.overrides, address=a.address, config_dir=a.config_dir,
+                                              working_dir=a.working_dir, follow=a.follow))
 
 
 def cmd_job(a: Args) -> int:
@@ -220,12 +354,11 @@ def cmd_job(a: Args) -> int:
 
     if a.command != "jobs" and len(a.positional) != 1:
         raise UsageError(f"rlrun {a.command} takes one job id (rlrun jobs lists them)")
-    try:
-        if a.command == "jobs":
-            return jobs.list_jobs(a.address)
-        return jobs.logs(a.address, a.positional[0], a.follow) if a.command == "logs" else jobs.stop(a.address, a.positional[0])
-    except (jobs.SubmitError, ConnectionError) as e:  # no address, or no Jobs API answering there
-        raise UsageError(str(e)) from e
+    if a.command == "jobs":
+        return _on_cluster(a, lambda: jobs.list_jobs(a.address))
+    if a.command == "logs":
+        return _on_cluster(a, lambda: jobs.logs(a.address, a.positional[0], a.follow))
+    return _on_cluster(a, lambda: jobs.stop(a.address, a.positional[0]))
 
 
 def cmd_export(a: Args) -> int:
@@ -233,15 +366,14 @@ def cmd_export(a: Args) -> int:
     from rlrun.launch.export import EXPORTERS
 
     what = a.positional.pop(0)
+    if what not in EXPORTERS:
+        raise UsageError(f"rlrun export {what}: unknown target; one of {', '.join(sorted([*EXPORTERS, 'slime']))}")
     if a.multirun:
         raise UsageError(f"rlrun export {what} writes one config's launcher, not a sweep (-m)")
-    if a.positional:
-        raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
     cfg, plan = _load(a)
     text = EXPORTERS[what](cfg, plan, a.overrides, a.config_dir)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+        _write(a.out, text)
         print(f"wrote {a.out}", file=sys.stderr)
     else:
         print(text, end="")
@@ -271,26 +403,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    a = None
     try:
-        if argv[:1] == ["export"] and argv[1:2] and argv[1] in CLUSTER_EXPORTS:
-            return cmd_export(parse(argv))
-        if argv and argv[0] in ("export", "import"):
-            # interop owns its options (--out, --env, --name, ...): hand over before rlrun parses any
+        if argv[:1] in (["export"], ["import"]) and argv[1:2] == ["slime"]:
+            # interop owns its options (--out, --env, --name, ...) and its --help: hand over before rlrun parses any
             return cmd_interop(argv)
         a = parse(argv)
         if a.help:
-            print(USAGE)
+            print(USAGE if a.command == "run" and not argv[:1] == ["run"] else command_parser(a.command).format_help())
             return 0
         if a.command == "version":
             from rlrun import __version__
 
             print(f"rlrun {__version__}")
             return 0
+        _check_positional(a)
         if a.cfg:
             return cmd_print_cfg(a)
         if a.multirun and a.command in ("submit", "jobs", "logs", "stop"):
             raise UsageError(f"rlrun {a.command} takes one config, not a sweep (-m): submit each point")
-        if a.multirun:
+        if a.multirun and a.command != "export":
             from rlrun.sweep import sweep_main
 
             return sweep_main(a)
@@ -305,13 +437,20 @@ def _main(argv: list[str]) -> int:
 
             module, fn = PATH_COMMANDS[a.command].split(":")
             return getattr(importlib.import_module(module), fn)(a)
-        if a.positional:
-            raise UsageError(f"unexpected argument(s) {a.positional}: overrides look like key=value")
-        return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate, "submit": cmd_submit}[a.command](a)
+        if a.command == "import":
+            raise UsageError(f"rlrun import {a.positional[0]}: unknown source; rlrun imports slime scripts "
+                             "(rlrun import slime SCRIPT.sh)")
+        return {"run": cmd_run, "plan": cmd_plan, "validate": cmd_validate, "submit": cmd_submit,
+                "export": cmd_export}[a.command](a)
     except ConfigError as e:
-        return _fail(e, a.json if "a" in locals() else False)
+        return _fail(e, a.json if a is not None else False)
     except UsageError as e:
-        print(f"rlrun: {e}\n\n{USAGE}", file=sys.stderr)
+        cmd = a.command if a is not None else (argv[0] if argv and argv[0] in COMMANDS else None)
+        hint = f"rlrun {cmd} --help" if cmd else "rlrun --help"
+        usage_hint = e.args[1] if len(e.args) > 1 else True
+        msg = e.args[0] if str(e.args[0]).startswith("rlrun ") else f"rlrun: {e.args[0]}"
+        print(msg + (f"\n(usage: {hint})" if usage_hint and hint not in e.args[0] else ""),
+              file=sys.stderr)
         return 2
 
 

@@ -7,7 +7,9 @@ masks and engine log-probs, so with no overrides the trainer sees bit-identical 
 the same train/* series (tests/integration/test_replay.py). Replay needs logging.rollout_records=all
 and says so otherwise. Starting at A > 0 loads the original run's checkpoint iter_A.
 
-The replay is a run dir of its own, RUN_DIR/replay/<timestamp>, driven by the synchronous loop
+Overrides of what shaped the recorded rollouts (rollout.*, data.*, eval.*) are refused: the records do not
+change. The replay is a run dir of its own, RUN_DIR/replay/<timestamp> ({run.output_dir}/replay/<timestamp>
+when the replay sets run.output_dir), driven by the synchronous loop
 (rlrun.loops.sync_loop) over parts (rlrun.parts) where the rollout side reads records (RecordedRollouts) and weight
 sync, offload and eval have no engines (NoEngines); trainer, checkpoints and metrics are the real ones.
 """
@@ -26,6 +28,22 @@ from rlrun.records import read_rollout, record_files, recorded_mode, to_samples
 from rlrun.runner import start_trainer
 
 REPLAY_DIR = "replay"
+# Settings that shape the recorded rollouts (what was sampled, how many, how it was scored): a replay trains on
+# the records as they are, so an override of these cannot apply and is refused (rollout.num_rollout: --rollouts).
+ROLLOUT_SIDE = ("rollout.", "data.", "eval.")
+
+
+def refused_overrides(overrides: list[str]) -> list[Problem]:
+    out = []
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key.startswith(ROLLOUT_SIDE) or key.rstrip(".") + "." in ROLLOUT_SIDE:
+            fix = ("use --rollouts A:B" if key == "rollout.num_rollout" else
+                   "drop it (a replay trains on the recorded samples as they were generated and scored), or run "
+                   "the job again with it")
+            out.append(Problem(key, "shapes the recorded rollouts, which a replay does not generate again, so it "
+                               "cannot apply", fix, o.split("=", 1)[1] if "=" in o else None))
+    return out
 
 
 def _parse_range(text: str | None, total: int) -> tuple[int, int]:
@@ -155,6 +173,9 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
 
     source = Path(source)
     total = check_records(source)
+    refused = refused_overrides(overrides)
+    if refused:
+        raise ConfigError(refused)
     lo, hi = _parse_range(rollouts, total)
     if lo:
         start_checkpoint(source, lo)  # before Ray starts: a missing checkpoint is a usage error
@@ -165,7 +186,9 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     cfg = load([*saved, *overrides, *fixed], config_dir)
     plan = make_plan(cfg)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-    run_dir = prepare_run_dir(cfg, plan, [*saved, *overrides, *fixed], run_dir=source / REPLAY_DIR / stamp)
+    # RUN_DIR/replay/<timestamp>, or {run.output_dir}/replay/<timestamp> when the replay sets run.output_dir
+    out = Path(cfg.run.output_dir) if any(o.split("=", 1)[0] == "run.output_dir" for o in overrides) else source
+    run_dir = prepare_run_dir(cfg, plan, [*saved, *overrides, *fixed], run_dir=out / REPLAY_DIR / stamp)
     print(f"[rlrun] replay of {source} rollouts {lo}:{hi} -> {run_dir}", flush=True)
     with ExitStack() as stack:
         summary = loop.run(build(cfg, plan, run_dir, source, lo, stack))  # the synchronous loop

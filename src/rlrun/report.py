@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rlrun.metrics import METRICS_FILE, read_metrics
 
 REPORT_FILE = "report.html"
 COMPARE_FILE = "compare.html"
+ERROR_FILE = "error.txt"   # written by `rlrun run` into the run dir when the run fails (rlrun.cli)
 MAX_SAMPLE_ROWS = 64  # recorded samples shown in the report (the Parquet files hold them all)
 LAST = 5  # steps in the "last" mean of the summary table
 COLS = 3  # plots per row
@@ -135,17 +137,21 @@ def series_stats(run: RunData) -> list[tuple[str, ...]]:
 
 
 def run_stats(run: RunData) -> tuple[str, ...]:
-    """(label, steps, reward first 5 -> last 5, last response length, mean step seconds)."""
+    """(label, steps, reward of the first and last windows, last response length, mean step seconds)."""
+    from rlrun.parts.run_metrics import summary_window
+
     def mean(key, part):
         v = run.values(key)[1]
-        v = v[:LAST] if part == "first" else v[-LAST:] if part == "last" else v
+        w = summary_window(len(v))  # the windows never overlap (the run's own summary uses the same)
+        v = v[:w] if part == "first" else v[-w:] if part == "last" else v
         return sum(v) / len(v) if v else None
     return (run.label, str(len(run.rows)), _num(mean("rollout/reward_mean", "first")),
             _num(mean("rollout/reward_mean", "last")), _num(mean("rollout/response_len_mean", "last")),
             _num(mean("time/step_s", "all")))
 
 
-RUN_COLUMNS = ("run", "steps", f"reward first {LAST}", f"reward last {LAST}", "len (last)", "step s (mean)")
+RUN_COLUMNS = ("run", "steps", f"reward first {LAST}*", f"reward last {LAST}*", "len (last)", "step s (mean)")
+RUN_NOTE = f"* {LAST} steps, at most half the run's (the first and last windows never overlap)"
 SERIES_COLUMNS = ("series", "first", "last", "min", "max", f"mean last {LAST}")
 
 
@@ -186,6 +192,13 @@ def figure(runs: list[RunData]):
                                          legendgroup=str(i), showlegend=j == 0 or key == keys_l[0],
                                          line={"color": palette[i % len(palette)]}, marker={"size": 4}),
                               row=j // COLS + 1, col=j % COLS + 1)
+    for j, key in enumerate(keys_l):  # a constant series: plotly's autorange is c-1..c+1 (lr 1e-6 looked like 0)
+        ys = [v for run in runs if key in keys for v in run.values(key)[1]
+              if isinstance(v, (int, float)) and math.isfinite(v)]
+        if ys and min(ys) == max(ys):
+            c = ys[0]
+            half = abs(c) * 0.5 or 1.0
+            fig.update_yaxes(range=[c - half, c + half], exponentformat="e", row=j // COLS + 1, col=j % COLS + 1)
     fig.update_layout(height=max(320, 260 * nrows), template="plotly_white", hovermode="x unified",
                       legend={"orientation": "h", "yref": "container", "y": 1.0, "yanchor": "top"},
                       margin={"t": 110})
@@ -269,7 +282,16 @@ def compare(paths: list[str | Path], out: str | Path | None = None) -> Path:
     runs = [load_run(p) for p in expand(paths)]
     label_runs(runs)
     print_table("runs", RUN_COLUMNS, [run_stats(r) for r in runs])
-    return render_html(f"{len(runs)} runs", runs, Path(out or COMPARE_FILE))
+    print(RUN_NOTE)
+    return render_html(f"{len(runs)} runs", runs, Path(out) if out else default_compare_path([r.path for r in runs]))
+
+
+def default_compare_path(run_dirs: list[Path]) -> Path:
+    """Where `rlrun compare` writes without --out: next to the runs, as `show` writes into the run dir: the
+    deepest folder holding all of them (a sweep dir for its points), COMPARE_FILE there."""
+    import os
+
+    return Path(os.path.commonpath([str(Path(p).resolve()) for p in run_dirs])) / COMPARE_FILE
 
 
 def show_main(a) -> int:
@@ -278,7 +300,18 @@ def show_main(a) -> int:
 
         raise UsageError("show takes one RUN_DIR (a run dir or a sweep dir)")
     print(f"report: {show(a.positional[0])}")
-    return 0
+    return _empty_run_note(Path(a.positional[0]))
+
+
+def _empty_run_note(path: Path) -> int:
+    """A run dir with no step logged: say why (its error.txt, when the run failed) and exit 1."""
+    if not (path / "config.yaml").exists() or load_run(path).rows:
+        return 0
+    error = path / ERROR_FILE
+    why = (f"the run failed before its first step: {error.read_text().splitlines()[0]} (full traceback: {error})"
+           if error.exists() else "the run is still starting, or stopped before its first step")
+    print(f"rlrun show: {path} has no steps logged: {why}", file=sys.stderr)
+    return 1
 
 
 def compare_main(a) -> int:

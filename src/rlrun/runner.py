@@ -21,21 +21,11 @@ from rlrun.parts.checkpoints import Checkpoints
 from rlrun.parts.evaluator import Evaluator
 from rlrun.parts.offload import Offload
 from rlrun.parts.rollout_side import MAX_DRAWS, RolloutSide  # noqa: F401 - public names
-from rlrun.parts.run_metrics import SUMMARY_WINDOW, RunMetrics
+from rlrun.parts.run_metrics import RunMetrics
+from rlrun.data.tokenizer import tokenizer_for  # noqa: F401  (rlrun.runner.tokenizer_for)
 from rlrun.parts.weight_sync import WEIGHT_SYNC_DIR, WeightSync, WeightSyncError  # noqa: F401
 
 ENGINE_INIT_DIR = "engine_init"
-
-
-def tokenizer_for(cfg):
-    """checkpoint.hf's tokenizer, or the toy tokenizer built offline for random-init models."""
-    if cfg.checkpoint.hf:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(cfg.checkpoint.hf)
-    from rlrun.data.toy import build_toy_tokenizer
-
-    return build_toy_tokenizer()
 
 
 def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
@@ -131,6 +121,6 @@ def run(cfg, plan, run_dir) -> dict:
         stopmsg.report(stop.signum, cfg, run_dir)  # stopped: where the checkpoint is, how to resume
     if summary["steps"]:
         print(f"[rlrun] done: {summary['steps']} steps, reward {summary['reward_first']:.3f} (first "
-              f"{SUMMARY_WINDOW}) -> {summary['reward_last']:.3f} (last {SUMMARY_WINDOW}); run dir "
+              f"{summary['window']}) -> {summary['reward_last']:.3f} (last {summary['window']}); run dir "
               f"{summary['run_dir']}", flush=True)
     return summary

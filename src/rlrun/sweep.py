@@ -179,7 +179,16 @@ def launch(planned: list[Planned], root: Path | None = None) -> int:
         row["seconds"] = round(time.time() - t0, 1)
         write_summary(root, rows)
     write_summary(root, rows)
+    _print_rows([{"#": r["index"], "overrides": r["label"], "status": r["status"],
+                  "reward first -> last": _reward_change(r.get("metrics", {})), "steps": r.get("metrics", {}).get("steps", ""),
+                  "seconds": r.get("seconds", "")} for r in rows])
+    print(f"summary: {root / 'summary.json'} and {root / 'summary.md'}; curves: rlrun compare {root}")
     return 1 if failed else 0
+
+
+def _reward_change(m: dict) -> str:
+    first, last = m.get("reward_first"), m.get("reward_last")
+    return "" if first is None or last is None else f"{first:.3f} -> {last:.3f}"
 
 
 def plan_table(planned: list[Planned]) -> list[dict]:

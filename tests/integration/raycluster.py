@@ -25,10 +25,11 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 # a 5 s delay): a lost node is noticed in ~3 s here instead of ~20 s.
 FAST_HEALTH_CHECK = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
                      "RAY_health_check_timeout_ms": "1000", "RAY_health_check_failure_threshold": "3"}
-# Ray 2.60 turns token auth on when ~/.ray/auth_token exists (another Ray on this machine may have
-# written one); these throwaway clusters listen on 127.0.0.1 only and run without it. Set for the
-# test process too (its state-API and Jobs-API clients): see `isolated_env`.
-NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
+# Token auth as `ray start --head` turns it on by default (Ray 2.60: whenever a token is found, here in
+# the file RAY_AUTH_TOKEN_PATH names; rlrun.launch.auth): the head gets no RAY_AUTH_MODE. A node joining
+# with `ray start --address` does not turn it on by itself (ray/scripts/scripts.py), so workers get
+# RAY_AUTH_MODE=token, as Ray's token-auth docs ask of every node. One token per cluster.
+TOKEN_FILE = "auth_token"
 
 
 def free_ports(n: int) -> list[int]:
@@ -41,9 +42,14 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def env() -> dict[str, str]:
-    """The environment of the Ray processes and of the rlrun commands the tests run."""
-    e = dict(os.environ, PYTHONPATH=SRC, **FAST_HEALTH_CHECK, **NO_AUTH)
+def env(token_path: Path | None = None) -> dict[str, str]:
+    """The environment of the Ray processes and of the rlrun commands the tests run (token_path: the
+    cluster's auth token file, else $RAY_AUTH_TOKEN_PATH of this process, set by `LocalRayCluster.use_token`)."""
+    e = dict(os.environ, PYTHONPATH=SRC, **FAST_HEALTH_CHECK)
+    for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
+        e.pop(k, None)
+    if token_path is not None:
+        e["RAY_AUTH_TOKEN_PATH"] = str(token_path)
     e["PATH"] = f"{Path(sys.executable).parent}:{e.get('PATH', '')}"
     e.pop("RAY_ADDRESS", None)
     return e
@@ -72,6 +78,20 @@ class LocalRayCluster:
     def __post_init__(self):
         self.gcs_port, self.dashboard_port = free_ports(2)
         self.temp_dir = self.tmp / "ray"  # short: Ray's socket paths must stay under 107 characters
+        self.token_path = self.tmp / TOKEN_FILE
+
+    def use_token(self) -> None:
+        """This process's clients (state API, Jobs API, rlrun's) read the cluster's token (rlrun.launch.auth)."""
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(self.token_path)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token_path.read_text()}"}
+
+    def state_client(self):
+        """ray.util.state's client with the cluster's token (its list_* functions take no headers)."""
+        from ray.util.state.api import StateApiClient
+
+        return StateApiClient(address=self.dashboard, headers={"Content-Type": "application/json", **self.headers()})
 
     @property
     def address(self) -> str:
@@ -90,14 +110,21 @@ class LocalRayCluster:
                f"--dashboard-agent-grpc-port={agent_grpc}", f"--dashboard-agent-listen-port={agent_http}",
                f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
                f"--ray-client-server-port={client}", "--disable-usage-stats"]
-        proc = subprocess.Popen(cmd, env=env(), stdout=log.open("w"), stderr=subprocess.STDOUT,
+        e = env(self.token_path)
+        if "--head" not in args:
+            e["RAY_AUTH_MODE"] = "token"
+        proc = subprocess.Popen(cmd, env=e, stdout=log.open("w"), stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         node = Node(proc, log)
         self.nodes.append(node)
         return node
 
     def start_head(self, num_cpus: int, num_gpus: int) -> Node:
+        """`ray start --head` with Ray's default auth settings and a token to find: token auth on."""
+        import secrets
+
         self.tmp.mkdir(parents=True, exist_ok=True)
+        self.token_path.write_text(secrets.token_hex(32))
         return self._start(["--head", f"--port={self.gcs_port}", f"--temp-dir={self.temp_dir}",
                             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
                             f"--dashboard-port={self.dashboard_port}"], "head", num_cpus, num_gpus, "node_head")
@@ -111,7 +138,7 @@ class LocalRayCluster:
 
     def wait_nodes(self, n: int, timeout_s: float = 120) -> None:
         """Until n nodes are alive (read through the dashboard's state API, as `rlrun submit` does)."""
-        from ray.util.state import list_nodes
+        from ray.util.state.common import ListApiOptions, StateResource
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -119,8 +146,9 @@ class LocalRayCluster:
                 if node.proc.poll() is not None:
                     raise RuntimeError(f"ray start exited {node.proc.returncode}:\n{node.log.read_text()[-3000:]}")
             try:
-                alive = [x for x in list_nodes(address=self.dashboard, raise_on_missing_output=False)
-                         if x.state == "ALIVE"]
+                found = self.state_client().list(StateResource.NODES, options=ListApiOptions(),
+                                                 raise_on_missing_output=False)
+                alive = [x for x in found if x.state == "ALIVE"]
                 if len(alive) >= n:
                     return
             except Exception:  # noqa: BLE001 - the dashboard is still starting

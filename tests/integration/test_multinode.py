@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from raycluster import NO_AUTH, LocalRayCluster, env
+from raycluster import LocalRayCluster, env
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -36,12 +36,12 @@ TWO_NODES = ["train.num_nodes=2", "train.gpus_per_node=1", "cluster.num_nodes=2"
 
 @pytest.fixture(scope="module")
 def cluster():
-    saved = {k: os.environ.get(k) for k in NO_AUTH}
-    os.environ.update(NO_AUTH)  # this process's state-API and Jobs-API clients
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_TOKEN_PATH",)}
     # short: Ray's unix sockets under the temp dir must stay under 107 characters
     c = LocalRayCluster(Path(tempfile.mkdtemp(prefix="rlmn", dir="/tmp")))
     try:
-        c.start_head(num_cpus=1, num_gpus=2)
+        c.start_head(num_cpus=1, num_gpus=2)  # token auth on: Ray's default when a token is found
+        c.use_token()  # this process's and the rlrun commands' clients find it through RAY_AUTH_TOKEN_PATH
         c.wait_nodes(1)
         c.add_worker(num_cpus=1, num_gpus=2)
         c.wait_nodes(2)
@@ -61,6 +61,12 @@ def rlrun(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedPr
                           capture_output=True, timeout=timeout)
 
 
+def explicit_address_env() -> dict[str, str]:
+    """A driver joining by an explicit cluster.address: Ray turns token auth on only for a cluster it finds
+    itself (address None/auto, ray/_private/worker.py), so it needs RAY_AUTH_MODE=token (docs/cluster.md)."""
+    return {**env(), "RAY_AUTH_MODE": "token"}
+
+
 def hardware_order(c: LocalRayCluster) -> list[str]:
     """Node ids as placement orders them: (IP, node id); both nodes share this machine's IP."""
     from rlrun.launch.cluster import live_nodes
@@ -70,12 +76,12 @@ def hardware_order(c: LocalRayCluster) -> list[str]:
 
 def placed_actors(c: LocalRayCluster, timeout_s: float = 240) -> dict[str, str]:
     """repr_name -> node id of the run's alive trainer ranks and engines, once all four are up."""
-    from ray.util.state import list_actors
+    from ray.util.state.common import ListApiOptions, StateResource
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        actors = list_actors(address=c.dashboard, filters=[("state", "=", "ALIVE")], detail=True,
-                             raise_on_missing_output=False)
+        actors = c.state_client().list(StateResource.ACTORS, raise_on_missing_output=False,
+                                       options=ListApiOptions(filters=[("state", "=", "ALIVE")], detail=True))
         found = {a.repr_name: a.node_id for a in actors if a.repr_name.startswith(("trainer rank", "engine"))}
         if len(found) == 4:
             return found
@@ -110,7 +116,7 @@ def test_jobs_logs_and_stop(cluster, tmp_path):
     stopped = rlrun("stop", job, "--address", cluster.dashboard, cwd=tmp_path, timeout=120)
     assert stopped.returncode == 0 and f"job {job}: STOPPED" in stopped.stdout, stopped.stdout + stopped.stderr
     assert time.monotonic() - t0 < 90
-    assert JobSubmissionClient(cluster.dashboard).get_job_status(job).value == "STOPPED"
+    assert JobSubmissionClient(cluster.dashboard, headers=cluster.headers()).get_job_status(job).value == "STOPPED"
     logs = rlrun("logs", job, "--address", cluster.dashboard, cwd=tmp_path, timeout=60)
     assert "run dir: " in logs.stdout
     # the runner's SIGTERM teardown ran inside Ray's grace period: the plot of the steps so far is drawn
@@ -125,7 +131,7 @@ def test_lost_node_then_resume_through_submit_follow(cluster, tmp_path):
     # 12 rollouts: the kill at the first checkpoint (2) must land mid-run even when the machine is idle
     args = [*TWO_NODES[3:-1], "rollout.num_rollout=12", "checkpoint.save_interval=2", f"run.output_dir={out_dir}"]
     proc = subprocess.Popen([sys.executable, "-m", "rlrun.cli", *TWO_NODES[:3], *args,
-                             f"cluster.address={cluster.address}"], cwd=tmp_path, env=env(), text=True,
+                             f"cluster.address={cluster.address}"], cwd=tmp_path, env=explicit_address_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -169,9 +175,10 @@ def test_lost_node_then_resume_through_submit_follow(cluster, tmp_path):
                            cwd=wd, env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         where = placed_actors(cluster)
-        from ray.util.state import list_placement_groups
+        from ray.util.state.common import ListApiOptions, StateResource
 
-        pgs = [p for p in list_placement_groups(address=cluster.dashboard, detail=True) if p.state == "CREATED"]
+        pgs = [p for p in cluster.state_client().list(StateResource.PLACEMENT_GROUPS, options=ListApiOptions(detail=True),
+                                                      raise_on_missing_output=False) if p.state == "CREATED"]
         out, _ = sub.communicate(timeout=400)
     finally:
         if sub.poll() is None:
@@ -188,3 +195,32 @@ def test_lost_node_then_resume_through_submit_follow(cluster, tmp_path):
     assert f"resumed from {run_dir / 'checkpoints' / last}" in out
     assert [r["step"] for r in read_metrics(run_dir / METRICS_FILE)] == list(range(12))
     assert (run_dir / "checkpoints" / "latest").read_text() == "iter_0000012"
+
+
+def test_token_auth_is_on_and_the_cluster_commands_say_what_is_missing(cluster, tmp_path):
+    """The head runs with Ray's default auth settings and found a token: a request without it is refused
+    (401), so every command above passed through rlrun's token lookup (RAY_AUTH_TOKEN_PATH here). Without
+    the token, with a wrong one, and for an unknown job id: a message and exit 2, no traceback."""
+    import requests
+
+    assert requests.get(f"{cluster.dashboard}/api/jobs/", timeout=30).status_code == 401
+    no_token = {**env(tmp_path / "missing_token"), "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "rlrun.cli", "jobs", "--address", cluster.dashboard], cwd=tmp_path,
+                       env=no_token, text=True, capture_output=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "uses token authentication and no token was found" in r.stderr and "missing_token" in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "rlrun.cli", "jobs", "--address", cluster.dashboard], cwd=tmp_path,
+                       env={**env(), "RAY_AUTH_TOKEN": "0" * 64}, text=True, capture_output=True, timeout=120)
+    assert r.returncode == 2 and "rejected the token from $RAY_AUTH_TOKEN" in r.stderr, r.stderr
+    for cmd in ("logs", "stop"):
+        r = rlrun(cmd, "nope", "--address", cluster.dashboard, cwd=tmp_path, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "HTTP 404" in r.stderr and "rlrun jobs lists the job ids" in r.stderr, r.stderr
+
+
+def test_submit_follow_with_token_auth(cluster, tmp_path):
+    r = rlrun("submit", *TWO_NODES[:-1], "rollout.num_rollout=2", f"run.output_dir={tmp_path / 'out'}",
+              "--address", cluster.dashboard, "--follow", cwd=tmp_path, timeout=400)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert re.search(r"job rlrun-tiny-grpo-cpu-\S+: SUCCEEDED", r.stdout), r.stdout[-2000:]
+    assert [row["step"] for row in read_metrics(next((tmp_path / "out").glob(f"*/*/{METRICS_FILE}")))] == [0, 1]

@@ -51,8 +51,9 @@ def test_replay_from_a_checkpoint_reproduces_the_tail(recorded_run):
     assert _series(recorded_run, [1, 2]) == _series(s["run_dir"], [1, 2])
 
 
-def test_an_override_changes_the_replayed_updates(recorded_run):
-    s = replay(recorded_run, ["optim.lr=1e-2"], rollouts="0:2")
+def test_an_override_changes_the_replayed_updates(recorded_run, tmp_path):
+    s = replay(recorded_run, ["optim.lr=1e-2", f"run.output_dir={tmp_path}"], rollouts="0:2")
+    assert Path(s["run_dir"]).parent == tmp_path / "replay"  # run.output_dir honoured (was RUN_DIR/replay anyway)
     base, new = _series(recorded_run, [0, 1]), _series(s["run_dir"], [0, 1])
     assert base[0] == new[0]  # step 0 runs on the initial weights either way
     assert base[1][1] != new[1][1]  # grad norm after one step at another lr
@@ -70,6 +71,15 @@ def test_profile_trace_and_tensorboard_events(recorded_run):
     got = [e.value for e in acc.Scalars("rollout/reward_mean")]
     # TensorBoard stores float32: equal to the float64 series within float32 rounding (2^-24 relative)
     assert got == pytest.approx(rewards, rel=2**-24, abs=0)
+
+
+def test_overrides_of_the_recorded_rollouts_are_refused(recorded_run):
+    with pytest.raises(ConfigError) as e:
+        replay(recorded_run, ["rollout.n_samples_per_prompt=4", "optim.lr=1e-2", "data.rm_type=math",
+                              "rollout.num_rollout=2"])
+    assert [(p.path, p.value) for p in e.value.problems] == [("rollout.n_samples_per_prompt", "4"),
+                                                              ("data.rm_type", "math"), ("rollout.num_rollout", "2")]
+    assert "--rollouts" in e.value.problems[2].fix
 
 
 def test_replay_from_an_unsaved_rollout_is_refused_before_ray(recorded_run, tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from raycluster import NO_AUTH, SRC, free_ports
+from raycluster import SRC, free_ports
 from rlrun.config import load
 from rlrun.config.plan import make_plan
 from rlrun.launch import slurm
@@ -34,7 +34,7 @@ SCONTROL = """#!/bin/bash
 tr ' ' '\\n' <<< "$HARNESS_HOSTS"
 """
 SRUN = """#!/bin/bash
-# srun [options] CMD...: run CMD here, "on" the node given by -w; `ray start` gets that node's own
+# srun [options] CMD...: run CMD here, "on" the node given by -w; `$PYTHON -m ray.scripts.scripts start` gets that node's own
 # temp dir and free ports (on a real cluster the nodes are separate machines).
 node=""
 while [ $# -gt 0 ]; do
@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
-if [ "$1 $2" = "ray start" ] && [ -n "$node" ]; then
+if [ "$2 $3 $4" = "-m ray.scripts.scripts start" ] && [ -n "$node" ]; then
   read -r a b c d e f < <("$HARNESS_PYTHON" -c 'import socket
 ss = [socket.socket() for _ in range(6)]
 [s.bind(("127.0.0.1", 0)) for s in ss]
@@ -94,13 +94,13 @@ def test_sbatch_script_runs_the_job_on_two_nodes_and_tears_down(short_tmp):
                  "logging.progress=false"]
     cfg = load(overrides)
     script = tmp / "job.sbatch"
-    script.write_text(slurm.render(cfg, make_plan(cfg), overrides, None))
+    script.write_text(slurm.script(cfg, make_plan(cfg), overrides, None))
     gcs, dashboard, client = free_ports(3)
     env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}", PYTHONPATH=SRC,
                SLURM_JOB_NODELIST="node[0-1]", SLURM_CPUS_PER_TASK="1", SLURM_JOB_NUM_NODES="2",
                HARNESS_HOSTS="node0 node1", HARNESS_TMP=str(tmp), HARNESS_PYTHON=sys.executable,
                HARNESS_DASHBOARD_PORT=str(dashboard), HARNESS_CLIENT_PORT=str(client),
-               RLRUN_RAY_PORT=str(gcs), RLRUN_PYTHON=sys.executable, **NO_AUTH)
+               RLRUN_RAY_PORT=str(gcs), RLRUN_PYTHON=sys.executable)
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.Popen(["bash", str(script)], cwd=tmp, env=env, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -62,15 +62,27 @@ def test_sbatch_is_sized_from_the_plan_and_carries_the_rocm_env():
         assert want in lines, want
     assert not any(line.startswith("#SBATCH --account") for line in lines)  # null: the user's default
     # the user's cluster.address is replaced: on the allocation the job joins the Ray it started
-    assert lines[-1] == ("rlrun run experiment=qwen3-4b-grpo-mi300x cluster.num_nodes=2 train.num_nodes=2 "
-                         "cluster.address=auto")
+    assert lines[-1] == ('"$PYTHON" -m rlrun.cli run experiment=qwen3-4b-grpo-mi300x cluster.num_nodes=2 '
+                         "train.num_nodes=2 cluster.address=auto")
+    # one Python for every step: no bare `ray` or `rlrun` command (the job would mix two environments)
+    steps = [ln for ln in lines if "ray.scripts.scripts start" in ln or "rlrun.launch.wait_nodes" in ln]
+    assert len(steps) == 4 and all('"$PYTHON" -m ' in ln for ln in steps), steps
+    assert not [ln for ln in lines if ln.lstrip().startswith(("ray ", "rlrun "))]
+    assert "export RAY_AUTH_MODE=token" in lines[lines.index(next(ln for ln in lines if "RAY_AUTH_TOKEN" in ln)) + 1]
+
+
+def test_both_cluster_exports_refuse_the_cpu_profile():
+    for what in ("slurm", "kuberay"):
+        r = subprocess.run([*RLRUN, "export", what, "hardware=cpu", *K8S], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "hardware" in r.stderr and "is cpu" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not r.stdout
 
 
 def test_sbatch_passes_shellcheck(tmp_path):
     for overrides in (TWO_MI300X, ["hardware=cpu"]):
         cfg, plan = _cfg_plan(overrides)
         path = tmp_path / "job.sbatch"
-        path.write_text(slurm.render(cfg, plan, overrides, str(tmp_path)))
+        path.write_text(slurm.script(cfg, plan, overrides, str(tmp_path)))
         r = subprocess.run([str(SHELLCHECK), "--shell=bash", "--severity=style", str(path)],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout
@@ -102,11 +114,14 @@ def test_rayjob_is_valid_against_kuberay_crd(rayjob_validator, hw, resource):
     assert workers[0]["rayStartParams"] == {"num-gpus": "8", "num-cpus": "64"}
     head = spec["rayClusterSpec"]["headGroupSpec"]
     assert head["rayStartParams"] == {"num-gpus": "0"}
-    for pod in (head["template"], workers[0]["template"]):
-        assert pod["spec"]["volumes"] == [{"name": "rlrun-shared", "persistentVolumeClaim": {"claimName": "rl-shared"}}]
+    shared = {"name": "rlrun-shared", "persistentVolumeClaim": {"claimName": "rl-shared"}}
+    for pod, gpu in ((head["template"], False), (workers[0]["template"], True)):
+        # GPU pods: /dev/shm memory-backed (the container default is 64 MiB; NCCL and SGLang need more)
+        assert pod["spec"]["volumes"] == [shared] + gpu * [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
         c = pod["spec"]["containers"][0]
         assert c["image"] == "registry.example/rlrun:0.1.0"
-        assert c["volumeMounts"] == [{"name": "rlrun-shared", "mountPath": "/mnt/rlrun"}]
+        assert c["volumeMounts"] == ([{"name": "rlrun-shared", "mountPath": "/mnt/rlrun"}]
+                                     + gpu * [{"name": "dshm", "mountPath": "/dev/shm"}])
         env = {e["name"]: e["value"] for e in c["env"]}
         assert env == {k: str(v) for k, v in {**cfg.hardware.env, **plan.env}.items()}
     assert spec["entrypoint"] == ("cd /mnt/rlrun && rlrun run " + " ".join(ov) +
@@ -129,6 +144,12 @@ def test_rayjob_export_reports_every_missing_setting():
         kuberay.manifest(cfg, plan, [], None)
     assert [p.path for p in err.value.problems] == ["cluster.kuberay.image", "cluster.kuberay.pvc",
                                                      "run.output_dir", "hardware"]
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", "checkpoint.hf=/models/qwen3",
+                           "checkpoint.load=/mnt/rlrun/ckpt", "checkpoint.save=ckpt"])
+    with pytest.raises(ConfigError) as err:  # data and checkpoints the pods read: on the volume, or relative to it
+        kuberay.manifest(cfg, plan, [], None)
+    assert [(p.path, p.value) for p in err.value.problems] == [("data.prompt_data", "/data/train.jsonl"),
+                                                                ("checkpoint.hf", "/models/qwen3")]
     r = subprocess.run([*RLRUN, "export", "kuberay", "hardware=h100"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "cluster.kuberay.image" in r.stderr and "Traceback" not in r.stderr
 

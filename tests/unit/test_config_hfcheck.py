@@ -76,3 +76,68 @@ def test_dir_without_config_json_is_a_problem_and_missing_dir_a_note(tmp_path):
     from rlrun.config.hfcheck import hf_note
 
     assert "not on this machine" in hf_note(load(["checkpoint.hf=/nonexistent/Qwen3-4B"]))
+
+
+def test_a_shorter_training_context_than_the_checkpoint_is_valid(tmp_path):
+    """model.max_position_embeddings below config.json's (40960) only leaves positions unused: valid (a false
+    reject before); above it the positions do not exist in the checkpoint: refused with the bound."""
+    _write(tmp_path, _qwen3_4b())
+    cfg = load(["model=qwen3-4b", "hardware=h100", f"checkpoint.hf={tmp_path}", "model.max_position_embeddings=16384"])
+    assert cfg.model.max_position_embeddings == 16384 and cfg.rollout.context_length == 16384
+    with pytest.raises(ConfigError) as e:
+        load(["model=qwen3-4b", "hardware=h100", f"checkpoint.hf={tmp_path}", "model.max_position_embeddings=65536"])
+    (p,) = [p for p in e.value.problems if p.path == "model.max_position_embeddings"]
+    assert p.value == {"config": 65536, "hf": 40960} and "at most 40960" in p.message
+
+
+def _hub_cache(root, repo_id, cfg_obj):
+    """The Hugging Face cache layout (models--org--name/refs/main -> snapshots/<commit>/) with a config.json
+    written by transformers."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    cfg_obj.save_pretrained(snap)
+    return snap
+
+
+def test_a_released_model_means_its_weights_from_the_local_hf_cache(tmp_path, monkeypatch):
+    """model=qwen3-4b: checkpoint.hf is Qwen/Qwen3-4B's cached snapshot (and its config.json is checked against
+    model.*); not cached: the hub id, which the preflight refuses with the download command; random init only
+    with checkpoint.random_init=true."""
+    from rlrun.launch.preflight import checkpoints
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "hub").mkdir()
+    base = ["model=qwen3-4b", "algo=grpo", "hardware=mi300x"]
+    cfg = load(base)
+    assert cfg.model.hub_id == "Qwen/Qwen3-4B" and cfg.checkpoint.hf == "Qwen/Qwen3-4B"
+    (p,) = list(checkpoints(cfg, None))
+    assert p.path == "checkpoint.hf" and "not in the local Hugging Face cache" in p.message
+    assert "huggingface-cli download Qwen/Qwen3-4B" in p.fix and "checkpoint.random_init=true" in p.fix
+    snap = _hub_cache(tmp_path / "hub", "Qwen/Qwen3-4B", _qwen3_4b())
+    cfg = load(base)
+    assert cfg.checkpoint.hf == str(snap) == cfg.checkpoint.ref
+    assert load([*base, "checkpoint.random_init=true"]).checkpoint.hf is None
+    assert load([]).checkpoint.hf is None and load([]).model.hub_id is None  # the tiny default: random init
+    hf = _qwen3_4b()
+    hf.vocab_size = 151552
+    (tmp_path / "hub" / "models--Qwen--Qwen3-4B").rename(tmp_path / "old")
+    _hub_cache(tmp_path / "hub", "Qwen/Qwen3-4B", hf)
+    with pytest.raises(ConfigError) as e:  # the cached weights are checked like any checkpoint.hf
+        load(base)
+    assert [p.path for p in e.value.problems] == ["model.vocab_size"]
+    with pytest.raises(ConfigError) as e:
+        load([*base, "checkpoint.random_init=true", "checkpoint.hf=/x"])
+    assert [p.path for p in e.value.problems] == ["checkpoint.random_init"]
+
+
+def test_real_weights_on_the_toy_task_are_said_plainly(tmp_path, monkeypatch):
+    from rlrun.config.warn import check
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    ov = ["model=qwen3-4b", "algo=grpo", "hardware=mi300x"]
+    (w,) = [p for p in check(load(ov), ov) if p.path == "data.prompt_data"]
+    assert "trains Qwen/Qwen3-4B on rlrun's toy task" in w.message and "data=dapo-math-17k" in w.fix
+    assert not [p for p in check(load([]), []) if p.path == "data.prompt_data"]  # the tiny default job: no word

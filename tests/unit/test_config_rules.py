@@ -48,7 +48,7 @@ def test_kl_reference_from_the_seeded_random_init_is_valid_on_both_backends(back
     # Both backends build the reference from the same seeded random init as the policy when checkpoint.hf is null
     # (megatron_backend._hf_getter(None, ...) = the torch backend's build_causal_lm under run.seed), so KL against
     # it is fine; only a policy resumed from checkpoint.load would be pulled towards random weights.
-    base = ["hardware=h100", "model=qwen3-0.6b", f"train.backend={backend}", "algo.use_kl_loss=true",
+    base = ["hardware=h100", "model=qwen3-0.6b", "checkpoint.random_init=true", f"train.backend={backend}", "algo.use_kl_loss=true",
             "algo.kl_loss_coef=0.01"]
     cfg = load(base)
     assert cfg.checkpoint.hf is None and cfg.checkpoint.ref is None

@@ -40,3 +40,16 @@ def test_sequence_parallel_at_tp1_is_a_note():
                            "parallelism.sequence_parallel=true"]))
     assert any(n.startswith("parallelism.sequence_parallel is off at TP 1") for n in plan.notes)
     assert not any("sequence_parallel" in n for n in make_plan(load(["hardware=h100", "model=qwen3-4b"])).notes)
+
+
+def test_kl_with_the_reference_derived_from_checkpoint_hf_is_said():
+    from rlrun.config import load
+    from rlrun.config.warn import check
+
+    ov = ["model=qwen3-4b", "hardware=h100", "checkpoint.hf=/nonexistent/Qwen3-4B", "algo.use_kl_loss=true"]
+    (w,) = [p for p in check(load(ov), ov) if p.path == "checkpoint.ref"]
+    assert "the KL reference is checkpoint.hf (/nonexistent/Qwen3-4B)" in w.message and "slime refuses" in w.message
+    ov_ref = [*ov, "checkpoint.ref=/nonexistent/ref"]
+    assert not [p for p in check(load(ov_ref), ov_ref) if p.path == "checkpoint.ref"]
+    ov_off = ov[:-1]  # no KL: no reference needed
+    assert not [p for p in check(load(ov_off), ov_off) if p.path == "checkpoint.ref"]

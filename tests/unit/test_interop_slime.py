@@ -521,3 +521,16 @@ def test_model_family_comes_from_the_fields_that_define_it():
     assert family_of({**base, "model.add_qkv_bias": True}) == "qwen2"  # Qwen2/2.5, MiMo
     assert family_of({**base, "model.post_norms": True}) == "glm4"
     assert family_of(base) == "llama"
+
+
+def test_export_checks_or_starts_the_ray_it_submits_to():
+    """slime's scripts start Ray before `ray job submit` (scripts/run-qwen3-4B.sh: `ray start --head ...`); the
+    export checks for a Ray answering first, starts a local head when none does, and stops (exit 2) when a
+    given cluster.address does not answer."""
+    lines = render_script(load(["experiment=qwen3-4b-grpo-mi300x"]).model_dump(mode="python")).splitlines()
+    at = lines.index("if ! ray job list --address=http://127.0.0.1:8265 >/dev/null 2>&1; then")
+    assert lines[at + 1].strip().startswith("ray start --head") and "--num-gpus 8" in lines[at + 1]
+    assert at < next(i for i, ln in enumerate(lines) if ln.startswith("ray job submit"))
+    text = render_script(load(["experiment=qwen3-4b-grpo-mi300x", "cluster.address=http://head:8265"])
+                         .model_dump(mode="python"))
+    assert "ray start --head" not in text and "exit 2" in text and "no Ray dashboard answers at http://head:8265" in text

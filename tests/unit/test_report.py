@@ -127,3 +127,15 @@ def test_show_refuses_a_dir_that_is_no_run(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rlrun.cli", "show", str(tmp_path)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "is not a run dir" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_constant_series_is_drawn_around_its_value(tmp_path):
+    """train/lr = 1e-6 on every step: the axis spans 0.5e-6..1.5e-6 (half the value each side), not
+    plotly's c-1..c+1 (which drew it at 0); a varying series keeps plotly's autorange."""
+    from rlrun.report import RunData, figure
+
+    rows = [{"step": i, "train/lr": 1e-6, "rollout/reward_mean": 0.1 * i} for i in range(4)]
+    fig = figure([RunData(tmp_path, rows, label="a")])
+    axes = {fig.layout.annotations[i].text: fig.layout[f"yaxis{'' if i == 0 else i + 1}"] for i in range(2)}
+    assert list(axes["train/lr"].range) == [0.5e-6, 1.5e-6]
+    assert axes["rollout/reward_mean"].range is None

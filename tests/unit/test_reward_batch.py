@@ -104,9 +104,9 @@ def test_custom_async_and_per_group(pool):
 
 
 def test_bad_custom_path_fails_fast():
-    with pytest.raises(ValueError, match="cannot import module 'no_such_mod'"):
+    with pytest.raises(ValueError, match="cannot import 'no_such_mod'"):
         score_batch("no_such_mod:fn", ["a"], ["b"])
-    with pytest.raises(ValueError, match="has no function 'nope'"):
+    with pytest.raises(ValueError, match="has no function or class 'nope'"):
         score_batch(f"{__name__}:nope", ["a"], ["b"])
 
 

@@ -66,3 +66,12 @@ def test_thousand_point_sweep_validates_fast():
     planned = validate_points(expand(["optim.lr=range(1,1001)", "rollout.n_samples_per_prompt=8"]))
     assert len(planned) == 1000 and planned[-1].cfg.optim.lr == 1000
     assert time.time() - t0 < 15  # the benchmark's target is 5 s on an idle machine; tests share 2 cores
+
+
+def test_a_sweep_ends_with_a_table_and_the_path_of_its_summary(tmp_path, capsys):
+    assert main(["-m", "optim.lr=1e-6,2e-6", "run.dry_run=true", f"run.output_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    (summary,) = tmp_path.glob("**/summary.json")
+    assert f"summary: {summary} and {summary.with_suffix('.md')}; curves: rlrun compare {summary.parent}" in out
+    table = out[out.index("sweep: 2 points"):]
+    assert "optim.lr=1e-06" in table and "optim.lr=2e-06" in table and table.count("dry_run") == 2

@@ -64,6 +64,12 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     for key in ("max_response_len", "top_p", "temperature"):
         _default(ev, key, rollout.get(key))
     ckpt = _sec(raw, "checkpoint")
+    hub_id = _sec(raw, "model").get("hub_id")
+    if isinstance(hub_id, str) and ckpt.get("random_init") is False:
+        from rlrun.config.hub import cached_snapshot
+
+        # a released model means its weights: the local HF cache dir, else the hub id (the preflight refuses it)
+        _default(ckpt, "hf", cached_snapshot(hub_id) or hub_id)
     _default(ckpt, "ref", ckpt.get("hf"))
     optim = _sec(raw, "optim")
     _default(optim, "critic_lr", optim.get("lr"))

@@ -93,6 +93,12 @@ FIELDS: dict[str, Callable[[dict], Any]] = {
 }
 
 
+# Fields where the config may use less than the checkpoint has: a training max_position_embeddings below
+# config.json's only leaves the positions beyond it unused (slime trains with --seq-length / context
+# lengths below the checkpoint's; the weights do not depend on it). Above it is refused.
+AT_MOST = {"max_position_embeddings"}
+
+
 def read_hf_config(path: str) -> Optional[dict]:
     f = Path(path) / "config.json"
     return json.loads(f.read_text()) if f.is_file() else None
@@ -114,8 +120,11 @@ def compare(cfg: RunConfig, hf: dict, source: str) -> Iterator[Problem]:
         ours, theirs = holder[leaf], getter(hf)
         if theirs is None and section:
             continue
+        if field in AT_MOST and theirs is not None and ours <= theirs:
+            continue
         if not _same(ours, theirs):
-            yield Problem(f"model.{field}", f"{ours!r} differs from {source} ({theirs!r})",
+            more = f" (at most {theirs!r}: a smaller value only leaves positions unused)" if field in AT_MOST else ""
+            yield Problem(f"model.{field}", f"{ours!r} differs from {source} ({theirs!r}){more}",
                           f"set model.{field}={json.dumps(theirs)} or pick the model profile that matches "
                           "the checkpoint", {"config": ours, "hf": theirs})
 
@@ -137,6 +146,15 @@ def hf_architecture(cfg: RunConfig) -> Iterator[Problem]:
                       f"rlrun's {cfg.train.backend} layers do not implement, and rollout.context_length is "
                       f"{cfg.rollout.context_length}: training would attend further back than the engines",
                       f"set rollout.context_length<={window}, or train.backend=torch", window)
+
+
+@rule
+def random_init(cfg: RunConfig) -> Iterator[Problem]:
+    """checkpoint.random_init asks for random weights: a checkpoint.hf as well is a contradiction."""
+    if cfg.checkpoint.random_init and cfg.checkpoint.hf is not None:
+        yield Problem("checkpoint.random_init", f"is true, but checkpoint.hf is set ({cfg.checkpoint.hf}): the run "
+                      "cannot start from both", "set checkpoint.random_init=false to load checkpoint.hf, or "
+                      "checkpoint.hf=null for random weights", True)
 
 
 @rule

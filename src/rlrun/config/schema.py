@@ -109,6 +109,7 @@ class MLASection(Section):
 
 
 class ModelSection(Section):
+    hub_id: Optional[str] = None   # the HF repo of the real weights (rlrun.config.hub); null: random init only
     name: str
     family: Literal[FAMILY_NAMES]  # type: ignore[valid-type]  # rlrun.config.families.FAMILIES
     num_layers: PosInt
@@ -133,7 +134,9 @@ class ModelSection(Section):
 
 
 class CheckpointSection(Section):
-    hf: Optional[str]
+    hf: Optional[str]          # derived: null -> model.hub_id's local HF cache dir (or the hub id, refused by
+                               # the preflight until downloaded); stays null for random init
+    random_init: bool          # true: random weights from model.* even when the model has released weights
     ref: Optional[str]         # derived: null -> hf (still null when hf is null: the random-init policy)
     load: Optional[str]
     save: Optional[str]        # null = {run dir}/checkpoints (decided when the run dir exists)

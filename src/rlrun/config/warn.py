@@ -72,3 +72,27 @@ def samples_above_the_budget(cfg: RunConfig, overrides: Sequence[str]) -> Iterat
                       f"a whole sample of up to {need} tokens: such a sample trains alone in its micro-batch "
                       "(slime does the same)", f"set train.max_tokens_per_gpu >= {-(-need // cp)} to pack them",
                       t.max_tokens_per_gpu)
+
+
+@warning
+def kl_reference_is_the_hf_checkpoint(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """KL needs a reference model. slime refuses KL without --ref-load (slime/utils/arguments.py,
+    slime_validate_args: `if args.kl_coef != 0 or args.use_kl_loss:` it requires ref_load to exist); rlrun
+    derives checkpoint.ref from checkpoint.hf (the model the run starts from), and says so."""
+    a, ck = cfg.algo, cfg.checkpoint
+    kl_on = a.use_kl_loss or a.kl_coef != 0  # slime's condition (it loads the reference for either)
+    if kl_on and ck.hf is not None and ck.ref == ck.hf and not _set_by_user("checkpoint.ref", overrides):
+        yield Problem("checkpoint.ref", f"is null, so the KL reference is checkpoint.hf ({ck.hf}); slime refuses KL "
+                      "without --ref-load", "set checkpoint.ref to the reference model to make it explicit, or "
+                      "algo.use_kl_loss=false and algo.kl_coef=0 for no KL", ck.ref)
+
+
+@warning
+def real_weights_on_the_toy_task(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """data=toy (data.prompt_data null) is rlrun's digit task for the tiny CPU job; with released weights it
+    still runs, so say plainly what will run and how to choose a real task."""
+    if cfg.checkpoint.hf is not None and cfg.data.prompt_data is None and cfg.data.source is None:
+        yield Problem("data.prompt_data", f"is null: the run trains {cfg.checkpoint.hf} on rlrun's toy task "
+                      f"(data={cfg.data.name}: the {cfg.data.toy_task} digit task, reward {cfg.data.rm_type}, up to "
+                      f"{cfg.rollout.max_response_len} response tokens)", "for a real task: data=dapo-math-17k data.prompt_data=/path/to/dapo-math-17k.jsonl,"
+                      " or your own JSONL (docs/data.md)", None)

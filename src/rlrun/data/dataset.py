@@ -116,8 +116,13 @@ class PromptDataset:
         self.shuffle, self.seed, self.num_epochs = shuffle, seed, num_epochs
         self.items: list[PromptItem] = []
         self.num_filtered = 0
+        self.num_unk = 0  # prompts with characters the tokenizer does not know (<unk>): counted and logged
+        unk = getattr(tokenizer, "unk_token_id", None)
+        lengths = []
         for i, (where, row) in enumerate(_read_rows(self.path)):
             item = self._parse(i, where, row, input_key, label_key, metadata_key, tokenizer, apply_chat_template)
+            lengths.append(len(item.tokens))
+            self.num_unk += unk is not None and unk in item.tokens
             if max_prompt_len is not None and len(item.tokens) > max_prompt_len:
                 self.num_filtered += 1
                 continue
@@ -125,8 +130,15 @@ class PromptDataset:
         if self.num_filtered:
             log.info("%s: dropped %d prompts longer than data.max_prompt_len=%s", self.path, self.num_filtered,
                      max_prompt_len)
-        if not self.items:
-            raise DataError(f"{self.path}: no prompts left (file empty or every prompt > max_prompt_len)")
+        if self.num_unk:
+            log.warning("%s: %d of %d prompts hold characters outside the tokenizer's vocabulary (read as <unk>; "
+                        "docs/data.md)", self.path, self.num_unk, len(lengths))
+        if not lengths:
+            raise DataError(f"{self.path}: no prompts (the file is empty)")
+        if not self.items:  # every prompt filtered: say by which limit, how many, and what would keep them
+            raise DataError(f"{self.path}: no prompts left: all {len(lengths)} are longer than "
+                            f"data.max_prompt_len={max_prompt_len} tokens (shortest {min(lengths)}, longest "
+                            f"{max(lengths)}, after the chat template when data.apply_chat_template is on)")
         self.epoch, self.position = 0, 0
         self._order = self._epoch_order(0)
 

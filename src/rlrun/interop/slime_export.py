@@ -32,6 +32,26 @@ def _submit_address(cfg: dict) -> tuple[str, list[str]]:
         f"set --address to that cluster's dashboard"]
 
 
+def _ray_lines(cfg: dict, address: str) -> list[str]:
+    """The Ray the job is submitted to: checked first (`ray job list` answers); with no cluster.address, a
+    local head is started when none answers, as slime's own scripts do (`ray start --head --node-ip-address
+    ${MASTER_ADDR} --num-gpus 8 --disable-usage-stats ...`, e.g. scripts/run-qwen3-4B.sh); a given address
+    that does not answer stops the script (exit 2)."""
+    probe = f"ray job list --address={shlex.quote(address)} >/dev/null 2>&1"
+    if cfg["cluster"]["address"] in (None, "auto", "local"):
+        gpus = cfg["hardware"]["gpus_per_node"]
+        return ["# the Ray cluster: the one answering at the address below, else a local head started here",
+                f"if ! {probe}; then",
+                f"{_INDENT}ray start --head --node-ip-address \"${{MASTER_ADDR:-127.0.0.1}}\" --num-gpus {gpus} "
+                "--disable-usage-stats --dashboard-host=0.0.0.0 --dashboard-port=8265",
+                "fi", ""]
+    return ["# the Ray cluster named by cluster.address must answer before anything is submitted",
+            f"if ! {probe}; then",
+            f"{_INDENT}echo {shlex.quote(f'no Ray dashboard answers at {address}: start the cluster first')} >&2",
+            f"{_INDENT}exit 2",
+            "fi", ""]
+
+
 def _no_flag_comments(cfg: dict) -> list[str]:
     return [f"{path}={fmt(get_path(cfg, path))}: {why}" for path, why in NO_FLAG.items()]
 
@@ -60,6 +80,7 @@ def render_script(cfg: dict, source: str = "rlrun export slime") -> str:
         out.extend(_INDENT + _line(tokens) for tokens in enc.arrays[array])
         out.append(")")
         out.append("")
+    out.extend(_ray_lines(cfg, address))
     runtime_env = json.dumps({"env_vars": {**env, "PYTHONUNBUFFERED": "1"}})
     cmd = [
         f"ray job submit --address={shlex.quote(address)} \\",

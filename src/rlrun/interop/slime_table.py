@@ -300,6 +300,10 @@ NO_FLAG: dict[str, str] = {
     "export writes `--load` = checkpoint.save unless resume is never",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
     "data.toy_task": "rlrun's packaged toy task (data.prompt_data null); slime always reads --prompt-data",
+    "checkpoint.random_init": "slime always loads --hf-checkpoint (random weights: rlrun only); the export "
+    "passes checkpoint.hf, the import leaves it false",
+    "model.hub_id": "the HF repo a model profile's weights come from (checkpoint.hf is derived from it, and "
+    "exported as --hf-checkpoint); slime names the checkpoint only",
     "checkpoint.keep_last": "slime (Megatron's save) keeps every checkpoint it writes; the import leaves it null "
     "(keep all)",
     "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "

@@ -133,11 +133,15 @@ def alive_nodes() -> list[NodeResources]:
 def live_nodes(dashboard: str) -> list[NodeResources]:
     """Alive nodes of the cluster whose dashboard (Jobs API) address is `dashboard`, read through
     Ray's state API without joining the cluster (no driver is started)."""
-    from ray.util.state import list_nodes
+    from ray.util.state.api import StateApiClient
+    from ray.util.state.common import ListApiOptions, StateResource
     from ray.util.state.exception import RayStateApiException
 
-    try:
-        found = list_nodes(address=dashboard, detail=True, raise_on_missing_output=False)
+    from rlrun.launch import auth
+
+    try:  # ray.util.state.list_nodes with Ray's auth token when one is found here (rlrun.launch.auth)
+        client = StateApiClient(address=dashboard, headers={"Content-Type": "application/json", **auth.headers()})
+        found = client.list(StateResource.NODES, options=ListApiOptions(detail=True), raise_on_missing_output=False)
     except RayStateApiException as e:
         raise ConnectionError(f"no Ray dashboard answered at {dashboard}: {str(e).splitlines()[0]}") from e
     out = []

@@ -46,9 +46,12 @@ def dashboard_address(address: str | None) -> str:
 
 
 def client(address: str | None):
+    """A Jobs API client that carries Ray's auth token when one is found here (rlrun.launch.auth)."""
     from ray.job_submission import JobSubmissionClient
 
-    return JobSubmissionClient(dashboard_address(address))
+    from rlrun.launch import auth
+
+    return JobSubmissionClient(dashboard_address(address), headers=auth.headers())
 
 
 @dataclass(frozen=True)

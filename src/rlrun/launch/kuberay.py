@@ -5,7 +5,8 @@
              resource (nvidia.com/gpu or amd.com/gpu) and cluster.cpus_per_node / memory_per_node
     storage: the PVC cluster.kuberay.pvc mounted at cluster.kuberay.mount_path on every pod; the
              entrypoint runs there, so a relative run.output_dir (run dirs, checkpoints, disk weight
-             sync) lands on the shared volume
+             sync) lands on the shared volume; absolute data/checkpoint paths must lie under it
+             (PATH_KEYS); GPU pods get a memory-backed /dev/shm (SHM)
     env:     hardware.env and the plan's env in every container
 
 Checked field by field against KubeRay v1.7.0's RayJob CRD (tests/unit/test_cluster_export.py).
@@ -25,6 +26,12 @@ from rlrun.config.errors import ConfigError, Problem
 GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 HEAD_RESOURCES = {"cpu": "4", "memory": "16Gi"}  # the head runs the driver and the router, not the model
 VOLUME = "rlrun-shared"
+# /dev/shm of a container is 64 MiB unless a volume replaces it; NCCL's shared-memory transport and
+# SGLang's tensor-parallel workers need far more (their docs run Docker with --shm-size / --ipc=host).
+# A memory-backed emptyDir counts against the pod's memory limit.
+SHM = ("dshm", "/dev/shm")
+# every config key whose value the pods read as a file path (absolute ones must be on the volume)
+PATH_KEYS = ("data.prompt_data", "checkpoint.hf", "checkpoint.ref", "checkpoint.load", "checkpoint.save")
 TTL_AFTER_FINISHED_S = 600  # keep the finished cluster's pods 10 minutes for `kubectl logs`
 
 
@@ -42,10 +49,28 @@ def _problems(cfg) -> list[Problem]:
         out.append(Problem("run.output_dir", f"is outside the shared volume mounted at {k.mount_path}, so the run "
                            "dir would live on one pod's disk", f"use a relative path or one under {k.mount_path}",
                            cfg.run.output_dir))
+    paths = [(key, _get(cfg, key)) for key in PATH_KEYS]
+    paths += [(f"eval.datasets[{i}].path", d.path) for i, d in enumerate(cfg.eval.datasets)]
+    seen = set()
+    for key, value in paths:
+        if value in seen:  # checkpoint.ref derived from checkpoint.hf: reported once, under the key that set it
+            continue
+        seen.add(value)
+        if value and PurePosixPath(value).is_absolute() and not PurePosixPath(value).is_relative_to(k.mount_path):
+            out.append(Problem(key, f"is outside the shared volume mounted at {k.mount_path}: the pods would not see it "
+                               "(unless the image holds it)", f"put it on the volume (under {k.mount_path}) or use a "
+                               f"path relative to {k.mount_path} (the entrypoint runs there)", value))
     if cfg.hardware.vendor == "cpu":
         out.append(Problem("hardware", "is cpu; the RayJob export is for GPU node pools",
                            "choose a GPU profile, e.g. hardware=h100 or hardware=mi300x", cfg.hardware.name))
     return out
+
+
+def _get(cfg, dotted: str):
+    obj = cfg
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _name(run_name: str) -> str:
@@ -53,9 +78,9 @@ def _name(run_name: str) -> str:
     return ("rlrun-" + re.sub(r"[^a-z0-9-]+", "-", run_name.lower())).strip("-")[:40].rstrip("-")
 
 
-def _pod(cfg, env: dict[str, str], container: str, resources: dict) -> dict:
+def _pod(cfg, env: dict[str, str], container: str, resources: dict, shm: bool = False) -> dict:
     k = cfg.cluster.kuberay
-    return {"spec": {
+    pod = {"spec": {
         "containers": [{
             "name": container, "image": k.image,
             "env": [{"name": n, "value": str(v)} for n, v in sorted(env.items())],
@@ -64,6 +89,10 @@ def _pod(cfg, env: dict[str, str], container: str, resources: dict) -> dict:
         }],
         "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": k.pvc}}],
     }}
+    if shm:  # GPU pods: a memory-backed /dev/shm (SHM)
+        pod["spec"]["containers"][0]["volumeMounts"].append({"name": SHM[0], "mountPath": SHM[1]})
+        pod["spec"]["volumes"].append({"name": SHM[0], "emptyDir": {"medium": "Memory"}})
+    return pod
 
 
 def manifest(cfg, plan, overrides: list[str], config_dir: str | None) -> dict:
@@ -96,7 +125,7 @@ def manifest(cfg, plan, overrides: list[str], config_dir: str | None) -> dict:
                     "groupName": "gpu",
                     "replicas": plan.num_nodes, "minReplicas": plan.num_nodes, "maxReplicas": plan.num_nodes,
                     "rayStartParams": {"num-gpus": str(gpus), "num-cpus": str(c.cpus_per_node)},
-                    "template": _pod(cfg, env, "ray-worker", worker),
+                    "template": _pod(cfg, env, "ray-worker", worker, shm=True),
                 }],
             },
         },

@@ -10,7 +10,6 @@ placement (rlrun.launch.cluster.preflight_on_head), where the paths are the clus
 """
 from __future__ import annotations
 
-import importlib.util
 import netrc
 import os
 import shutil
@@ -70,7 +69,14 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     from rlrun.config.hfcheck import compare, read_hf_config
 
     ck = cfg.checkpoint
-    if ck.hf is not None:
+    if ck.hf is not None and ck.hf == cfg.model.hub_id and not Path(ck.hf).expanduser().exists():
+        from rlrun.config.hub import cache_dir, download_command
+
+        yield Problem("checkpoint.hf", f"model={cfg.model.name} means the released weights of {ck.hf}, which are "
+                      f"not in the local Hugging Face cache ({cache_dir()})",
+                      f"download them (`{download_command(ck.hf)}`, found in the cache then), or set checkpoint.hf to "
+                      "a model folder, or checkpoint.random_init=true for random weights from model.*", ck.hf)
+    elif ck.hf is not None:
         bad = _unreadable("checkpoint.hf", ck.hf, True, "a Hugging Face model folder",
                           "point checkpoint.hf at a folder with config.json, *.safetensors and the tokenizer files")
         if bad:
@@ -81,7 +87,7 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         else:
             yield from compare(cfg, hf, f"{ck.hf}/config.json")
             yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
-    if ck.ref is not None and ck.ref != ck.hf:
+    if ck.ref is not None and ck.ref != ck.hf:  # (a ref equal to an uncached hub id is reported above)
         from rlrun.config.torch_dist import dist_checkpoint_dir
 
         bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
@@ -154,6 +160,42 @@ def _data_file(key: str, path: str, input_key: str, label_key: Optional[str],
         yield Problem(key, f"{path}: cannot be read ({type(exc).__name__}: {exc})", f"fix the file or {key}", path)
 
 
+@check
+def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """data.max_prompt_len drops longer prompts when the dataset loads (rlrun.data.dataset.PromptDataset); a
+    filter that leaves none stopped the run after Ray started. Counted here with the run's own tokenizer and
+    dataset class (a readable file only: data_files reports the others)."""
+    d = cfg.data
+    if cfg.checkpoint.hf and not Path(cfg.checkpoint.hf).expanduser().is_dir():
+        return  # a hub id: its tokenizer is not fetched here (the checkpoint checks cover checkpoint.hf)
+    toy = cfg.checkpoint.hf is None  # the toy tokenizer: characters outside its vocabulary become <unk>
+    if d.prompt_data is None or (d.max_prompt_len is None and not toy) or list(
+            _data_file("data.prompt_data", d.prompt_data, d.input_key, d.label_key, d.metadata_key)):
+        return
+    from rlrun.data.dataset import DataError, PromptDataset
+    from rlrun.data.tokenizer import tokenizer_for
+
+    try:
+        ds = PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+                           tokenizer=tokenizer_for(cfg), apply_chat_template=d.apply_chat_template,
+                           max_prompt_len=d.max_prompt_len, shuffle=False)
+        if ds.num_unk:  # valid, but not what the user meant: a note, counted (docs/data.md, the toy vocabulary)
+            import sys
+
+            print(f"note: data.prompt_data: {ds.num_unk} of {len(ds.items) + ds.num_filtered} prompts hold characters "
+                  "outside the toy tokenizer's vocabulary (digits, space, +-*=:?, a-z); they become <unk>",
+                  file=sys.stderr)
+    except DataError as exc:
+        shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
+        fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
+               if shortest else "fix the data file or the data.* keys")
+        yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
+    except (OSError, ValueError) as exc:  # a tokenizer that cannot load: the checkpoint checks say why
+        if not cfg.checkpoint.hf:
+            yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
+                          "fix the file", d.prompt_data)
+
+
 def _data_fix(blamed: str, key: str) -> str:
     if blamed == "data.input_key":
         return "set data.input_key to the key that holds the prompt in every row (see the row's keys above)"
@@ -180,22 +222,13 @@ def _get(cfg: RunConfig, dotted: str) -> Any:
 
 
 def _function(key: str, spec: str) -> Iterator[Problem]:
-    slime = "slime:"  # rlrun.agent.slime_adapter.PREFIX: a slime function, run through the adapter
-    target, _, attr = (spec[len(slime):] if spec.startswith(slime) else spec).rpartition(":")
-    if target.endswith(".py"):
-        bad = _unreadable(key, target, False, f"the file of {spec!r}", f"fix the path in {key}")
-        if bad:
-            yield bad
-        return
-    try:
-        found = importlib.util.find_spec(target)  # imports the parent packages, not the module itself
-    except (ImportError, ValueError) as exc:
-        found, why = None, f" ({exc})"
-    else:
-        why = ""
-    if found is None:
-        yield Problem(key, f"module {target!r} of {spec!r} cannot be found on this machine{why}",
-                      f"put {target.split('.')[0]} on PYTHONPATH (or install it), or fix {key}", spec)
+    """The check of rlrun.userfn, the loader the run uses: the file or module exists and defines the name.
+    A slime function (slime:<path>, rlrun.agent.slime_adapter) is checked by its path."""
+    from rlrun.userfn import problems
+
+    slime = "slime:"
+    for message, fix in problems(spec[len(slime):] if spec.startswith(slime) else spec):
+        yield Problem(key, message, f"{fix} ({key})", spec)
 
 
 # ---- outputs -----------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ account,time}). The script
   2. starts `ray start --head --block` on the first node and `ray start --address --block` on the
      others, each as a background `srun --overlap` step on its node;
   3. waits (python -m rlrun.launch.wait_nodes) until every node and GPU has joined;
-  4. runs `rlrun run <overrides> cluster.address=auto` in the batch step (RAY_ADDRESS names the head);
+  4. runs `$PYTHON -m rlrun.cli run <overrides> cluster.address=auto` in the batch step (RAY_ADDRESS
+     names the head); every step uses the same $PYTHON (Ray's CLI too: `$PYTHON -m ray.scripts.scripts`);
   5. on exit (also on failure or scancel's SIGTERM) stops the Ray steps: workers, then the head
      (`ray stop` is not used: it would stop every Ray of the user on that node).
 Ports and the Python that has rlrun are environment overrides (RLRUN_RAY_PORT, RLRUN_PYTHON).
@@ -38,7 +39,12 @@ set -euo pipefail
 {env_lines}
 
 RAY_PORT="${{RLRUN_RAY_PORT:-6379}}"
-PYTHON="${{RLRUN_PYTHON:-python3}}"
+PYTHON="${{RLRUN_PYTHON:-python3}}"  # every step runs this Python: Ray's CLI, the join barrier, rlrun
+# Ray's token auth (docs/cluster.md): `ray start --head` turns it on when it finds a token, but nodes joining
+# by address and drivers given one do not; decided once here, so every step agrees with the head
+if [ -z "${{RAY_AUTH_MODE:-}}" ] && {{ [ -n "${{RAY_AUTH_TOKEN:-}}" ] || [ -s "${{RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}}" ]; }}; then
+  export RAY_AUTH_MODE=token
+fi
 NUM_NODES={nodes}
 GPUS_PER_NODE={gpus}
 
@@ -63,13 +69,13 @@ stop_ray() {{
 }}
 trap stop_ray EXIT
 
-"${{step[@]}}" -w "$head_node" ray start --head --block --node-ip-address="$head_ip" --port="$RAY_PORT" \\
+"${{step[@]}}" -w "$head_node" "$PYTHON" -m ray.scripts.scripts start --head --block --node-ip-address="$head_ip" --port="$RAY_PORT" \\
   --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS_PER_NODE" &
 ray_steps+=("$!")
 "$PYTHON" -m rlrun.launch.wait_nodes --address "$RAY_ADDRESS" --nodes 1 --gpus-per-node 0 \\
   --timeout {join_timeout}
 for node in "${{nodes[@]:1}}"; do
-  "${{step[@]}}" -w "$node" ray start --address="$RAY_ADDRESS" --block \\
+  "${{step[@]}}" -w "$node" "$PYTHON" -m ray.scripts.scripts start --address="$RAY_ADDRESS" --block \\
     --num-cpus="$SLURM_CPUS_PER_TASK" --num-gpus="$GPUS_PER_NODE" &
   ray_steps+=("$!")
 done
@@ -77,17 +83,31 @@ done
 "$PYTHON" -m rlrun.launch.wait_nodes --address "$RAY_ADDRESS" --nodes "$NUM_NODES" \\
   --gpus-per-node "$GPUS_PER_NODE" --timeout {join_timeout}
 
-{run_line}
+"$PYTHON" -m rlrun.cli {run_line}
 """
 
 
 def render(cfg, plan, overrides: list[str], config_dir: str | None) -> str:
+    """`rlrun export slurm`: the sbatch script for a GPU profile; hardware=cpu is refused, as by the KubeRay
+    export (an allocation of GPU nodes for a CPU job; `rlrun run` runs it on one machine)."""
+    from rlrun.config.errors import ConfigError, Problem
+
+    if cfg.hardware.vendor == "cpu":
+        raise ConfigError([Problem("hardware", "is cpu; the sbatch export is for GPU nodes (rlrun run runs the CPU "
+                                   "job on this machine)", "choose a GPU profile, e.g. hardware=h100 or "
+                                   "hardware=mi300x", cfg.hardware.name)])
+    return script(cfg, plan, overrides, config_dir)
+
+
+def script(cfg, plan, overrides: list[str], config_dir: str | None) -> str:
+    """The sbatch script for any profile; tests/integration/test_slurm_harness.py runs it on the cpu profile
+    (no GPUs on the test machine) under srun/scontrol shims."""
     c = cfg.cluster
     gpu = cfg.hardware.vendor != "cpu"
     gpus = plan.gpus_per_node if gpu else 0
     extra = [f"#SBATCH --{k}={v}" for k, v in (("partition", c.slurm.partition), ("account", c.slurm.account)) if v]
     env = {**cfg.hardware.env, **plan.env}
-    run = ["rlrun", "run", *(o for o in overrides if not o.startswith("cluster.address=")), "cluster.address=auto"]
+    run = ["run", *(o for o in overrides if not o.startswith("cluster.address=")), "cluster.address=auto"]
     if config_dir:
         run += ["--config-dir", str(Path(config_dir).resolve())]
     return _TEMPLATE.format(

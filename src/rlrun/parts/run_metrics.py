@@ -11,6 +11,12 @@ from rlrun.records import RecordsWriter
 SUMMARY_WINDOW = 5  # steps averaged for the first/last reward of the summary
 
 
+def summary_window(steps: int) -> int:
+    """Steps in each of the "first" and "last" windows: SUMMARY_WINDOW, at most half the run, so the two never
+    overlap (with 5 rollouts "first 5 -> last 5" compared a window with itself); one step: that step."""
+    return min(SUMMARY_WINDOW, max(1, steps // 2)) if steps else 0
+
+
 class RunMetrics:
     def __init__(self, cfg, run_dir: Path, extra=lambda: {}):
         self.cfg, self.run_dir, self.extra = cfg, Path(run_dir), extra  # extra(): merged into each row
@@ -39,8 +45,8 @@ class RunMetrics:
     def summary(self, checkpoint: str) -> dict:
         rows = read_metrics(self.run_dir / METRICS_FILE)
         rewards = [r["rollout/reward_mean"] for r in rows]
-        w = min(SUMMARY_WINDOW, len(rewards))
-        return {"run_dir": str(self.run_dir), "steps": len(rows),
+        w = summary_window(len(rewards))
+        return {"run_dir": str(self.run_dir), "steps": len(rows), "window": w,
                 "reward_first": statistics.fmean(rewards[:w]) if w else None,
                 "reward_last": statistics.fmean(rewards[-w:]) if w else None,
                 "checkpoint": checkpoint}

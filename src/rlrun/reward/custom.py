@@ -1,4 +1,5 @@
-"""Custom reward functions by import path `module.path:function` (sync or async, per sample or group).
+"""Custom reward functions by `module.path:function` or `path/to/file.py:function` (sync or async, per
+sample or group; loaded by rlrun.userfn).
 
 Per-sample signature: fn(response, label, metadata) -> float (or an awaitable of it).
 Per-group signature:  fn(responses, labels, metadatas) -> list[float], marked with @per_group;
@@ -12,7 +13,6 @@ batch 0 and is counted in reward/errors.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import threading
 
@@ -22,19 +22,11 @@ def is_custom(rm_type: str) -> bool:
 
 
 def load_function(path: str):
-    """Import `module.path:function`; the error says which part is missing and how to fix it."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"custom reward {path!r} must look like 'module.path:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"custom reward {path!r}: cannot import module {module_name!r} ({e}); "
-                         "is it on PYTHONPATH?") from e
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ValueError(f"custom reward {path!r}: module {module_name!r} has no function {attr!r}")
-    return fn
+    """`module.path:function` or `path/to/file.py:function` (rlrun.userfn, the loader of every user
+    reference); the error says which part is missing and how to fix it."""
+    from rlrun.userfn import load
+
+    return load(path, "custom reward")
 
 
 def per_group(fn):

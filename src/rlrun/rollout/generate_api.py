@@ -18,11 +18,7 @@ path, ``package.module:function`` or ``path/to/file.py:function`` (``rollout.gen
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
 from rlrun.data.sample import Sample, Status
@@ -117,28 +113,8 @@ def resolve_generate_fn(spec: str | None) -> GenerateFn:
 
 
 def load_object(spec: str, what: str):
-    """``package.module:name`` or ``path/to/file.py:name`` -> the object; ValueError naming `what`
-    (e.g. "generate function", "data.source class") with what is missing and how to fix it."""
-    target, sep, attr = spec.rpartition(":")
-    if not sep or not target or not attr:
-        raise ValueError(f"{what} {spec!r} is not 'package.module:name' / 'path/to/file.py:name'")
-    if target.endswith(".py"):
-        path = Path(target)
-        if not path.is_file():
-            raise ValueError(f"{what} {spec!r}: file {target} does not exist")
-        folder = str(path.resolve().parent)  # the file's own imports of its neighbours work, as when run there
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        mod_spec = importlib.util.spec_from_file_location(f"rlrun_user_{path.stem}", path)
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[mod_spec.name] = module  # dataclasses and pickling look the module up by name
-        mod_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise ValueError(f"{what} {spec!r}: cannot import {target!r} ({e}); is it on PYTHONPATH?") from e
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise ValueError(f"{what} {spec!r}: {target} has no function or class {attr!r}")
-    return fn
+    """``package.module:name`` or ``path/to/file.py:name`` -> the object (rlrun.userfn: the one loader of
+    user code); ValueError naming `what` (e.g. "generate function", "data.source class") with the fix."""
+    from rlrun.userfn import load
+
+    return load(spec, what)
