@@ -5,7 +5,7 @@
 # E2E_MEGATRON_EXTRA="k=v ..." adds overrides to the megatron run (e.g. optim.state_dtype=bf16).
 # Run dirs go to /tmp/runs (checkpoints are GBs); each run's log and metrics.jsonl go to $OUT.
 OUT=${OUT:-/tmp/out}
-common=(hardware=h100 model=qwen3-0.6b train.gpus_per_node=1 rollout.num_rollout=3 rollout.rollout_batch_size=8
+common=(hardware=h100 model=qwen3-0.6b checkpoint.random_init=true train.gpus_per_node=1 rollout.num_rollout=3 rollout.rollout_batch_size=8
         rollout.n_samples_per_prompt=4 rollout.max_response_len=64 eval.max_response_len=64
         logging.wandb.mode=disabled rollout.engine=hf run.output_dir=/tmp/runs)
 for be in ${BACKENDS:-torch megatron}; do

@@ -7,7 +7,7 @@
 #   source tools/device/stage.sh && bash tools/device/learn.sh
 # LEARN_ROLLOUTS (default 30), LEARN_LR (1e-4), BACKENDS ("torch megatron"), LEARN_EXTRA (overrides).
 OUT=${OUT:-/tmp/out}
-common=(hardware=h100 model=qwen3-0.6b model.vocab_size=64 data=toy train.gpus_per_node=1 rollout.engine=hf
+common=(hardware=h100 model=qwen3-0.6b checkpoint.random_init=true model.vocab_size=64 data=toy train.gpus_per_node=1 rollout.engine=hf
         rollout.num_rollout=${LEARN_ROLLOUTS:-30} rollout.rollout_batch_size=16 rollout.n_samples_per_prompt=8
         rollout.max_response_len=1 eval.max_response_len=1 optim.lr=${LEARN_LR:-1e-4} optim.weight_decay=0.0
         checkpoint.save_interval=null logging.wandb.mode=disabled run.output_dir=/tmp/runs)

@@ -40,7 +40,7 @@ BUDGET=${PENDING_BUDGET_S:-560}
 DEADLINE=$(( $(date +%s) + BUDGET ))
 ITEMS=${ITEMS:-probe tp memory e2e_megatron sync e2e_torch sync_hf}
 BG=
-read -r -a E2E <<< "${E2E_OVERRIDES:-hardware=h100 model=qwen3-0.6b}"
+read -r -a E2E <<< "${E2E_OVERRIDES:-hardware=h100 model=qwen3-0.6b checkpoint.random_init=true}"
 LAST_RC=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN} TORCH_NCCL_ASYNC_ERROR_HANDLING=1 PYTHONUNBUFFERED=1
 

@@ -69,7 +69,7 @@ for item in $ITEMS; do
          tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
     steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-4b}; do
              run "steps_$shape" 300 "${RLRUN[@]}" hardware=h100 model=$shape model.vocab_size=64 data=toy \
-               parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
+               checkpoint.random_init=true parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
                rollout.num_rollout=4 rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 \
                rollout.max_response_len=512 rollout.mem_fraction_static=0.4 \
                "${KIT[@]}" \
