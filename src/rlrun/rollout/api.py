@@ -1,7 +1,7 @@
 """SGLang's native HTTP API, as data: request parsing, response building, weight-sync bodies.
 
 Pure Python (no torch, no ray) so that the client, the hf engine and the sglang engine share one
-definition of the wire format. Field names follow sglang 0.5.10.post1:
+definition of the wire format. Field names follow sglang 0.5.16 (the pin; unchanged from 0.5.10.post1 for these):
   - /generate request  = sglang.srt.managers.io_struct.GenerateReqInput
   - sampling_params    = sglang.srt.sampling.sampling_params.SamplingParams.__init__
   - finish_reason      = sglang.srt.managers.schedule_batch.FINISH_* .to_json()

@@ -6,9 +6,8 @@ server sees every GPU of the node and `--base-gpu-id` (the engine's first GPU in
 `--tp-size` pick its GPUs, as slime does. Startup waits for /health_generate (a real one-token
 generation) and fails with the server's log tail.
 
-Not executable in this workplace (sglang 0.5.10.post1 pins torch==2.9.1): docs/sglang.md lists what
-was run for real (the same HTTP calls against the hf engine, the argv against the pinned
-ServerArgs) and what is verified by contract only.
+Run against the real SGLang 0.5.16 on the lent H100 (tests/gpu/test_sglang_engine.py); on the CPU the
+same launch path runs with stand-in launchers. docs/sglang.md says what ran where.
 """
 from __future__ import annotations
 
