@@ -75,7 +75,8 @@ def test_toy_tasks_are_deterministic_and_correct(task, tmp_path):
     for r in rows:
         digits = r["input"].rstrip("=")
         expected = {"echo": digits[-1:], "last": digits[-1:], "first": digits[:1], "max": max(digits),
-                    "add": str(sum(int(x) for x in digits.split("+")) % 10) if "+" in digits else None}[task]
+                    "add": str(sum(int(x) for x in digits.split("+")) % 10) if "+" in digits else None,
+                    "copy": digits, "reverse": digits[::-1]}[task]
         assert r["label"] == expected
     path = write_toy_jsonl(tmp_path / "t.jsonl", 10, 0, task)
     from rlrun.data import PromptDataset

@@ -72,3 +72,13 @@ def test_last_boxed_forms():
     assert last_boxed("\\boxed{a{b}c} and \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
     assert last_boxed("\\fbox{5}") == "5" and last_boxed("$\\boxed 42$") == "42"
     assert last_boxed("\\boxed{unbalanced") is None and last_boxed("nothing") is None
+
+
+@pytest.mark.parametrize("response,label,want", [
+    ("739", "739", 1.0), ("731", "739", 2 / 3), ("", "739", 0.0), ("7390", "739", 3 / 4),
+    (" 73 ", "739", 2 / 3), ("937", "739", 1 / 3), ("", "", 1.0),
+])
+def test_char_match_gives_partial_credit_per_position(response, label, want):
+    from rlrun.reward.rules import char_match
+
+    assert char_match(response, label) == pytest.approx(want, abs=1e-12)  # exact fractions of small ints
