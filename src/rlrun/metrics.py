@@ -226,9 +226,12 @@ class Timer:
 
     @contextlib.contextmanager
     def __call__(self, phase: str):
+        from rlrun.guard.watchdog import BOARD  # the stall watchdog sees the driver's phase
+
         t0 = time.perf_counter()
         try:
-            yield
+            with BOARD.phase("driver", phase):
+                yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
 

@@ -22,7 +22,7 @@ def rule(fn: Rule) -> Rule:
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    from rlrun.config import agent_rules, debug_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
+    from rlrun.config import agent_rules, check_rules, debug_rules, hfcheck, layout_rules  # noqa: F401  (registers their rules)
 
     return [p for r in RULES for p in r(cfg)]
 

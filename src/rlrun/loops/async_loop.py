@@ -126,7 +126,7 @@ def run(p) -> dict:
             lag = staleness(groups, version=rollout_id)  # the trainer has trained rollout_id rollouts
             fresh = [g for g, s in zip(groups, lag) if r.max_staleness is None or s <= r.max_staleness]
             kept = [s for g in fresh for s in g]
-            p.metrics.record(rollout_id, got.samples, kept)  # logging.rollout_records (rlrun.records)
+            phases.record(p, rollout_id, got.samples, kept)  # logging.rollout_records, run invariants
             metrics = {**steps.rollout_metrics(got.samples), **got.info, "rollout/kept_samples": float(len(kept)),
                        "async/staleness_mean": sum(lag) / max(1, len(lag)), "async/staleness_max": float(max(lag, default=0)),
                        "async/stale_dropped_groups": float(len(groups) - len(fresh)),

@@ -8,11 +8,14 @@ loop (rlrun.loops) composes them:
     Checkpoints   save / restore (trainer state + driver state)
     Evaluator     eval datasets through the rollout side
     RunMetrics    metrics.jsonl / wandb / progress, and the run's summary
+    Invariants    the run invariants checked every rollout (rlrun.guard.invariants)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from rlrun.guard.invariants import NoChecks
 
 
 @dataclass
@@ -27,3 +30,4 @@ class Parts:
     evaluator: Any    # Evaluator
     metrics: Any      # RunMetrics
     check_stop: Callable[[], None] = lambda: None  # raises after SIGINT/SIGTERM (runner.StopRequest)
+    invariants: Any = field(default_factory=NoChecks)  # Invariants (a hand-built Parts: none)

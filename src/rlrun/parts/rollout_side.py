@@ -3,6 +3,7 @@ generate function (rollout.generate_fn, rlrun.rollout.generate_api), rewards, dy
 Both loops use it; the async loop runs `collect` in its producer thread."""
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
+from rlrun.guard.watchdog import BOARD
 from rlrun.launch import steps
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 
@@ -73,7 +75,15 @@ class RolloutSide:
     def collect(self, rollout_id: int, sampling):
         """rollout_batch_size prompts x n samples, generated and scored -> (all samples, kept
         samples, metrics). With dynamic sampling, more rounds of over_sampling_batch_size prompts
-        until rollout_batch_size groups carry signal (at most MAX_DRAWS rounds)."""
+        until rollout_batch_size groups carry signal (at most MAX_DRAWS rounds). Off the main
+        thread (the async producer) it is the rollout part's phase for the stall watchdog (the sync
+        loop times it as the driver's rollout phase)."""
+        if threading.current_thread() is threading.main_thread():
+            return self._collect(rollout_id, sampling)
+        with BOARD.phase("rollout", "generate"):
+            return self._collect(rollout_id, sampling)
+
+    def _collect(self, rollout_id: int, sampling):
         from rlrun.data import GroupCollector
 
         r = self.cfg.rollout
