@@ -92,7 +92,8 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack)
     invariants = Invariants(cfg, run_dir)
     weights = WeightSync(cfg, plan, run_dir, trainer, rollout.engines, rollout.versions, invariants)
-    metrics = RunMetrics(cfg, run_dir, extra=lambda: {**weights.pop_metrics(), **invariants.pop_metrics()})
+    metrics = RunMetrics(cfg, run_dir, extra=lambda: {**weights.pop_metrics(), **invariants.pop_metrics(),
+                                                      "rollout/engine_restarts": float(rollout.engines.restarts)})
     stack.callback(metrics.close)
     return Parts(cfg=cfg, plan=plan, rollout=rollout, trainer=trainer, weights=weights,
                  offload=Offload(cfg, plan, trainer, rollout.engines, weights),

@@ -35,6 +35,7 @@ from pathlib import Path
 DIAGNOSIS_JSON, DIAGNOSIS_TXT = "diagnosis.json", "diagnosis.txt"
 PROBE_TIMEOUT_S = 5.0   # an engine or router that does not answer a probe within this is "not answering"
 STACK_TIMEOUT_S = 20.0  # py-spy dump of one process
+UNBLOCK_AFTER_S = 10.0  # on_stall=stop: a driver still in the stalled phase by then has its trainer ranks ended
 EXIT_GRACE_S = 120.0    # on_stall=stop: a driver that has not left the run by then is ended (os._exit)
 COLLECTIVES = ("all_reduce", "allreduce", "broadcast", "all_gather", "allgather", "reduce_scatter", "barrier",
                "recv", "send", "wait")
@@ -115,9 +116,11 @@ def _get(url: str, timeout: float = PROBE_TIMEOUT_S) -> dict:
 
 
 def engine_state(engines) -> list[dict]:
-    """Per engine: process alive, /health_generate (a one-token generation), /get_load (queue)."""
-    out = []
-    for i, e in enumerate(list(getattr(engines, "engines", []))):
+    """Per engine: process alive, /health_generate (a one-token generation), /get_load (queue);
+    the engines are probed at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i, e) -> dict:
         url = getattr(e, "url", None)
         row = {"engine": i, "url": url}
         try:
@@ -127,8 +130,11 @@ def engine_state(engines) -> list[dict]:
         if url and row["alive"]:
             row["health_generate"] = _get(f"{url}/health_generate")
             row["load"] = _get(f"{url}/get_load")
-        out.append(row)
-    return out
+        return row
+
+    items = list(enumerate(list(getattr(engines, "engines", []))))
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        return list(pool.map(lambda ie: one(*ie), items))
 
 
 def thread_stacks() -> dict[str, str]:
@@ -154,23 +160,40 @@ def run_processes() -> dict[int, str]:
     return {pid: c for pid, c in procs.items() if c.startswith("ray::") or "python" in c.split(" ")[0]}
 
 
+def process_state(pid: int) -> str:
+    """/proc/PID/stat's state letter: R running, S sleeping, D disk wait, T stopped, Z zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
 def process_stacks(pids: dict[int, str]) -> dict[str, dict]:
-    """py-spy dump of each process (where installed and allowed), else its title only."""
-    spy = shutil.which("py-spy") or (shutil.which("py-spy", path=str(Path(sys.executable).parent)))
-    out = {}
-    for pid, cmd in pids.items():
-        row = {"cmd": cmd}
-        if spy:
+    """py-spy dump of each process (where installed and allowed; all at once, so the whole takes at
+    most STACK_TIMEOUT_S), else its title only. A stopped process (state T) is not dumped: ptrace
+    would wait for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+
+    def one(pid: int, cmd: str) -> dict:
+        row = {"cmd": cmd, "state": process_state(pid)}
+        if row["state"] in ("T", "t", "Z"):
+            row["py_spy_error"] = "not dumped: the process is stopped" if row["state"] != "Z" else "a zombie"
+        elif not spy:
+            row["py_spy_error"] = "py-spy is not installed (pip install rlrun[dev]): titles only"
+        else:
             try:
                 r = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
                                    timeout=STACK_TIMEOUT_S)
                 row["stack" if r.returncode == 0 else "py_spy_error"] = (r.stdout if r.returncode == 0 else r.stderr)[-6000:]
             except (subprocess.TimeoutExpired, OSError) as e:
                 row["py_spy_error"] = str(e)[:200]
-        else:
-            row["py_spy_error"] = "py-spy is not installed (pip install rlrun[dev]): titles only"
-        out[str(pid)] = row
-    return out
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, len(pids))) as pool:
+        rows = list(pool.map(lambda kv: one(*kv), pids.items()))
+    return {str(pid): row for pid, row in zip(pids, rows)}
 
 
 def last_metrics(run_dir: Path) -> dict | None:
@@ -211,7 +234,12 @@ def likely_cause(stalled: Active, engines: list[dict], procs: dict[str, dict], d
                 "so look at the trainer's lead rank and the engines' stacks in the push"}
     if ph in TRAINER_PHASES:
         waiting = {pid: c for pid, p in procs.items() if (c := _in_collective(p.get("stack", "")))}
-        ranks = {pid: p for pid, p in procs.items() if "stack" in p and "_Rank" in p["cmd"]}
+        ranks = {pid: p for pid, p in procs.items() if "_Rank" in p["cmd"]}
+        stopped = [pid for pid, p in ranks.items() if p.get("state") in ("T", "t")]
+        if stopped and waiting:
+            where = "; ".join(f"pid {pid} in {c}" for pid, c in waiting.items())
+            return {"kind": "rank_in_collective", "text": f"trainer process(es) {stopped} are stopped (SIGSTOP, a "
+                    f"debugger) while their peers wait in a collective ({where})"}
         if waiting:
             others = [pid for pid in ranks if pid not in waiting]
             where = "; ".join(f"pid {pid} in {c}" for pid, c in waiting.items())
@@ -266,17 +294,21 @@ class Watchdog:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.done.set()
+    def __exit__(self, typ, value, tb) -> None:
+        self.done.set()  # the driver has left the run (the stop thread's grace ends)
         if self.thread.is_alive():
             self.thread.join(timeout=self.w.poll_s + 60)
         if self._previous is not None:
             signal.signal(signal.SIGUSR1, signal.SIG_IGN if self.thread.is_alive() else self._previous)
+        if value is not None and self.diagnosis is not None and self.w.on_stall == "stop" \
+                and not isinstance(value, StallError):
+            # the signal's StallError may surface wrapped (raised inside a C call: SystemError) or
+            # as the error the interrupted wait turned into: the stall is the cause
+            raise StallError(self.diagnosis["summary"]) from value
 
     def _handler(self, signum, frame):
         if self.done.is_set() or self.diagnosis is None:
             return
-        self.done.set()
         raise StallError(self.diagnosis["summary"])
 
     def _seed_history(self) -> None:
@@ -315,12 +347,21 @@ class Watchdog:
         if self._previous is None:  # not the main thread's run (a test): the caller reads .diagnosis
             return
         signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        if not self.done.wait(UNBLOCK_AFTER_S):
+            # ray.get does not run Python signal handlers while it waits: a driver waiting on a
+            # hung trainer rank is freed by ending the ranks (teardown would end them anyway)
+            print("[rlrun] the driver waits in Ray: ending the trainer ranks to stop the run", file=self.out, flush=True)
+            try:
+                self.parts.trainer.shutdown()
+            except Exception as e:  # noqa: BLE001 - the grace below still bounds the exit
+                print(f"[rlrun] ending the trainer ranks failed: {e}", file=self.out, flush=True)
         if not self.done.wait(EXIT_GRACE_S):
             print(f"[rlrun] the driver did not leave the stalled run within {EXIT_GRACE_S:.0f} s; exiting",
                   file=self.out, flush=True)
             os._exit(3)
 
     def diagnose(self, a: Active, elapsed: float, limit: float, history: list[float]) -> dict:
+        t0 = time.monotonic()
         rollout = getattr(self.parts, "rollout", None)
         engines = engine_state(getattr(rollout, "engines", None))
         router = getattr(rollout, "router", None)
@@ -337,7 +378,8 @@ class Watchdog:
              "phases": [{"part": x.part, "phase": x.phase, "running_s": round(time.monotonic() - x.since, 1)}
                         for x in self.board.snapshot()[0]],
              "engines": engines, "router": router_state, "last_metrics": last_metrics(self.run_dir),
-             "driver_threads": driver, "processes": procs, "on_stall": self.w.on_stall}
+             "driver_threads": driver, "processes": procs, "on_stall": self.w.on_stall,
+             "collect_s": round(time.monotonic() - t0, 1)}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / DIAGNOSIS_JSON).write_text(json.dumps(d, indent=1, default=str))
         (self.run_dir / DIAGNOSIS_TXT).write_text(readable(d))

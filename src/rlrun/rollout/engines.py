@@ -345,6 +345,9 @@ class EngineGroup:
             self._failures[i] = 0
             self.router.add_worker(new.url)
             self.restarts += 1
+            print(f"[rlrun] engine {i} ({old.url}) was unhealthy: restarted at {new.url} with weight version "
+                  f"{self.weight_version if self.resync is None else 'the current one'}, back in the router "
+                  f"({self.restarts} restart(s) so far)", file=sys.stderr, flush=True)
 
     def defer_restarts(self) -> None:
         """From now until the next sync(), a restarted engine gets no weights and no traffic: the
