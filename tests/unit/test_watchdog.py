@@ -118,3 +118,20 @@ def test_a_rank_waiting_in_a_collective_is_told_from_one_that_is_not():
     c = likely_cause(Active("driver", "train", 0.0, "MainThread"), [], procs, {})
     assert c["kind"] == "rank_in_collective"
     assert "pid 101 in all_reduce" in c["text"] and "not in it: trainer process(es) ['102']" in c["text"]
+
+
+def test_fail_stops_the_run_naming_the_cause_and_the_last_checkpoint(tmp_path):
+    """EngineGroup.on_fatal -> Watchdog.fail from the monitor thread: StallError in the main thread."""
+    save = tmp_path / "checkpoints"
+    parts = SimpleNamespace(checkpoints=SimpleNamespace(save_dir=save), rollout=None)
+    never = threading.Event()
+    with pytest.raises(StallError) as e:
+        with Watchdog(load(["checks.watchdog.on_stall=off"]), tmp_path, parts=parts, out=io.StringIO()) as wd:
+            threading.Timer(0.2, wd.fail, ["engine 1 on node 10.0.0.7 failed again after 3 restart(s)"]).start()
+            with BOARD.phase("driver", "rollout"):
+                slow_data_source(never)
+    assert str(e.value).startswith("engine 1 on node 10.0.0.7 failed again after 3 restart(s); last complete "
+                                   "checkpoint: none")
+    assert "run.resume=auto" in str(e.value)
+    d = json.loads((tmp_path / DIAGNOSIS_JSON).read_text())
+    assert d["cause"]["kind"] == "engine_restarts_exhausted" and d["stalled"]["phase"] == "rollout"

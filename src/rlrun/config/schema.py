@@ -198,6 +198,7 @@ class RolloutSection(Section):
     max_concurrency: PosInt
     request_timeout_s: PosFloat
     max_retries: NonNegInt
+    max_engine_restarts: NonNegInt          # restarts of one engine before the run stops (naming its node)
     balance_data: bool
     max_turns: PosInt
     tool_timeout_s: PosFloat

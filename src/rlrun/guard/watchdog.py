@@ -281,17 +281,17 @@ class Watchdog:
         self.done = threading.Event()
         self.diagnosed: set = set()
         self.diagnosis: dict | None = None
+        self.stopping = False  # the watchdog is stopping the run (a stall with on_stall=stop, or fail())
         self.thread = threading.Thread(target=self._watch, name="rlrun-watchdog", daemon=True)
         self._previous = None
 
     def __enter__(self) -> "Watchdog":
         self.board.reset()
         self._seed_history()
-        if self.w.on_stall == "off":
-            return self
-        if self.w.on_stall == "stop" and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread():  # stalls (on_stall=stop) and fail()
             self._previous = signal.signal(signal.SIGUSR1, self._handler)
-        self.thread.start()
+        if self.w.on_stall != "off":
+            self.thread.start()
         return self
 
     def __exit__(self, typ, value, tb) -> None:
@@ -300,14 +300,13 @@ class Watchdog:
             self.thread.join(timeout=self.w.poll_s + 60)
         if self._previous is not None:
             signal.signal(signal.SIGUSR1, signal.SIG_IGN if self.thread.is_alive() else self._previous)
-        if value is not None and self.diagnosis is not None and self.w.on_stall == "stop" \
-                and not isinstance(value, StallError):
+        if value is not None and self.stopping and not isinstance(value, StallError):
             # the signal's StallError may surface wrapped (raised inside a C call: SystemError) or
             # as the error the interrupted wait turned into: the stall is the cause
             raise StallError(self.diagnosis["summary"]) from value
 
     def _handler(self, signum, frame):
-        if self.done.is_set() or self.diagnosis is None:
+        if self.done.is_set() or not self.stopping:
             return
         raise StallError(self.diagnosis["summary"])
 
@@ -342,8 +341,24 @@ class Watchdog:
                         self._stop_run()
                         return
 
-    def _stop_run(self) -> None:
-        print(f"[rlrun] STALL: {self.diagnosis['summary']}", file=self.out, flush=True)
+    def fail(self, text: str, kind: str = "engine_restarts_exhausted") -> None:
+        """Stop the run for a cause another part found (EngineGroup.on_fatal: an engine that keeps
+        failing), with the same diagnosis; any thread. The message names the last checkpoint."""
+        from rlrun import checkpoint as ckpt
+
+        try:
+            last = ckpt.find_latest(self.parts.checkpoints.save_dir)
+        except Exception as e:  # noqa: BLE001 - no checkpoint, or none readable: say so
+            last = f"none usable ({e})"
+        text = (f"{text}; last complete checkpoint: {last or 'none (nothing saved yet)'}. Fix: check that node, "
+                f"then run again with run.resume=auto to continue from it")
+        active = [a for a in self.board.snapshot()[0] if a.part == "driver"] or [Active("driver", "?", time.monotonic())]
+        self.diagnose(active[0], time.monotonic() - active[0].since, 0.0, [], cause={"kind": kind, "text": text})
+        self._stop_run("STOP")
+
+    def _stop_run(self, what: str = "STALL") -> None:
+        self.stopping = True
+        print(f"[rlrun] {what}: {self.diagnosis['summary']}", file=self.out, flush=True)
         if self._previous is None:  # not the main thread's run (a test): the caller reads .diagnosis
             return
         signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
@@ -360,7 +375,7 @@ class Watchdog:
                   file=self.out, flush=True)
             os._exit(3)
 
-    def diagnose(self, a: Active, elapsed: float, limit: float, history: list[float]) -> dict:
+    def diagnose(self, a: Active, elapsed: float, limit: float, history: list[float], cause: dict | None = None) -> dict:
         t0 = time.monotonic()
         rollout = getattr(self.parts, "rollout", None)
         engines = engine_state(getattr(rollout, "engines", None))
@@ -368,10 +383,13 @@ class Watchdog:
         router_state = _get(f"{router.url}/workers") if getattr(router, "url", None) else None
         driver = thread_stacks()
         procs = process_stacks(run_processes())
-        cause = likely_cause(a, engines, procs, driver)
         hist = f"median {statistics.median(history):.1f} s of {len(history)}" if history else "no history yet"
-        summary = (f"phase {a.phase!r} of the {a.part} ran {elapsed:.0f} s, past its bound of {limit:.0f} s "
-                   f"({hist}); likely cause: {cause['text']}. Diagnosis: {self.run_dir / DIAGNOSIS_JSON}")
+        if cause is None:
+            cause = likely_cause(a, engines, procs, driver)
+            summary = (f"phase {a.phase!r} of the {a.part} ran {elapsed:.0f} s, past its bound of {limit:.0f} s "
+                       f"({hist}); likely cause: {cause['text']}. Diagnosis: {self.run_dir / DIAGNOSIS_JSON}")
+        else:
+            summary = f"{cause['text']} (in phase {a.phase!r} of the {a.part}). Diagnosis: {self.run_dir / DIAGNOSIS_JSON}"
         d = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "summary": summary, "cause": cause,
              "stalled": {"part": a.part, "phase": a.phase, "thread": a.thread, "elapsed_s": round(elapsed, 1),
                          "bound_s": round(limit, 1), "history_s": history[-20:]},

@@ -45,6 +45,7 @@ class RayEngine:
                                                      runtime_env=runtime_env(env))
         # Listen on the bundle's node address, so that the router reaches engines on other nodes.
         host = placement.bundle_of("engine", engine_id)[0].node_ip
+        self.node = host  # named when the engine keeps failing (EngineGroup.max_restarts)
         self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, engine_id, seed=seed, host=host,
                                   max_batch_size=max_batch_size)
         try:  # bounded: a replacement whose bundle's node is gone is never placed (EngineGroup retries)

@@ -40,7 +40,7 @@ class RolloutSide:
         router = Router.from_config(cfg.rollout, Path(run_dir) / "logs")
         stack.callback(router.stop)
         router.start()
-        group = EngineGroup(router, engines, restart)
+        group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)
         stack.callback(group.stop)
         group.start()
         return cls(cfg, tokenizer, run_dir, router, group, model_dir)
