@@ -199,8 +199,14 @@ def cmd_run(a: Args) -> int:
     if cfg.run.dry_run:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
+    from rlrun.guard.invariants import InvariantError
+    from rlrun.guard.watchdog import StallError
 
-    result = runner.run(cfg, plan, run_dir)
+    try:
+        result = runner.run(cfg, plan, run_dir)
+    except (InvariantError, StallError) as e:  # a run invariant or the watchdog stopped it: the cause, no traceback
+        print(f"rlrun: the run stopped: {e}", file=sys.stderr)
+        return 3
     if isinstance(result, dict) and result:
         print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in result.items() if isinstance(v, (int, float, str))))

@@ -127,7 +127,8 @@ def run(cfg, plan, run_dir) -> dict:
         with ExitStack() as stack:
             parts = build(cfg, plan, Path(run_dir), stack)
             parts.check_stop = stop.check
-            stack.enter_context(faults.name_lost_nodes(parts.checkpoints.save_dir))  # a lost node: name it and the last checkpoint
+            stack.enter_context(faults.name_lost_nodes(  # a lost node: name it and the last checkpoint
+                parts.checkpoints.save_dir, tolerate=faults.engines_only(parts.rollout.placement)))
             watchdog = stack.enter_context(Watchdog(cfg, run_dir, parts))  # a phase past its bound: diagnosis.json
             parts.rollout.engines.on_fatal = watchdog.fail  # an engine past rollout.max_engine_restarts stops the run
             summary = loop_for(cfg)(parts)

@@ -122,3 +122,32 @@ def test_a_hung_trainer_rank_is_diagnosed_then_the_run_resumes_to_the_end(tmp_pa
     assert run_dir2 == run_dir
     rows = read_metrics(run_dir / METRICS_FILE)
     assert [r["step"] for r in rows] == list(range(6))
+
+
+BREAK_GROUPS = '''
+from rlrun.rollout.generate_api import single_turn
+
+
+async def generate(handle, sample, sampling):
+    out = await single_turn(handle, sample, sampling)
+    if sample.group_id == 1:  # a generate function that loses the group id of one prompt
+        out.group_id = -1
+    return out
+'''
+
+
+def test_a_resume_that_would_train_nothing_and_a_broken_group_id_stop_with_their_check(tmp_path):
+    from rlrun.guard.invariants import InvariantError
+
+    run_dir, summary = run(tmp_path, ["rollout.num_rollout=2"])
+    assert summary["steps"] == 2
+    t0 = time.monotonic()
+    with pytest.raises(InvariantError, match="resumes at rollout 2 but rollout.num_rollout=2") as e:
+        run(tmp_path, ["rollout.num_rollout=2", "run.resume=auto"])
+    assert e.value.check == "resume_trains" and time.monotonic() - t0 < 120
+    assert len(read_metrics(run_dir / METRICS_FILE)) == 2  # nothing ran, nothing was logged twice
+
+    fn = tmp_path / "broken.py"
+    fn.write_text(BREAK_GROUPS)
+    with pytest.raises(InvariantError, match=r"failed at rollout 0: group ids broken: 8 samples have no group id"):
+        run(tmp_path / "b", [f"rollout.generate_fn={fn}:generate"])

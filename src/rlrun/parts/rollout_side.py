@@ -43,7 +43,9 @@ class RolloutSide:
         group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)
         stack.callback(group.stop)
         group.start()
-        return cls(cfg, tokenizer, run_dir, router, group, model_dir)
+        side = cls(cfg, tokenizer, run_dir, router, group, model_dir)
+        side.placement = placement  # which nodes carry only engines (rlrun.launch.faults.engines_only)
+        return side
 
     def generate(self, samples: list, sampling, seeds: list[int]) -> tuple[list, dict]:
         """The generate function on every sample -> (samples, counters)."""
