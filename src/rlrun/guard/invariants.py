@@ -261,11 +261,6 @@ class Invariants:
             self.warnings.append(line)
             print(f"[rlrun] warning: {line}", file=self.out, flush=True)
 
-    @classmethod
-    def for_weight_sync(cls, cfg) -> "Invariants":
-        """A WeightSync built without the run's Invariants still verifies (severity from cfg)."""
-        return cls(cfg)
-
     # the events, named for their callers
     def resume(self, start: int) -> None:
         self.start = start

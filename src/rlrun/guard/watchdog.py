@@ -37,8 +37,7 @@ PROBE_TIMEOUT_S = 5.0   # an engine or router that does not answer a probe withi
 STACK_TIMEOUT_S = 20.0  # py-spy dump of one process
 UNBLOCK_AFTER_S = 10.0  # on_stall=stop: a driver still in the stalled phase by then has its trainer ranks ended
 EXIT_GRACE_S = 120.0    # on_stall=stop: a driver that has not left the run by then is ended (os._exit)
-COLLECTIVES = ("all_reduce", "allreduce", "broadcast", "all_gather", "allgather", "reduce_scatter", "barrier",
-               "recv", "send", "wait")
+COLLECTIVES = ("all_reduce", "allreduce", "broadcast", "all_gather", "allgather", "reduce_scatter", "barrier")
 ENGINE_PHASES = ("rollout", "rollout_wait", "eval", "generate", "weight_sync")
 TRAINER_PHASES = ("train", "log_probs", "save", "offload")
 
@@ -213,7 +212,7 @@ def _in_collective(stack: str) -> str | None:
     """The collective a py-spy stack waits in (its innermost frame naming one), or None."""
     for line in stack.splitlines():
         s = line.strip()
-        for name in COLLECTIVES[:7]:
+        for name in COLLECTIVES:
             if s.startswith(name + " ") or f" {name} (" in s or f".{name} (" in s:
                 return name
     return None

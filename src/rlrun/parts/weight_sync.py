@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrun.guard.invariants import Invariants, NoChecks, WeightSyncError  # noqa: F401 - WeightSyncError: public name
+from rlrun.guard.invariants import Invariants, WeightSyncError  # noqa: F401 - WeightSyncError: public name
 
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
 
@@ -30,7 +30,7 @@ class WeightSync:
         self.last_metrics: dict[str, float] = {}
         engines.resync = self.resync
         # the weight_sync run invariant judges a disagreement (stop: WeightSyncError; warn: logged)
-        self.invariants = invariants if invariants is not None else Invariants.for_weight_sync(cfg)
+        self.invariants = invariants if invariants is not None else Invariants(cfg)
 
     def sync(self, version: int, only_if_stale: bool = False) -> None:
         """Trainer weights -> every engine, verified. only_if_stale: skip the push when the engines
