@@ -119,13 +119,15 @@ def test_broken_group_ids_stop_before_the_advantages(tmp_path, how, said):
 
 
 def test_warn_severity_logs_and_goes_on_with_the_metric(tmp_path):
-    r = _Run(["rollout.num_rollout=2", "checks.severity.groups=warn"])
+    r = _Run(["rollout.num_rollout=11", "checks.severity.groups=warn"])
     _broken_ids(r, "mixed")
     out = io.StringIO()
     inv, parts = run_with_checks(r, tmp_path, out)
     loop.run(parts)
-    assert out.getvalue().count("warning: run invariant 'groups' failed") == 2
-    assert [c for c in r.calls if c[0] == "save"] == [("save", 1)]
+    said = out.getvalue()
+    assert said.count("warning: run invariant 'groups' failed") == 2 and len(inv.warnings) == 11
+    assert "failed at rollout 0" in said and "failed at rollout 9" in said and "(10th time;" in said  # 1st, 10th
+    assert [c for c in r.calls if c[0] == "save"] == [("save", 10)]
 
 
 def _samples(rewards, truncated=(), group=2, versions=None):

@@ -259,7 +259,10 @@ class Invariants:
                 print(f"[rlrun] STOP: {line}", file=self.out, flush=True)
                 raise c.error(c.name, line)
             self.warnings.append(line)
-            print(f"[rlrun] warning: {line}", file=self.out, flush=True)
+            n = sum(w.startswith(f"run invariant {c.name!r}") for w in self.warnings)
+            if math.log10(n).is_integer():  # the 1st, 10th, 100th ... time: the metric has every one
+                again = f" ({n}th time; checks/{c.name} in metrics.jsonl has every rollout)" if n > 1 else ""
+                print(f"[rlrun] warning: {line}{again}", file=self.out, flush=True)
 
     # the events, named for their callers
     def resume(self, start: int) -> None:
