@@ -380,7 +380,20 @@ class EngineGroup:
         """push(urls) to every engine, held restarts included, with no restart interleaving; then
         held engines join the router and restarts are no longer deferred."""
         with self._lock:
-            push(self.urls)
+            try:
+                push(self.urls)
+            except Exception:
+                # an engine that died (its node lost) fails the push for all: push to the live ones;
+                # the monitor restarts the dead ones and brings them to these weights (resync)
+                dead = [i for i, e in enumerate(self.engines) if not self._healthy(e)]
+                if not dead or len(dead) == len(self.engines):
+                    raise
+                for i in dead:
+                    self._held.discard(i)
+                    self.router.remove_worker(self.engines[i].url)
+                print(f"[rlrun] weight push: engines {dead} are dead; pushing to the others (they restart and "
+                      f"get these weights)", file=sys.stderr, flush=True)
+                push([e.url for i, e in enumerate(self.engines) if i not in dead])
             for i in sorted(self._held):
                 self.router.add_worker(self.engines[i].url)
             self._held.clear()
