@@ -22,7 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 STEPS = 8
 JOB = ["train.colocate=false", "rollout.num_gpus=2", "hardware.gpus_per_node=1", "train.gpus_per_node=1",
        "cluster.num_nodes=3", "logging.wandb.mode=disabled", "logging.progress=false",
-       "rollout.rollout_batch_size=8", f"rollout.num_rollout={STEPS}", "checkpoint.save_interval=2"]
+       "rollout.rollout_batch_size=8", f"rollout.num_rollout={STEPS}", "checkpoint.save_interval=2",
+       # the client's retries (backoff 0.25 s doubling to 4 s) must outlast the engine's removal from the
+       # router: 3 retries wait ~1.75 s, less than the lost node's engine takes to fail its health checks
+       # on this loaded 2-core machine (one run of 2 failed so); 8 wait ~20 s (docs/rollout.md)
+       "rollout.max_retries=8"]
 
 
 def actor_nodes(c: LocalRayCluster) -> dict[str, str]:
