@@ -156,7 +156,7 @@ def run_processes() -> dict[int, str]:
     from rlrun.launch.reaper import descendants
 
     procs = {pid: _cmdline(pid) for pid in descendants(os.getpid())}
-    return {pid: c for pid, c in procs.items() if c.startswith("ray::") or "python" in c.split(" ")[0]}
+    return {pid: c for pid, c in procs.items() if c.startswith("ray::") or Path(c.split(" ")[0]).name.startswith("python")}
 
 
 def process_state(pid: int) -> str:
