@@ -300,9 +300,15 @@ def cmd_run(a: Args) -> int:
     if cfg.run.dry_run:
         return 0
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
+    from rlrun.guard.invariants import InvariantError
+    from rlrun.guard.watchdog import StallError
 
     try:
         result = runner.run(cfg, plan, run_dir)
+    except (InvariantError, StallError) as e:  # a run invariant or the watchdog stopped it: the cause, no traceback
+        _record_failure(run_dir, e)
+        print(f"rlrun: the run stopped: {e}", file=sys.stderr)
+        return 3
     except BaseException as exc:  # the run dir keeps a record of why it ended (rlrun show reads it)
         _record_failure(run_dir, exc)
         raise

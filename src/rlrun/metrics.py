@@ -10,7 +10,10 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"
@@ -217,6 +220,55 @@ def plot(run_dir: str | Path) -> Path:
     return out
 
 
+@dataclass
+class Active:
+    part: str
+    phase: str
+    since: float  # time.monotonic()
+    thread: str = ""
+
+
+@dataclass
+class PhaseBoard:
+    """What each part is doing now and how long its phases took so far (thread-safe)."""
+    active: dict = field(default_factory=dict)   # part -> Active
+    history: dict = field(default_factory=dict)  # (part, phase) -> [seconds]
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def phase(self, part: str, name: str):
+        a = Active(part, name, time.monotonic(), threading.current_thread().name)
+        with self.lock:
+            outer = self.active.get(part)
+            self.active[part] = a
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.history.setdefault((part, name), []).append(time.monotonic() - a.since)
+                if outer is None:
+                    self.active.pop(part, None)
+                else:
+                    self.active[part] = outer
+
+    def seed(self, part: str, phase: str, seconds: list[float]) -> None:
+        with self.lock:
+            self.history.setdefault((part, phase), [])[:0] = seconds
+
+    def snapshot(self) -> tuple[list[Active], dict]:
+        with self.lock:
+            return list(self.active.values()), {k: list(v) for k, v in self.history.items()}
+
+    def reset(self) -> None:
+        with self.lock:
+            self.active.clear()
+            self.history.clear()
+
+
+BOARD = PhaseBoard()  # the run's one board: the loops' Timer and the rollout side enter their phases here, and
+# the stall watchdog (rlrun.guard.watchdog) reads it
+
+
 class Timer:
     """Wall time per phase of one loop step: `with t("train"): ...`, then t.metrics(tokens)."""
 
@@ -226,9 +278,11 @@ class Timer:
 
     @contextlib.contextmanager
     def __call__(self, phase: str):
+
         t0 = time.perf_counter()
         try:
-            yield
+            with BOARD.phase("driver", phase):
+                yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
 

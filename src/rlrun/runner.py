@@ -14,6 +14,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from rlrun import stopmsg
+from rlrun.guard.invariants import Invariants
+from rlrun.guard.watchdog import Watchdog
 from rlrun.launch import faults
 from rlrun.loops import loop_for
 from rlrun.parts import Parts
@@ -78,12 +80,15 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     tokenizer = tokenizer_for(cfg)
     model_dir = write_engine_init_dir(cfg, tokenizer, run_dir / ENGINE_INIT_DIR)
     rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack)
-    weights = WeightSync(cfg, plan, run_dir, trainer, rollout.engines, rollout.versions)
-    metrics = RunMetrics(cfg, run_dir, extra=weights.pop_metrics)
+    invariants = Invariants(cfg, run_dir)
+    weights = WeightSync(cfg, plan, run_dir, trainer, rollout.engines, rollout.versions, invariants)
+    metrics = RunMetrics(cfg, run_dir, extra=lambda: {**weights.pop_metrics(), **invariants.pop_metrics(),
+                                                      "rollout/engine_restarts": float(rollout.engines.restarts)})
     stack.callback(metrics.close)
     return Parts(cfg=cfg, plan=plan, rollout=rollout, trainer=trainer, weights=weights,
                  offload=Offload(cfg, plan, trainer, rollout.engines, weights),
-                 checkpoints=Checkpoints(cfg, run_dir, trainer), evaluator=Evaluator(cfg, rollout), metrics=metrics)
+                 checkpoints=Checkpoints(cfg, run_dir, trainer), evaluator=Evaluator(cfg, rollout), metrics=metrics,
+                 invariants=invariants)
 
 
 class StopRequest:
@@ -112,7 +117,10 @@ def run(cfg, plan, run_dir) -> dict:
         with ExitStack() as stack:
             parts = build(cfg, plan, Path(run_dir), stack)
             parts.check_stop = stop.check
-            stack.enter_context(faults.name_lost_nodes(parts.checkpoints.save_dir))  # a lost node: name it and the last checkpoint
+            stack.enter_context(faults.name_lost_nodes(  # a lost node: name it and the last checkpoint
+                parts.checkpoints.save_dir, tolerate=faults.engines_only(parts.rollout.placement)))
+            watchdog = stack.enter_context(Watchdog(cfg, run_dir, parts))  # a phase past its bound: diagnosis.json
+            parts.rollout.engines.on_fatal = watchdog.fail  # an engine past rollout.max_engine_restarts stops the run
             summary = loop_for(cfg)(parts)
             stop.check()
     finally:

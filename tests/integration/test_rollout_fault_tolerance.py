@@ -139,3 +139,35 @@ def test_a_restart_that_fails_is_retried_with_backoff(tmp_path):
             assert set(router.workers()) == {group.engines[0].url}
         finally:
             group.stop()
+
+
+def test_an_engine_that_keeps_failing_is_given_up_after_max_restarts(tmp_path):
+    """rollout.max_engine_restarts=2: the third failure calls on_fatal, naming the engine (its node)."""
+    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.router import Router
+
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    fatal = []
+
+    def restart(i):  # every restart fails (a broken node)
+        raise RuntimeError("the node's GPU is gone (injected)")
+
+    with Router(log_dir=tmp_path) as router:
+        first = _InProcessEngine(model_dir)
+        first.node = "10.0.0.7"
+        group = EngineGroup(router, [first], restart, health_interval_s=0.1, failure_threshold=1, max_restarts=2)
+        group.on_fatal = fatal.append
+        group.start()
+        try:
+            first.stop()
+            deadline = time.monotonic() + 30  # two failed restarts: backoffs of 2 s and 4 s
+            while not fatal and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert group.restarts == 0 and len(fatal) == 1
+            assert fatal[0].startswith("engine 0 on node 10.0.0.7 failed again after 2 restart(s) "
+                                       "(rollout.max_engine_restarts=2); last restart error: restarting engine 0 "
+                                       "failed (2x): the node's GPU is gone (injected)"), fatal
+            time.sleep(0.5)
+            assert len(fatal) == 1  # said once; the group stops restarting
+        finally:
+            group.stop()

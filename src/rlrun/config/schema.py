@@ -215,6 +215,7 @@ class RolloutSection(Section):
     max_concurrency: PosInt
     request_timeout_s: PosFloat
     max_retries: NonNegInt
+    max_engine_restarts: NonNegInt          # restarts of one engine before the run stops (naming its node)
     balance_data: bool
     max_turns: PosInt
     tool_timeout_s: PosFloat
@@ -329,6 +330,41 @@ class DebugSection(Section):
     profile_engines: bool
 
 
+Severity = Literal["stop", "warn", "off"]
+
+
+class CheckSeverity(Section):
+    """One field per run invariant (rlrun.guard.invariants.CHECKS holds the same names)."""
+    samples: Severity
+    resume_trains: Severity
+    staleness: Severity
+    groups: Severity
+    nonfinite: Severity
+    logprob_mismatch: Severity
+    logprob_jump: Severity
+    zero_variance: Severity
+    truncation_reward: Severity
+    weight_sync: Severity
+
+
+class WatchdogSection(Section):
+    on_stall: Literal["stop", "wait", "off"]
+    factor: Annotated[float, Field(ge=1)]
+    floor_s: PosFloat
+    first_s: PosFloat
+    poll_s: PosFloat
+
+
+class ChecksSection(Section):
+    severity: CheckSeverity
+    logprob_mismatch_max: PosFloat
+    logprob_jump_factor: Annotated[float, Field(gt=1)]
+    logprob_jump_floor: NonNegFloat
+    zero_variance_max: Fraction
+    truncation_corr_max: Annotated[float, Field(gt=0, le=1)]
+    watchdog: WatchdogSection
+
+
 class RunConfig(Section):
     run: RunSection
     cluster: ClusterSection
@@ -344,6 +380,7 @@ class RunConfig(Section):
     optim: OptimSection
     logging: LoggingSection
     debug: DebugSection
+    checks: ChecksSection
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

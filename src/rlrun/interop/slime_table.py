@@ -299,6 +299,9 @@ NO_FLAG: dict[str, str] = {
     "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
     "export writes `--load` = checkpoint.save unless resume is never",
     "run.dry_run": "slime has no dry run (`rlrun plan` is one)",
+    "checks": "rlrun's run invariants and stall watchdog (docs/observability.md); slime checks none of these",
+    "rollout.max_engine_restarts": "slime's --use-fault-tolerance restarts engines without a bound; rlrun gives "
+    "up on an engine after this many restarts (docs/rollout.md)",
     "data.toy_task": "rlrun's packaged toy task (data.prompt_data null); slime always reads --prompt-data",
     "checkpoint.random_init": "slime always loads --hf-checkpoint (random weights: rlrun only); the export "
     "passes checkpoint.hf, the import leaves it false",

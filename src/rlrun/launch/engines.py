@@ -24,6 +24,8 @@ class _PlacedHFEngine(HFEngineActor):
         import torch
 
         self.engine_id = engine_id
+        # the node it runs on, asked here: a bundle Ray moved off a lost node is elsewhere now
+        kw["host"] = kw.get("host") or ray.util.get_node_ip_address()
         if threads:
             torch.set_num_threads(threads)
         super().__init__(model_dir, **kw)
@@ -44,9 +46,10 @@ class RayEngine:
                              f"set rollout.gpus_per_engine=1 or rollout.engine=sglang")
         actor = ray.remote(_PlacedHFEngine).options(**placement.options("engine", engine_id),
                                                      runtime_env=runtime_env(env))
-        # Listen on the bundle's node address, so that the router reaches engines on other nodes.
+        # Listen on its node's address (asked in the actor), so that the router reaches engines on other nodes.
         host = placement.bundle_of("engine", engine_id)[0].node_ip
-        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, engine_id, seed=seed, host=host,
+        self.node = host  # named when the engine keeps failing (EngineGroup.max_restarts)
+        self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, engine_id, seed=seed, host=None,
                                   max_batch_size=max_batch_size)
         try:  # bounded: a replacement whose bundle's node is gone is never placed (EngineGroup retries)
             self.url = ray.get(self.actor.start.remote(), timeout=_START_TIMEOUT_S)

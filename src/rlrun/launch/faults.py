@@ -9,6 +9,11 @@ which node, what failed, the newest complete checkpoint and how to continue (run
 A watcher thread also polls the node table: the driver may be waiting where no error ever comes
 (an engine restart whose bundle's node is gone never gets placed), so a dead node interrupts the
 main thread (SIGUSR2) and the run fails the same way.
+
+A lost node that carried only rollout engines (and not this driver) does not stop the run
+(`engines_only`): Ray reschedules the placement group's bundles of a dead node onto the nodes
+left, rlrun.rollout.engines.EngineGroup restarts the engines there with the current weights, and
+rollout.max_engine_restarts bounds it (then the run stops naming the engine's node).
 """
 from __future__ import annotations
 
@@ -73,10 +78,11 @@ class _Watcher(threading.Thread):
     ever come (a lock held by an engine restart whose bundle's node is gone, an HTTP wait): the
     signal interrupts the wait and the handler raises _NodeGone there."""
 
-    def __init__(self, before: dict[str, str], poll_s: float):
+    def __init__(self, before: dict[str, str], poll_s: float, tolerate=lambda lost: False):
         super().__init__(name="rlrun-node-watch", daemon=True)
-        self.before, self.poll_s = before, poll_s
+        self.before, self.poll_s, self.tolerate = before, poll_s, tolerate
         self.lost: dict[str, str] = {}
+        self.tolerated: dict[str, str] = {}  # lost nodes that carried only engines (the run goes on)
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -85,7 +91,13 @@ class _Watcher(threading.Thread):
                 now = alive_node_ids()
             except Exception:  # noqa: BLE001 - Ray going down under us: the driver is leaving anyway
                 return
-            self.lost = self.lost or {n: ip for n, ip in self.before.items() if n not in now}
+            gone = {n: ip for n, ip in self.before.items() if n not in now and n not in self.tolerated}
+            if gone and not self.lost and self.tolerate(gone):
+                self.tolerated.update(gone)
+                print(f"[rlrun] Ray node(s) {', '.join(f'{n[:12]} ({ip})' for n, ip in gone.items())} lost; they "
+                      f"carried only rollout engines, which restart on the nodes left", file=sys.stderr, flush=True)
+                continue
+            self.lost = self.lost or gone
             if self.lost and not self.done.is_set():
                 signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
 
@@ -95,18 +107,30 @@ class _Watcher(threading.Thread):
         raise _NodeGone(f"the driver was waiting when Ray marked node(s) {sorted(self.lost)} dead")
 
 
+def engines_only(placement):
+    """The tolerate() of name_lost_nodes: lost nodes that held no trainer rank and not this driver."""
+    def tolerate(lost: dict[str, str]) -> bool:
+        import ray
+
+        driver = ray.get_runtime_context().get_node_id()
+        return driver not in lost and "trainer" not in placement.roles_on(lost)
+    return tolerate
+
+
 @contextmanager
-def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float = POLL_S):
+def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float = POLL_S,
+                    tolerate=lambda lost: False):
     """Wrap the loop: an error that comes with (or soon after) the death of a node that was alive
     when it started becomes a NodeLostError naming the node and the last checkpoint; a node's
-    death while the driver waits on something that will never answer interrupts that wait."""
+    death while the driver waits on something that will never answer interrupts that wait.
+    tolerate(lost nodes) -> True: the run goes on without them (engines_only)."""
     from ray.exceptions import RayError
 
     before = alive_node_ids()
     if len(before) <= 1 or threading.current_thread() is not threading.main_thread():
         yield  # one node: losing it loses this driver too; off the main thread: no signals
         return
-    watcher = _Watcher(before, poll_s)
+    watcher = _Watcher(before, poll_s, tolerate)
     previous = signal.signal(signal.SIGUSR2, watcher.handler)
     watcher.start()
     try:
@@ -119,7 +143,7 @@ def name_lost_nodes(save_dir: Path, wait_s: float = DEATH_WAIT_S, poll_s: float 
         if not watcher.lost and wait > OTHER_WAIT_S:
             print(f"[rlrun] a Ray actor or task failed; checking whether a node was lost (up to {wait:.0f} s)",
                   file=sys.stderr, flush=True)
-        lost = watcher.lost or lost_since(before, wait)
+        lost = watcher.lost or lost_since({n: ip for n, ip in before.items() if n not in watcher.tolerated}, wait)
         if not lost:
             raise
         msg = describe(lost, e, Path(save_dir))

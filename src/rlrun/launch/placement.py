@@ -132,5 +132,10 @@ class Placement:
         """Physical GPU ids (as Ray numbers them on that node) for a trainer rank or an engine."""
         return [b.gpu_id for b in self.bundle_of(role, rank) if b.gpu_id is not None]
 
+    def roles_on(self, node_ids) -> set[str]:
+        """The roles ("trainer", "engine") the plan placed on the Ray nodes `node_ids`."""
+        ids = set(node_ids)
+        return {s.role for s in self.plan.placement if self._bundle_for_slot[(s.node, s.gpu)].node_id in ids}
+
     def remove(self) -> None:
         remove_placement_group(self.pg)

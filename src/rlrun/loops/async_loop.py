@@ -24,7 +24,8 @@ from rlrun.loops import phases
 from rlrun.metrics import Timer
 from rlrun.parts.sampling import rollout_metrics
 from rlrun.rollout.client import Sampling
-from rlrun.rollout.handle import RolloutStopped, version_number
+from rlrun.guard.invariants import staleness  # noqa: F401 - also the loop's public name
+from rlrun.rollout.handle import RolloutStopped
 
 
 @dataclass
@@ -103,15 +104,6 @@ class _Stopped(Exception):
     pass
 
 
-def staleness(groups: list[list], version: int) -> list[int]:
-    """Per group: the trainer's version minus the oldest version among its trained tokens."""
-    def oldest(g):
-        vs = [version_number(v) for s in g for v, m in zip(s.token_versions or [s.weight_version] *
-                                                           len(s.response_tokens), s.effective_loss_mask) if m]
-        return min(vs, default=version)
-    return [version - oldest(g) for g in groups]
-
-
 def run(p) -> dict:
     """Run rollouts from the resume point to rollout.num_rollout; returns a summary."""
     r = p.cfg.rollout
@@ -126,7 +118,7 @@ def run(p) -> dict:
             lag = staleness(groups, version=rollout_id)  # the trainer has trained rollout_id rollouts
             fresh = [g for g, s in zip(groups, lag) if r.max_staleness is None or s <= r.max_staleness]
             kept = [s for g in fresh for s in g]
-            p.metrics.record(rollout_id, got.samples, kept)  # logging.rollout_records (rlrun.records)
+            phases.record(p, rollout_id, got.samples, kept)  # logging.rollout_records, run invariants
             metrics = {**rollout_metrics(got.samples), **got.info, "rollout/kept_samples": float(len(kept)),
                        "async/staleness_mean": sum(lag) / max(1, len(lag)), "async/staleness_max": float(max(lag, default=0)),
                        "async/stale_dropped_groups": float(len(groups) - len(fresh)),

@@ -20,7 +20,15 @@ def resume(p) -> int:
     if p.cfg.train.offload:
         p.trainer.offload()  # the first rollout's engines get the GPU to themselves
     p.metrics.open(start)
+    p.invariants.resume(start)  # resume_trains: a resume that would train nothing stops here
     return start
+
+
+def record(p, rollout_id: int, samples: list, kept: list) -> None:
+    """The rollout's samples -> its records (logging.rollout_records), then the run invariants
+    on what was generated and what will train (groups, staleness, rewards; rlrun.guard.invariants)."""
+    p.metrics.record(rollout_id, samples, kept)
+    p.invariants.samples(rollout_id, samples, kept)
 
 
 def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]:
@@ -45,10 +53,13 @@ def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]
         # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
         batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,
                                     [s.group_id for s in kept])  # each group over its members
+        p.invariants.batch(version - 1, batch.advantages)
         with t("train"):
             per_step = [p.trainer.train_step(batch.shard(k, plan.steps_per_rollout))
                         for k in range(plan.steps_per_rollout)]
-    return steps.mean_metrics(per_step), batch.num_tokens
+        metrics = steps.mean_metrics(per_step)
+        p.invariants.trained(version - 1, metrics)  # a stop here comes before the weight push and the save
+    return metrics, batch.num_tokens
 
 
 @contextmanager
@@ -80,4 +91,5 @@ def end_step(p, rollout_id: int, metrics: dict, t, tokens: dict, data_state: dic
 
 
 def summary(p) -> dict:
+    p.invariants.end()
     return p.metrics.summary(p.checkpoints.latest())

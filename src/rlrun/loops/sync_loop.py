@@ -27,7 +27,7 @@ def run(p) -> dict:
         # 1-3. generate, score, keep the groups that carry signal
         with t("rollout"), p.rollout.profiling(rollout_id):
             samples, kept, gen = p.rollout.collect(rollout_id, sampling)
-        p.metrics.record(rollout_id, samples, kept)  # logging.rollout_records (rlrun.records)
+        phases.record(p, rollout_id, samples, kept)  # logging.rollout_records, run invariants
         metrics = {**rollout_metrics(samples), **gen, "rollout/kept_samples": float(len(kept))}
         tokens = {"rollout": sum(len(s.response_tokens) for s in samples)}
         if kept and not p.cfg.debug.rollout_only:  # 4-7 on the trainer, ending with the weight sync

@@ -8,14 +8,16 @@ loop (rlrun.loops) composes them:
     Checkpoints   save / restore (trainer state + driver state)
     Evaluator     eval datasets through the rollout side
     RunMetrics    metrics.jsonl / wandb / progress, and the run's summary
+    Invariants    the run invariants checked every rollout (rlrun.guard.invariants)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rlrun.parts.seams import (CheckpointsPart, EvaluatorPart, MetricsPart, OffloadPart, RolloutPart, TrainerPart,
                                WeightSyncPart)
+from rlrun.guard.invariants import NoChecks
 
 
 @dataclass
@@ -31,3 +33,4 @@ class Parts:
     evaluator: EvaluatorPart          # Evaluator
     metrics: MetricsPart              # RunMetrics
     check_stop: Callable[[], None] = lambda: None  # raises after SIGINT/SIGTERM (runner.StopRequest)
+    invariants: Any = field(default_factory=NoChecks)  # Invariants (a hand-built Parts: none)

@@ -3,6 +3,7 @@ generate function (rollout.generate_fn, rlrun.rollout.generate_api), rewards, dy
 Both loops use it; the async loop runs `collect` in its producer thread."""
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
+from rlrun.metrics import BOARD
 from rlrun.parts import sampling as steps
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 
@@ -38,10 +40,12 @@ class RolloutSide:
         router = Router.from_config(cfg.rollout, Path(run_dir) / "logs")
         stack.callback(router.stop)
         router.start()
-        group = EngineGroup(router, engines, restart)
+        group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)
         stack.callback(group.stop)
         group.start()
-        return cls(cfg, tokenizer, run_dir, router, group, model_dir)
+        side = cls(cfg, tokenizer, run_dir, router, group, model_dir)
+        side.placement = placement  # which nodes carry only engines (rlrun.launch.faults.engines_only)
+        return side
 
     def generate(self, samples: list, sampling, seeds: list[int], evaluation: bool = False) -> tuple[list, dict]:
         """The generate function on every sample -> (samples, counters). evaluation: eval datasets
@@ -75,7 +79,15 @@ class RolloutSide:
     def collect(self, rollout_id: int, sampling):
         """rollout_batch_size prompts x n samples, generated and scored -> (all samples, kept
         samples, metrics). With dynamic sampling, more rounds of over_sampling_batch_size prompts
-        until rollout_batch_size groups carry signal (at most MAX_DRAWS rounds)."""
+        until rollout_batch_size groups carry signal (at most MAX_DRAWS rounds). Off the main
+        thread (the async producer) it is the rollout part's phase for the stall watchdog (the sync
+        loop times it as the driver's rollout phase)."""
+        if threading.current_thread() is threading.main_thread():
+            return self._collect(rollout_id, sampling)
+        with BOARD.phase("rollout", "generate"):
+            return self._collect(rollout_id, sampling)
+
+    def _collect(self, rollout_id: int, sampling):
         from rlrun.data import GroupCollector
 
         r = self.cfg.rollout

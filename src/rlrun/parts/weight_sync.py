@@ -15,16 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlrun.config.kinds import ENGINES
+from rlrun.guard.invariants import Invariants, WeightSyncError  # noqa: F401 - WeightSyncError: public name
 
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
 
 
-class WeightSyncError(RuntimeError):
-    pass
-
-
 class WeightSync:
-    def __init__(self, cfg, plan, run_dir: Path, trainer, engines, versions):
+    def __init__(self, cfg, plan, run_dir: Path, trainer, engines, versions, invariants=None):
         self.cfg, self.plan, self.run_dir = cfg, plan, Path(run_dir)
         self.trainer, self.engines, self.versions = trainer, engines, versions
         # the engines' weight dtype (the trainer fingerprints in it), the latest verified
@@ -34,6 +31,8 @@ class WeightSync:
         self.synced: tuple[int, str] | None = None
         self.last_metrics: dict[str, float] = {}
         engines.resync = self.resync
+        # the weight_sync run invariant judges a disagreement (stop: WeightSyncError; warn: logged)
+        self.invariants = invariants if invariants is not None else Invariants(cfg)
 
     def sync(self, version: int, only_if_stale: bool = False) -> None:
         """Trainer weights -> every engine, verified. only_if_stale: skip the push when the engines
@@ -92,16 +91,12 @@ class WeightSync:
         self.synced = (version, want)
 
     def verify(self, version: int, urls: list[str], want: str) -> None:
+        bad, kind = {}, self.check_kind()
         if self.kind.checksums:
-            kind = self.check_kind()
             bad = {url: c[:12] for url, c in self.engines.checksums(kind, urls).items() if c != want}
-            if bad:
-                raise WeightSyncError(f"weight sync to version {version} ({self.plan.weight_sync}): engines {bad} "
-                                      f"disagree with the trainer ({kind} {want[:12]}) after the push; the engine "
-                                      f"model does not match model.*")
         stale = {url: v for url, v in self.engines.versions(urls).items() if v != str(version)}
-        if stale:
-            raise WeightSyncError(f"weight sync to version {version}: engines report versions {stale}")
+        self.invariants.weight_sync(version, bad=bad, stale=stale, want=want, kind_of_check=kind,
+                                    transport=self.plan.weight_sync)
 
     def resync(self, url: str) -> None:
         """EngineGroup's restart callback (outside the trainer's block: inside it restarts are

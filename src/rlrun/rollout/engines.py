@@ -165,7 +165,8 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
 
 class EngineGroup:
     def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
-                 health_interval_s: float = 0.5, failure_threshold: int = 2, health_timeout_s: float = 5.0):
+                 health_interval_s: float = 0.5, failure_threshold: int = 2, health_timeout_s: float = 5.0,
+                 max_restarts: int | None = None):
         self.router = router
         self.engines = list(engines)
         self.restart_fn = restart
@@ -182,6 +183,12 @@ class EngineGroup:
         self._failed_restarts = [0] * len(self.engines)
         self._retry_at = [0.0] * len(self.engines)
         self.last_error: str | None = None  # the latest failed restart, for the runner's logs
+        # rollout.max_engine_restarts: restart attempts per engine before the group gives up on it
+        # and calls on_fatal(message) (the runner's watchdog stops the run, naming the node)
+        self.max_restarts = max_restarts
+        self._attempts = [0] * len(self.engines)
+        self.fatal: str | None = None
+        self.on_fatal: Callable[[str], None] | None = None
         # resync(url): brings a restarted engine to the weights the others serve (set by the runner)
         self.resync: Callable[[str], None] | None = None
         self._deferring = False  # restarts wait for the next sync() (the trainer changes weights)
@@ -309,7 +316,11 @@ class EngineGroup:
                 if time.monotonic() < self._retry_at[i]:
                     continue  # a restart of this engine failed recently: back off
                 self._failures[i] = 0 if self._healthy(engine) else self._failures[i] + 1
-                if self._failures[i] >= self.failure_threshold:
+                if self._failures[i] >= self.failure_threshold and self.fatal is None:
+                    if self.max_restarts is not None and self._attempts[i] >= self.max_restarts:
+                        self._give_up(i, engine)
+                        continue
+                    self._attempts[i] += 1
                     try:
                         self.replace(i)
                         self._failed_restarts[i] = 0
@@ -319,6 +330,15 @@ class EngineGroup:
                         self._retry_at[i] = time.monotonic() + wait
                         self.last_error = f"restarting engine {i} failed ({self._failed_restarts[i]}x): {exc}"
                         print(f"[rlrun] {self.last_error}; next try in {wait:.0f}s", file=sys.stderr, flush=True)
+
+    def _give_up(self, i: int, engine) -> None:
+        node = getattr(engine, "node", None) or engine.url
+        self.fatal = (f"engine {i} on node {node} failed again after {self._attempts[i]} restart(s) "
+                      f"(rollout.max_engine_restarts={self.max_restarts})"
+                      + (f"; last restart error: {self.last_error}" if self.last_error else ""))
+        print(f"[rlrun] {self.fatal}", file=sys.stderr, flush=True)
+        if self.on_fatal is not None:
+            self.on_fatal(self.fatal)
 
     def replace(self, i: int) -> None:
         """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it
@@ -349,6 +369,9 @@ class EngineGroup:
             self._failures[i] = 0
             self.router.add_worker(new.url)
             self.restarts += 1
+            print(f"[rlrun] engine {i} ({old.url}) was unhealthy: restarted at {new.url} with weight version "
+                  f"{self.weight_version if self.resync is None else 'the current one'}, back in the router "
+                  f"({self.restarts} restart(s) so far)", file=sys.stderr, flush=True)
 
     def defer_restarts(self) -> None:
         """From now until the next sync(), a restarted engine gets no weights and no traffic: the
@@ -361,7 +384,20 @@ class EngineGroup:
         """push(urls) to every engine, held restarts included, with no restart interleaving; then
         held engines join the router and restarts are no longer deferred."""
         with self._lock:
-            push(self.urls)
+            try:
+                push(self.urls)
+            except Exception:
+                # an engine that died (its node lost) fails the push for all: push to the live ones;
+                # the monitor restarts the dead ones and brings them to these weights (resync)
+                dead = [i for i, e in enumerate(self.engines) if not self._healthy(e)]
+                if not dead or len(dead) == len(self.engines):
+                    raise
+                for i in dead:
+                    self._held.discard(i)
+                    self.router.remove_worker(self.engines[i].url)
+                print(f"[rlrun] weight push: engines {dead} are dead; pushing to the others (they restart and "
+                      f"get these weights)", file=sys.stderr, flush=True)
+                push([e.url for i, e in enumerate(self.engines) if i not in dead])
             for i in sorted(self._held):
                 self.router.add_worker(self.engines[i].url)
             self._held.clear()

@@ -1,0 +1,153 @@
+"""Faults injected into the real runner on the CPU (embedded Ray, hf engines as Ray actors, the real
+sglang-router, torch trainer ranks over gloo), each caught with its cause named:
+
+    an engine SIGKILLed mid-rollout, an engine SIGSTOPped (stalled) mid-run: replaced on its bundle,
+        given the current weights, back in the router; the run ends with every step
+    a trainer rank SIGSTOPped: its peer waits in a collective; the watchdog writes diagnosis.json
+        naming it and stops the run (non-zero); run.resume=auto then continues to the last step
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rlrun import runner
+from rlrun.config import load
+from rlrun.config.plan import make_plan
+from rlrun.config.rundir import prepare_run_dir
+from rlrun.guard.watchdog import BOARD, DIAGNOSIS_JSON, StallError
+from rlrun.launch.reaper import descendants
+from rlrun.metrics import METRICS_FILE, read_metrics
+
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+
+BASE = ["logging.wandb.mode=disabled", "logging.progress=false", "rollout.rollout_batch_size=8",
+        "rollout.num_rollout=6", "checkpoint.save_interval=1"]
+TWO_ENGINES = ["train.colocate=false", "rollout.num_gpus=2"]
+
+
+def run(tmp_path, overrides):
+    overrides = [f"run.output_dir={tmp_path}", *BASE, *overrides]
+    cfg = load(overrides)
+    plan = make_plan(cfg)
+    run_dir = prepare_run_dir(cfg, plan, overrides)
+    return run_dir, runner.run(cfg, plan, run_dir)
+
+
+def processes(title: str) -> list[int]:
+    """This test's Ray workers whose title starts with `title` (ray::<Class>...)."""
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"ray::{title}".encode()):
+                out.append(pid)
+        except OSError:
+            pass
+    return sorted(out)
+
+
+def rows_in(tmp_path) -> int:
+    paths = list(Path(tmp_path).glob(f"*/*/{METRICS_FILE}"))
+    return len(paths[0].read_text().splitlines()) if paths else 0
+
+
+def inject(tmp_path, after_rows: int, phase: str | None, act):
+    """A thread: once metrics.jsonl has `after_rows` rows and the driver is in `phase` (None: any),
+    act(); returns the thread and a dict it fills with what it did."""
+    done: dict = {}
+
+    def body():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            active = {a.phase for a in BOARD.snapshot()[0] if a.part == "driver"}
+            if rows_in(tmp_path) >= after_rows and (phase is None or phase in active):
+                done.update(act() or {}, at_rows=rows_in(tmp_path), in_phases=sorted(active))
+                return
+            time.sleep(0.002)
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, done
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stalled"])
+def test_an_engine_killed_or_stalled_mid_rollout_is_replaced_and_every_step_runs(tmp_path, sig, capfd):
+    def act():
+        victim = processes("_PlacedHFEngine")[0]
+        os.kill(victim, sig)
+        return {"victim": victim}
+    t, done = inject(tmp_path, 2, "rollout", act)
+    run_dir, summary = run(tmp_path, TWO_ENGINES)
+    t.join(1)
+    assert done.get("victim") and "rollout" in done["in_phases"], done
+    assert summary["steps"] == 6
+    rows = read_metrics(run_dir / METRICS_FILE)
+    assert [r["step"] for r in rows] == list(range(6))
+    assert all(r["rollout/samples"] == 8 * 8 for r in rows)  # every sample of every rollout
+    assert rows[-1]["rollout/engine_restarts"] >= 1.0
+    assert "engine 0" in capfd.readouterr().err or rows[-1]["rollout/engine_restarts"] >= 1.0
+
+
+def test_a_hung_trainer_rank_is_diagnosed_then_the_run_resumes_to_the_end(tmp_path):
+    opts = ["train.gpus_per_node=2", "checks.watchdog.floor_s=5", "checks.watchdog.first_s=120",
+            "checks.watchdog.poll_s=1"]
+
+    def act():
+        victim = processes("_Rank")[-1]
+        os.kill(victim, signal.SIGSTOP)
+        return {"victim": victim}
+    t, done = inject(tmp_path, 2, None, act)
+    t0 = time.monotonic()
+    with pytest.raises(StallError) as e:
+        run(tmp_path, opts)
+    took = time.monotonic() - t0
+    t.join(1)
+    assert done.get("victim"), done
+    run_dir = next(Path(tmp_path).glob("*/*/" + DIAGNOSIS_JSON)).parent
+    d = json.loads((run_dir / DIAGNOSIS_JSON).read_text())
+    assert d["stalled"]["phase"] in ("train", "log_probs") and d["cause"]["kind"] == "rank_in_collective", d["cause"]
+    assert str(done["victim"]) in d["cause"]["text"] and "stopped" in d["cause"]["text"]  # the rank not in it
+    assert d["collect_s"] < 60
+    assert "likely cause" in str(e.value)
+    assert took < 300
+    stopped_at = len(read_metrics(run_dir / METRICS_FILE))
+    assert 2 <= stopped_at < 6
+    # resume: the newest checkpoint (save_interval=1) is the last step that finished
+    run_dir2, summary = run(tmp_path, [*opts, "run.resume=auto"])
+    assert run_dir2 == run_dir
+    rows = read_metrics(run_dir / METRICS_FILE)
+    assert [r["step"] for r in rows] == list(range(6))
+
+
+BREAK_GROUPS = '''
+from rlrun.rollout.generate_api import single_turn
+
+
+async def generate(handle, sample, sampling):
+    out = await single_turn(handle, sample, sampling)
+    if sample.group_id == 1:  # a generate function that loses the group id of one prompt
+        out.group_id = -1
+    return out
+'''
+
+
+def test_a_resume_that_would_train_nothing_and_a_broken_group_id_stop_with_their_check(tmp_path):
+    from rlrun.guard.invariants import InvariantError
+
+    run_dir, summary = run(tmp_path, ["rollout.num_rollout=2"])
+    assert summary["steps"] == 2
+    t0 = time.monotonic()
+    with pytest.raises(InvariantError, match="resumes at rollout 2 but rollout.num_rollout=2") as e:
+        run(tmp_path, ["rollout.num_rollout=2", "run.resume=auto"])
+    assert e.value.check == "resume_trains" and time.monotonic() - t0 < 120
+    assert len(read_metrics(run_dir / METRICS_FILE)) == 2  # nothing ran, nothing was logged twice
+
+    fn = tmp_path / "broken.py"
+    fn.write_text(BREAK_GROUPS)
+    with pytest.raises(InvariantError, match=r"failed at rollout 0: group ids broken: 8 samples have no group id"):
+        run(tmp_path / "b", [f"rollout.generate_fn={fn}:generate"])

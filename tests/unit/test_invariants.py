@@ -1,0 +1,180 @@
+"""Run invariants (rlrun.guard.invariants) through loop.run's recording stand-in (tests/unit/test_loop.py):
+each injected failure stops the loop at the rollout it happens in, names its check, and comes before
+the weight push and the save of that rollout; warn severity logs and goes on."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+
+import pytest
+import torch
+from test_loop import _Run
+
+from rlrun.loops import sync_loop as loop
+from rlrun.config import ConfigError, load
+from rlrun.config.schema import CheckSeverity
+from rlrun.data import Sample
+from rlrun.data.sample import Status
+from rlrun.guard.invariants import CHECKS, MISMATCH, InvariantError, Invariants
+
+
+def run_with_checks(r: _Run, tmp_path, out=None):
+    inv = Invariants(r.cfg, tmp_path, out=out or io.StringIO())
+    return inv, dataclasses.replace(r.parts(), invariants=inv)
+
+
+def test_every_check_has_its_severity_setting_and_a_typo_is_refused():
+    assert set(CHECKS) == set(CheckSeverity.model_fields)
+    with pytest.raises(ConfigError) as e:
+        load(["checks.severity.nonfinit=warn"])
+    assert "checks.severity.nonfinit" in str(e.value)
+    with pytest.raises(ConfigError, match="checks.severity.groups"):
+        load(["checks.severity.groups=loud"])
+    with pytest.raises(ConfigError, match="checks.watchdog.on_stall"):
+        load(["checks.watchdog.on_stall=later"])
+
+
+def test_nan_in_the_loss_stops_before_that_rollouts_push_and_save(tmp_path):
+    r = _Run(["rollout.num_rollout=4", "checkpoint.save_interval=1"])
+    real = r.trainer.train_step
+    r.trainer.train_step = lambda b: {**real(b), "train/loss": math.nan} if len(r.logged) == 2 else real(b)
+    inv, parts = run_with_checks(r, tmp_path)
+    with pytest.raises(InvariantError) as e:
+        loop.run(parts)
+    assert e.value.check == "nonfinite"
+    assert "failed at rollout 2" in str(e.value) and "train/loss=nan" in str(e.value)
+    done = [c for c in r.calls if c[0] in ("sync", "save")]
+    assert done == [("sync", 1), ("save", 0), ("sync", 2), ("save", 1)]  # rollout 2: neither pushed nor saved
+    assert [rid for rid, _ in r.logged] == [0, 1]
+
+
+def test_nan_in_a_reward_stops_before_any_training(tmp_path):
+    r = _Run(["rollout.num_rollout=2"])
+    real = r.collect
+
+    def collect(rid, sampling):
+        samples, kept, info = real(rid, sampling)
+        samples[3].reward = math.inf
+        return samples, kept, info
+    r.collect = collect
+    inv, parts = run_with_checks(r, tmp_path)
+    with pytest.raises(InvariantError, match=r"non-finite rewards of samples \[3\]") as e:
+        loop.run(parts)
+    assert e.value.check == "nonfinite" and not [c for c in r.calls if c[0] == "train"]
+
+
+def test_a_resume_that_would_train_nothing_stops_before_any_rollout(tmp_path):
+    r = _Run(["rollout.num_rollout=5"], start=5)
+    inv, parts = run_with_checks(r, tmp_path)
+    with pytest.raises(InvariantError, match="resumes at rollout 5 but rollout.num_rollout=5") as e:
+        loop.run(parts)
+    assert e.value.check == "resume_trains" and "raise rollout.num_rollout" in str(e.value)
+    assert [c[0] for c in r.calls] == ["restore"]
+    # warn: the run ends as before (nothing to do), with the warning said
+    r = _Run(["rollout.num_rollout=5", "checks.severity.resume_trains=warn"], start=5)
+    out = io.StringIO()
+    inv, parts = run_with_checks(r, tmp_path, out)
+    assert loop.run(parts) == {"steps": 0}
+    assert "warning: run invariant 'resume_trains' failed" in out.getvalue()
+
+
+def test_a_run_that_keeps_nothing_ends_with_resume_trains_failed(tmp_path):
+    r = _Run(["rollout.num_rollout=2"])
+    real = r.collect
+    r.collect = lambda rid, sampling: (real(rid, sampling)[0], [], {})  # every group dropped
+    inv, parts = run_with_checks(r, tmp_path)
+    with pytest.raises(InvariantError, match="2 rollouts ran but no optimizer step was taken") as e:
+        loop.run(parts)
+    assert e.value.check == "resume_trains"
+
+
+def _broken_ids(r, how):
+    real = r.collect
+
+    def collect(rid, sampling):
+        samples, kept, info = real(rid, sampling)
+        if how == "missing":
+            samples[0].group_id = -1
+        else:  # the first prompt's group id also on a sample of another prompt
+            samples[-1].group_id = 0
+            samples[-1].prompt_tokens = [7, 8]
+            samples.insert(1, samples.pop())
+        return samples, samples, info
+    r.collect = collect
+
+
+@pytest.mark.parametrize("how,said", [("missing", "samples have no group id (-1)"),
+                                      ("mixed", "group 0 holds samples of 2 different prompts")])
+def test_broken_group_ids_stop_before_the_advantages(tmp_path, how, said):
+    r = _Run(["rollout.num_rollout=2"])
+    _broken_ids(r, how)
+    inv, parts = run_with_checks(r, tmp_path)
+    with pytest.raises(InvariantError, match="group ids broken") as e:
+        loop.run(parts)
+    assert e.value.check == "groups" and said in str(e.value) and "failed at rollout 0" in str(e.value)
+    assert [c[0] for c in r.calls] == ["restore", "collect"]
+    assert inv.pending["checks/groups"] >= 1
+
+
+def test_warn_severity_logs_and_goes_on_with_the_metric(tmp_path):
+    r = _Run(["rollout.num_rollout=11", "checks.severity.groups=warn"])
+    _broken_ids(r, "mixed")
+    out = io.StringIO()
+    inv, parts = run_with_checks(r, tmp_path, out)
+    loop.run(parts)
+    said = out.getvalue()
+    assert said.count("warning: run invariant 'groups' failed") == 2 and len(inv.warnings) == 11
+    assert "failed at rollout 0" in said and "failed at rollout 9" in said and "(10th time;" in said  # 1st, 10th
+    assert [c for c in r.calls if c[0] == "save"] == [("save", 10)]
+
+
+def _samples(rewards, truncated=(), group=2, versions=None):
+    return [Sample(prompt=str(i // group), prompt_tokens=[i // group], response_tokens=[1, 2], reward=r,
+                   status=Status.TRUNCATED if i in truncated else Status.COMPLETED, group_id=i // group,
+                   token_versions=None if versions is None else [versions[i]] * 2)
+            for i, r in enumerate(rewards)]
+
+
+def test_zero_variance_and_truncation_reward_warn_with_their_values():
+    cfg = load(["checks.zero_variance_max=0.5", "checks.truncation_corr_max=0.5"])
+    out = io.StringIO()
+    inv = Invariants(cfg, out=out)
+    # groups (0,0) (1,1) (0,1): 2 of 3 groups flat; truncated samples 1, 3 score 0, 1 -> reward/truncation corr
+    s = _samples([0.0, 0.0, 1.0, 1.0, 0.0, 1.0], truncated=(2, 3))
+    inv.samples(0, s, s)
+    m = inv.pop_metrics()
+    assert m["checks/zero_variance"] == pytest.approx(2 / 3)
+    # truncated t = [0,0,1,1,0,0], r = [0,0,1,1,0,1]: hand-computed Pearson r = 0.7071 (1/sqrt(2))
+    assert m["checks/truncation_reward"] == pytest.approx(2 ** -0.5, abs=1e-12)  # float rounding only
+    assert "'zero_variance' failed" in out.getvalue() and "'truncation_reward' failed" in out.getvalue()
+
+
+def test_staleness_above_the_bound_stops_async():
+    cfg = load(["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1", "rollout.max_staleness=1"])
+    inv = Invariants(cfg, out=io.StringIO())
+    ok = _samples([0.0, 1.0, 0.0, 1.0], versions=[3, 3, 2, 2])  # trainer at version 3: lag 0 and 1
+    inv.samples(3, ok, ok)
+    assert inv.pop_metrics()["checks/staleness"] == 1.0
+    old = _samples([0.0, 1.0, 0.0, 1.0], versions=[3, 3, 1, 1])
+    with pytest.raises(InvariantError, match="2 policy versions behind .*max_staleness=1"):
+        inv.samples(3, old, old)
+
+
+def test_a_mismatch_jump_after_a_resume_is_measured_against_the_runs_history(tmp_path):
+    cfg = load(["checks.severity.logprob_jump=stop"])
+    rows = [{"rollout": i, MISMATCH: v} for i, v in enumerate([0.01, 0.02, 0.03])]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    inv = Invariants(cfg, tmp_path, out=io.StringIO())
+    inv.resume(3)  # the history comes from metrics.jsonl: median 0.02
+    inv.trained(3, {MISMATCH: 0.1})  # 5x: under the factor 10
+    assert inv.pop_metrics()["checks/logprob_jump"] == pytest.approx(5.0)
+    with pytest.raises(InvariantError, match=r"jumped to 0.5, 20.0x its median 0.025 over 4 earlier"):
+        inv.trained(4, {MISMATCH: 0.5})  # median of 0.01 0.02 0.03 0.1 = 0.025
+
+
+def test_nonfinite_advantages_stop_the_batch():
+    inv = Invariants(load([]), out=io.StringIO())
+    with pytest.raises(InvariantError, match=r"non-finite advantages of samples \[1\]"):
+        inv.batch(0, [torch.zeros(3), torch.tensor([0.0, math.nan])])
