@@ -178,3 +178,16 @@ def test_nonfinite_advantages_stop_the_batch():
     inv = Invariants(load([]), out=io.StringIO())
     with pytest.raises(InvariantError, match=r"non-finite advantages of samples \[1\]"):
         inv.batch(0, [torch.zeros(3), torch.tensor([0.0, math.nan])])
+
+
+def test_a_custom_generate_function_may_group_samples_of_several_prompts():
+    """slime's multi-agent example returns samples with prompts of their own in the prompt's group: with a
+    custom rollout.generate_fn only missing / split ids count as broken."""
+    from rlrun.data.sample import Sample
+    from rlrun.guard.invariants import broken_groups
+
+    samples = [Sample(prompt=str(p), prompt_tokens=p, group_id=0) for p in ([1, 2], [1, 2], [7, 8])]
+    assert broken_groups(samples, "grpo", 3) == ["group 0 holds samples of 2 different prompts"]
+    assert broken_groups(samples, "grpo", 3, one_prompt=False) == []
+    samples[0].group_id = -1
+    assert broken_groups(samples, "grpo", 3, one_prompt=False) == ["1 samples have no group id (-1)"]

@@ -112,8 +112,10 @@ def staleness(inv, ev) -> Verdict:
         f"rollout.max_staleness={bound})")
 
 
-def broken_groups(samples: list, estimator: str, n: int) -> list[str]:
-    """What is wrong with the group ids of `samples` (laid out group after group)."""
+def broken_groups(samples: list, estimator: str, n: int, one_prompt: bool = True) -> list[str]:
+    """What is wrong with the group ids of `samples` (laid out group after group). one_prompt=False: a
+    group may hold samples of several prompts (a custom generate function may return a list of samples
+    with prompts of their own in the prompt's group, as slime's multi-agent example does)."""
     from rlrun.data.groups import groups_of
 
     groups, seen, out = groups_of(samples), set(), []
@@ -125,7 +127,7 @@ def broken_groups(samples: list, estimator: str, n: int) -> list[str]:
         if gid in seen:
             out.append(f"group {gid} is split apart (its samples are not consecutive)")
         seen.add(gid)
-        if len({tuple(s.prompt_tokens) for s in g}) > 1:
+        if one_prompt and len({tuple(s.prompt_tokens) for s in g}) > 1:
             out.append(f"group {gid} holds samples of {len({tuple(s.prompt_tokens) for s in g})} different prompts")
         elif estimator in GROUP_ESTIMATORS and n > 1 and len(g) == 1:
             out.append(f"group {gid} has 1 sample: its {estimator} advantage is 0 (n_samples_per_prompt={n})")
@@ -135,7 +137,8 @@ def broken_groups(samples: list, estimator: str, n: int) -> list[str]:
 @check("groups", "samples", fix="a generate function or data source must return each prompt's samples together, "
        "with the group_id of the prompt they answer (docs/agents.md)")
 def groups(inv, ev) -> Verdict:
-    bad = broken_groups(ev.kept, inv.cfg.algo.advantage_estimator, inv.cfg.rollout.n_samples_per_prompt)
+    bad = broken_groups(ev.kept, inv.cfg.algo.advantage_estimator, inv.cfg.rollout.n_samples_per_prompt,
+                        one_prompt=inv.cfg.rollout.generate_fn is None)
     return float(len(bad)), None if not bad else "group ids broken: " + "; ".join(bad[:5]) + (
         f" (and {len(bad) - 5} more)" if len(bad) > 5 else "")
 
