@@ -299,6 +299,10 @@ def cmd_run(a: Args) -> int:
     _print_resume_changes(cfg, run_dir)
     if cfg.run.dry_run:
         return 0
+    if cfg.cluster.address is not None:  # before Ray is imported: it reads its auth mode then
+        from rlrun.launch.auth import join_in_token_mode
+
+        join_in_token_mode(cfg.cluster.address)
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
     from rlrun.guard.invariants import InvariantError
     from rlrun.guard.watchdog import StallError

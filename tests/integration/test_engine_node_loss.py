@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from raycluster import NO_AUTH, LocalRayCluster, env
+from raycluster import LocalRayCluster, env
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -31,27 +31,26 @@ JOB = ["train.colocate=false", "rollout.num_gpus=2", "hardware.gpus_per_node=1",
 
 def actor_nodes(c: LocalRayCluster) -> dict[str, str]:
     """repr_name -> node id of the run's alive trainer rank and engines."""
-    from ray.util.state import list_actors
+    from ray.util.state.common import ListApiOptions, StateResource
 
-    actors = list_actors(address=c.dashboard, filters=[("state", "=", "ALIVE")], detail=True,
-                         raise_on_missing_output=False)
+    actors = c.state_client().list(StateResource.ACTORS, raise_on_missing_output=False,
+                                   options=ListApiOptions(filters=[("state", "=", "ALIVE")], detail=True))
     return {a.repr_name: a.node_id for a in actors if a.repr_name.startswith(("trainer rank", "engine"))}
 
 
 def node_labels(c: LocalRayCluster) -> dict[str, str]:
     """node id -> the node's label resource (node_head, node_worker1, ...)."""
-    from ray.util.state import list_nodes
+    from ray.util.state.common import ListApiOptions, StateResource
 
-    return {n.node_id: next(k for k in n.resources_total if k.startswith("node_"))
-            for n in list_nodes(address=c.dashboard, detail=True, raise_on_missing_output=False) if n.state == "ALIVE"}
+    nodes = c.state_client().list(StateResource.NODES, options=ListApiOptions(detail=True), raise_on_missing_output=False)
+    return {n.node_id: next(k for k in n.resources_total if k.startswith("node_")) for n in nodes if n.state == "ALIVE"}
 
 
 def test_a_lost_node_with_only_an_engine_does_not_stop_the_run(tmp_path, monkeypatch):
-    for k, v in NO_AUTH.items():
-        monkeypatch.setenv(k, v)
     c = LocalRayCluster(Path(tempfile.mkdtemp(prefix="rlen", dir="/tmp")))
     try:
-        c.start_head(num_cpus=1, num_gpus=0)
+        c.start_head(num_cpus=1, num_gpus=0)  # token auth on: Ray's default when a token is found
+        monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(c.token_path))  # as c.use_token(), undone after the test
         c.wait_nodes(1)
         for _ in range(3):
             c.add_worker(num_cpus=1, num_gpus=0)

@@ -43,6 +43,17 @@ def token_source() -> tuple[str | None, str]:
     return (token, str(path)) if token else (None, searched)
 
 
+def join_in_token_mode(address: str) -> None:
+    """A driver joining a cluster (cluster.address) sends the token only with RAY_AUTH_MODE=token, and Ray
+    reads that setting when it is imported: so before `import ray`, when a token is found here and
+    RAY_AUTH_MODE is not set, the driver is put in token mode (a cluster without auth ignores the token;
+    RAY_AUTH_MODE set by the user is left as it is)."""
+    token, where = token_source()
+    if token and "RAY_AUTH_MODE" not in os.environ:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        print(f"[rlrun] joining {address} with Ray's token authentication (token from {where})", flush=True)
+
+
 def headers() -> dict[str, str]:
     """The Authorization header for Ray's HTTP APIs, or {} when no token is found here."""
     token, _ = token_source()
