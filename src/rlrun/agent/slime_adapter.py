@@ -189,6 +189,10 @@ def slime_generate(fn, cfg=None, dotted: str | None = None) -> GenerateFn:
         async def adapted(handle, sample: Sample, sampling) -> Sample | list[Sample]:
             if not base:
                 base.append(slime_args(cfg, handle, dotted))
+                # GenerateState is one per process (slime's SingletonMeta), built from the first args it
+                # sees: a new run in the same process (tests, an in-process sweep) starts from its own args
+                if hasattr(slime_compat.GenerateState, "clear_instances"):
+                    slime_compat.GenerateState.clear_instances()
             args = copy.copy(base[0])
             slime_compat.ensure_client(args)
             kw = {"evaluation": evaluation} if takes_evaluation else {}
