@@ -79,7 +79,9 @@ def test_offload_changes_no_metric(default_job, tmp_path):
     # log-probs depend on which requests shared a prefill batch (arrival timing) at ~1e-8
     # (docs/rollout.md), with or without offload, so the gap moves by ~1e-8 and the rollout KL (k3 of
     # that gap, ~gap^2 / 2) by ~1e-14; the trainer's side, and so every update, is bit-identical.
-    engine_vs_trainer = ("train/train_rollout_logp_abs_diff", "train/rollout_kl")
+    # train/train_rollout_logprob_abs_diff is slime's |old - rollout| (issue 28): the same engine side
+    engine_vs_trainer = ("train/train_rollout_logp_abs_diff", "train/train_rollout_logprob_abs_diff",
+                         "train/rollout_kl")
     # checks/logprob_mismatch is that gap again, checks/logprob_jump its ratio to its own median (of ~1e-7
     # values); checks/resume_trains counts the rollouts left (num_rollout 2 here, 4 in the default job)
     timing = ("time/", "perf/", "eval/", "reward/seconds", "checks/logprob_", "checks/resume_trains",
