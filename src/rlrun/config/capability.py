@@ -1,6 +1,7 @@
 """What rlrun's own runner cannot run yet, in configs that are valid jobs otherwise (slime runs them, and
 `rlrun plan`, `diff` and `export slime` work on them): e.g. deepseek-v3's multi-latent attention, which
-neither trainer backend builds. `rlrun validate` and `rlrun run` (and every point of a sweep) report these
+neither trainer backend builds, or a memory estimate above the GPU's (the job needs more or larger GPUs).
+`rlrun validate` and `rlrun run` (and every point of a sweep) report these
 as problems before Ray starts; `rlrun plan` prints them as notes. A check is a small function
 RunConfig -> Problems, registered with @check, so that a new limitation (or a lifted one) touches this
 file only. Pure Python: `rlrun plan` imports it."""
@@ -30,3 +31,13 @@ def family_trained(cfg: RunConfig) -> Iterator[Problem]:
                       f"{cfg.model.family} yet ({fam.why_not}); the config is a valid slime job: `rlrun plan` and "
                       f"`rlrun export slime` work on it", "run it with slime (`rlrun export slime ...`), or pick a "
                       "model whose family rlrun trains (docs/config.md, families)", cfg.model.family)
+
+
+@check
+def memory_fits(cfg: RunConfig) -> Iterator[Problem]:
+    """The plan's memory estimate surely above a GPU's memory (checks.memory_fit=stop; the rest is a warning:
+    rlrun.config.warn.memory_overflow_accepted)."""
+    from rlrun.config.memory import overflow
+
+    if cfg.checks.memory_fit == "stop" and (over := overflow(cfg)) and over[1]:
+        yield Problem("checks.memory_fit", *over[0])

@@ -135,6 +135,9 @@ class BackendKind:
     # trainer memory per parameter (rlrun.config.memory): "fp32" = fp32 weights, grads and Adam moments
     # replicated per DP rank; "distributed" = bf16 weights, fp32/bf16 grads, fp32 master + moments over DP
     memory: str = "fp32"
+    # its activation terms were checked against measured peaks (docs/benchmarks.md, "Memory"); otherwise the gate
+    # refuses a config for memory only when the rest (weights, grads, optimizer, engine) already overflows
+    activations_calibrated: bool = False
     factory: str = ""                        # "module:Class", the TrainerBackend subclass
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
@@ -155,7 +158,8 @@ BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, cr
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
-                              memory="distributed", factory="rlrun.train.megatron_backend:MegatronBackend"))
+                              memory="distributed", activations_calibrated=True,
+                              factory="rlrun.train.megatron_backend:MegatronBackend"))
 
 
 # ---- advantage estimators --------------------------------------------------------------------------------

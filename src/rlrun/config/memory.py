@@ -217,7 +217,8 @@ def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
     return f"; {' '.join(flags)} would save {_critic_copies(cfg) * saved / GiB:.1f} GiB (fp32 master weights stay)"
 
 
-def estimate(cfg: RunConfig) -> Memory:
+def estimate(cfg: RunConfig, activations: bool = True) -> Memory:
+    """activations=False: the trainer's activations and logits counted as 0 (what is exact arithmetic)."""
     pc = count_params(cfg.model)
     t, r, hw = cfg.train, cfg.rollout, cfg.hardware
     # A sequence is max prompt + response; without a prompt-length filter only the response is known.
@@ -235,7 +236,7 @@ def estimate(cfg: RunConfig) -> Memory:
         grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
-    act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))
+    act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens)) if activations else 0
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 
     kv_tok = kv_bytes_per_token(cfg)
@@ -268,3 +269,39 @@ def estimate(cfg: RunConfig) -> Memory:
         peak=peak, available=hw.memory_gib, fits=peak <= hw.memory_gib, notes=tuple(notes),
         trainer_overhead=overhead,
     )
+
+
+
+ESTIMATE_ERROR = 0.025  # megatron estimate vs measured peaks: -2.4% worst (docs/benchmarks.md, "Memory")
+
+
+def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
+    """((message, fix, peak GiB), sure) when the estimate's peak per GPU exceeds a GPU's memory, else None.
+    sure: the trainer alone overflows, by its weights, grads and optimizer state (exact arithmetic) or, where the
+    backend's activation terms are calibrated, by more than the estimate's error (ESTIMATE_ERROR). An overflow that
+    needs the engine's share is not sure: SGLang sizes its KV pool from the memory free when it starts. The gate refuses a sure overflow
+    (rlrun.config.capability.memory_fits: validate and run refuse it, plan notes it; checks.memory_fit=warn
+    makes it a warning) and warns about the rest: the
+    run would die after the GPUs are taken, as a 4B model trained on one 80 GB H100 did (docs/benchmarks.md).
+    The megatron estimate is within 2.4% of measured peaks where it was calibrated (docs/benchmarks.md, "Memory")."""
+    if cfg.hardware.vendor == "cpu":  # a CPU profile's memory_gib is a stand-in, not the machine's RAM
+        return None
+    mem = estimate(cfg)
+    if mem.fits:
+        return None
+    calibrated = BACKENDS[cfg.train.backend].activations_calibrated
+    trainer = mem.trainer_total + mem.trainer_overhead
+    sure = (calibrated and trainer > mem.available * (1 + ESTIMATE_ERROR)) or \
+        trainer - mem.trainer_activations > mem.available
+    phase = "trainer" if mem.trainer_total + mem.trainer_overhead >= mem.engine_total else "engine"
+    caveat = "" if sure else (" (with the engine's share: SGLang sizes its KV pool from the memory free at its start)"
+                              if trainer <= mem.available else f" ({cfg.train.backend} backend: its activation "
+                              "estimate is not calibrated)" if not calibrated else
+                              f" (within the estimate's {ESTIMATE_ERROR:.1%} error)")
+    return ((f"estimated peak {mem.peak:.1f} GiB per GPU exceeds the {mem.available:.1f} GiB of a {cfg.hardware.name} "
+             f"GPU (trainer {mem.trainer_total:.1f} = weights {mem.trainer_weights:.1f} + grads {mem.trainer_grads:.1f}"
+             f" + optimizer {mem.trainer_optimizer:.1f} + activations {mem.trainer_activations:.1f}; engine "
+             f"{mem.engine_total:.1f}; the {phase} dominates){caveat}: the run {'would' if sure else 'may'} run out of memory",
+             "more GPUs or TP/PP/EP, train.offload / rollout.offload when colocated, train.recompute, a smaller "
+             "train.max_tokens_per_gpu or rollout.mem_fraction_static" + lean_state_hint(cfg, mem)
+             + "; `rlrun plan` shows the breakdown; checks.memory_fit=warn runs it anyway", mem.peak), sure)

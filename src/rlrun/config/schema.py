@@ -362,6 +362,7 @@ class ChecksSection(Section):
     logprob_jump_floor: NonNegFloat
     zero_variance_max: Fraction
     truncation_corr_max: Annotated[float, Field(gt=0, le=1)]
+    memory_fit: Severity                    # the gate, before the run: the plan's memory estimate above a GPU's memory
     watchdog: WatchdogSection
 
 

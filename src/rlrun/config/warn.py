@@ -96,3 +96,14 @@ def real_weights_on_the_toy_task(cfg: RunConfig, overrides: Sequence[str]) -> It
                       f"(data={cfg.data.name}: the {cfg.data.toy_task} digit task, reward {cfg.data.rm_type}, up to "
                       f"{cfg.rollout.max_response_len} response tokens)", "for a real task: data=dapo-math-17k data.prompt_data=/path/to/dapo-math-17k.jsonl,"
                       " or your own JSONL (docs/data.md)", None)
+
+
+@warning
+def memory_overflow_accepted(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
+    """A memory estimate above a GPU's memory that the gate does not refuse (capability.memory_fits): checks.memory_fit=warn,
+    or an overflow that rests on an uncalibrated activation estimate."""
+    from rlrun.config.memory import overflow
+
+    over = overflow(cfg) if cfg.checks.memory_fit != "off" else None
+    if over and (cfg.checks.memory_fit == "warn" or not over[1]):
+        yield Problem("checks.memory_fit", *over[0])

@@ -21,7 +21,7 @@ import yaml
 from rlrun.interop.bash_script import ScriptError, read_script
 from rlrun.interop.slime_decode import NO_MODEL, Occ, decode, parse_args
 from rlrun.interop.slime_values import get_path, same
-from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
+from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups, vendor_of
 from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED, ROWS, SECRET_FLAGS
 
 # What a slime script implies without a flag: slime trains with Megatron and generates with SGLang.
@@ -124,6 +124,11 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     name = name or experiment_name(script_path)
     with Composer(config_dir) as composer:
         choices = choose_groups(composer, values, env, dirs, forced or {})
+        if "hardware" not in (forced or {}):
+            values["checks.memory_fit"] = "warn"
+            decoded.notes.append(f"the script does not name its GPU: hardware={choices['hardware'].option} is the "
+                                 f"closest profile for a {vendor_of(env)} machine, so the memory estimate warns instead "
+                                 "of refusing (checks.memory_fit=warn); pass --hardware NAME to check it")
         base = composer.compose([f"{g}={c.option}" for g, c in choices.items()]).raw
     _fill_eval_rm_type(values, base)
     flat = {p: v for p, v in values.items() if not same(get_path(base, p), v)}
