@@ -96,10 +96,14 @@ class SGLangEngineActor:
             dp = cfg.rollout.sglang.get("dp_size", 1)
             dist_init_addr = pick_dist_init_addr(self.node_ip, dp if isinstance(dp, int) else 1)
         self.dist_init_addr = dist_init_addr
+        self.name = f"engine {rank}" + (f" node {node_rank}" if nnodes > 1 else "")
         # launcher: tests pass a stand-in server that accepts SGLang's flags
         self.engine = SGLangEngine.from_config(cfg, rank, gpus, log_dir, env=env, model_path=model_path,
                                                launcher=launcher, nnodes=nnodes, node_rank=node_rank,
                                                dist_init_addr=dist_init_addr)
+
+    def __repr__(self) -> str:  # Ray shows it as the actor's repr_name (dashboard, ray.util.state)
+        return self.name
 
     def info(self) -> dict:
         """Where this part runs and what it runs: node, dist_init_addr, url, argv and the server's pid."""
