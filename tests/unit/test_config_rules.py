@@ -110,3 +110,42 @@ def test_toy_task_names_match_the_packaged_tasks_and_are_refused_with_real_data(
         load(["data.toy_task=reverse", "data.prompt_data=/data/x.jsonl"])
     assert [p.path for p in e.value.problems] == ["data.toy_task"]
     assert load(["data.toy_task=reverse"]).data.toy_task == "reverse"
+
+
+# ---- engines wider than a node (SGLang --nnodes) ---------------------------------------------------------------
+def _problems(overrides):
+    with pytest.raises(ConfigError) as e:
+        load(overrides)
+    return {p.path: p for p in e.value.problems}
+
+
+def test_an_engine_of_12_gpus_on_nodes_of_8_names_the_whole_node_widths():
+    p = _problems(["hardware=h100", "model=qwen3-0.6b", "train.num_nodes=3", "cluster.num_nodes=3",
+                   "rollout.gpus_per_engine=12", "rollout.rollout_batch_size=48"])
+    assert list(p) == ["rollout.gpus_per_engine"]
+    assert "not a whole number of nodes" in p["rollout.gpus_per_engine"].message
+    assert p["rollout.gpus_per_engine"].fix == "set rollout.gpus_per_engine <= 8 or to a multiple of it (8 or 16)"
+
+
+def test_a_colocated_engine_over_trainer_nodes_of_uneven_share_is_refused():
+    # trainer nodes of 6 GPUs (hardware nodes of 8): an engine of 8 would take 6 + 2
+    p = _problems(["hardware=h100", "model=qwen3-0.6b", "train.num_nodes=4", "cluster.num_nodes=4",
+                   "train.gpus_per_node=6", "rollout.gpus_per_engine=8", "rollout.rollout_batch_size=48"])
+    assert list(p) == ["rollout.gpus_per_engine"]
+    assert "divides 6 or is a multiple of it" in p["rollout.gpus_per_engine"].fix
+
+
+def test_colocated_tensor_push_to_an_engine_over_nodes_names_the_missing_feature():
+    p = _problems(["hardware=h100", "model=qwen3-0.6b", "train.num_nodes=2", "cluster.num_nodes=2",
+                   "rollout.gpus_per_engine=16", "rollout.weight_sync=tensor"])
+    assert list(p) == ["rollout.weight_sync"]
+    assert "colocated engines spanning nodes need the feature rlrun lacks" in p["rollout.weight_sync"].message
+    assert p["rollout.weight_sync"].fix.startswith("set rollout.weight_sync=disk")
+
+
+def test_rlrun_sets_the_multi_node_server_args_itself():
+    p = _problems(["hardware=h100", "model=qwen3-0.6b", "+rollout.sglang.nnodes=2", "+rollout.sglang.node_rank=0",
+                   "+rollout.sglang.dist_init_addr='10.0.0.1:5000'"])
+    assert set(p) == {"rollout.sglang.nnodes", "rollout.sglang.node_rank", "rollout.sglang.dist_init_addr"}
+    assert p["rollout.sglang.nnodes"].fix == ("remove rollout.sglang.nnodes and set rollout.gpus_per_engine / "
+                                             "hardware.gpus_per_node instead")

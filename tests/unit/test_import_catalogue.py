@@ -90,6 +90,19 @@ def test_disaggregated_cluster_holds_trainer_and_rollout_gpus(tmp_path, capsys):
     assert (doc["cluster"]["num_nodes"], doc["train"]["colocate"], doc["rollout"]["num_gpus"]) == (2, False, 8)
 
 
+def test_an_engine_of_16_gpus_on_nodes_of_8_spans_two_whole_nodes(tmp_path, capsys):
+    """slime's --rollout-num-gpus-per-engine 16 with --num-gpus-per-node 8: one engine on 2 nodes (nnodes 2)."""
+    from rlrun.config.plan import make_plan
+
+    doc, _ = imported_yaml("valid_engine_over_two_nodes", tmp_path, capsys)
+    cfg = load(["experiment=valid_engine_over_two_nodes"], config_dir=tmp_path / "conf")
+    assert (doc["rollout"]["gpus_per_engine"], cfg.hardware.gpus_per_node) == (16, 8)
+    assert doc["cluster"]["num_nodes"] == 3  # 8 trainer GPUs on node 0, the engine on nodes 1 and 2
+    plan = make_plan(cfg)
+    assert (plan.num_engines, plan.nodes_per_engine, plan.num_nodes) == (1, 2, 3)
+    assert sorted({(s.node, s.gpu) for s in plan.engine_slots(0)}) == [(n, g) for n in (1, 2) for g in range(8)]
+
+
 def test_sequence_parallel_at_tp1_is_dropped_as_megatron_does(tmp_path, capsys):
     _, err = imported_yaml("valid_tp1_sequence_parallel", tmp_path, capsys)
     p = load(["experiment=valid_tp1_sequence_parallel"], config_dir=tmp_path / "conf").parallelism

@@ -65,6 +65,36 @@ def test_disaggregated_engines_fill_free_gpus_without_straddling():
     assert [(s.node, s.gpu) for s in plan.engine_slots(1)] == [(1, 0), (1, 1), (1, 2), (1, 3)]
 
 
+def test_an_engine_wider_than_a_node_takes_whole_free_nodes():
+    # trainer: 8 GPUs of node 0 (and 4 of node 1 would be free for narrow engines, but an engine of 16 on
+    # nodes of 8 takes 2 whole nodes after the trainer's last node): engines on nodes 1-2 and 3-4
+    plan = make_plan(load(["hardware=h100", "model=qwen3-0.6b", "train.colocate=false", "rollout.num_gpus=32",
+                           "rollout.gpus_per_engine=16", "cluster.num_nodes=5"]))
+    assert (plan.num_engines, plan.nodes_per_engine, plan.num_nodes) == (2, 2, 5)
+    assert plan.engine_slots(0) == [Slot(n, g, "engine", 0) for n in (1, 2) for g in range(8)]
+    assert plan.engine_slots(1) == [Slot(n, g, "engine", 1) for n in (3, 4) for g in range(8)]
+    # a trainer of 4 GPUs leaves node 0 half free: the wide engine still starts on node 1
+    plan = make_plan(load(["hardware=h100", "model=qwen3-0.6b", "train.colocate=false", "train.gpus_per_node=4",
+                           "rollout.num_gpus=16", "rollout.gpus_per_engine=16", "cluster.num_nodes=3"]))
+    assert {s.node for s in plan.engine_slots(0)} == {1, 2} and plan.nodes_per_engine == 2
+
+
+def test_a_colocated_engine_wider_than_a_node_spans_whole_trainer_nodes():
+    plan = make_plan(load(["hardware=h100", "model=qwen3-0.6b", "train.num_nodes=4", "cluster.num_nodes=4",
+                           "rollout.gpus_per_engine=16"]))
+    assert (plan.num_engines, plan.nodes_per_engine, plan.weight_sync) == (2, 2, "disk")  # auto: no IPC across nodes
+    assert [(s.node, s.gpu) for s in plan.engine_slots(1)] == [(n, g) for n in (2, 3) for g in range(8)]
+    assert make_plan(load(["hardware=h100", "model=qwen3-0.6b"])).nodes_per_engine == 1
+
+
+def test_plan_prints_the_nodes_an_engine_spans(capsys):
+    from rlrun.cli import main
+
+    assert main(["plan", "hardware=h100", "model=qwen3-0.6b", "train.num_nodes=2", "cluster.num_nodes=2",
+                 "rollout.gpus_per_engine=16"]) == 0
+    assert "rollout: 1 engine(s) x 16 GPU(s) on 2 nodes each (one server process per node)" in capsys.readouterr().out
+
+
 def test_moe_params_per_gpu_split_experts_over_ep():
     plan = make_plan(load(["model=qwen3-30b-a3b", "hardware=h200"]))  # TP 4, EP 8
     assert round(plan.params_total / 1e9, 1) == 30.5 and round(plan.params_active / 1e9, 1) == 3.4

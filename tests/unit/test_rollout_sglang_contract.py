@@ -126,3 +126,26 @@ def test_store_true_false_is_omitted_and_lists_expand():
     assert to_argv({"disable_radix_cache": False, "log_level": None}) == []
     argv = to_argv({"cuda_graph_bs": [1, 2, 4]})
     assert argv == ["--cuda-graph-bs", "1", "2", "4"]
+
+
+def test_each_node_of_an_engine_over_two_nodes_gets_its_node_rank_and_node_0s_address():
+    """An engine of 16 GPUs on nodes of 8: two `sglang.launch_server` processes, one per node, both TP 16 with the
+    same seed, each on its node's GPUs 0-7 (--base-gpu-id 0), told the node count, its rank and node 0's
+    host:port (slime's _compute_server_args gives the same nnodes / node_rank / dist_init_addr). Expected argv by
+    hand: h100 defaults mem_fraction_static 0.7 and offload on (--enable-memory-saver), qwen3-0.6b's context 40960."""
+    cfg = load(["hardware=h100", "model=qwen3-0.6b", "checkpoint.hf=/ckpt/qwen3-0.6b", "train.num_nodes=2",
+                "cluster.num_nodes=2", "rollout.gpus_per_engine=16"])
+    common = ["--model-path", "/ckpt/qwen3-0.6b", "--host", "127.0.0.1"]
+    tail = ["--tp-size", "16", "--base-gpu-id", "0", "--mem-fraction-static", "0.7", "--context-length", "40960",
+            "--random-seed", "1234", "--nnodes", "2"]
+    for node_rank, port in ((0, 31000), (1, 32000)):
+        slot = EngineSlot(rank=0, base_gpu_id=0, port=port, nccl_port=port + 1, nnodes=2, node_rank=node_rank,
+                          dist_init_addr="10.0.0.1:40000")
+        assert to_argv(server_args(cfg, slot)) == [
+            *common, "--port", str(port), "--nccl-port", str(port + 1), *tail,
+            "--node-rank", str(node_rank), "--dist-init-addr", "10.0.0.1:40000", "--enable-memory-saver"]
+    # an engine on one node gets none of the three flags
+    one = to_argv(server_args(cfg, EngineSlot(rank=0, base_gpu_id=0, port=31000, nccl_port=31001)))
+    assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(one)
+    with pytest.raises(ValueError, match="spans 2 nodes but has no dist_init_addr"):
+        server_args(cfg, EngineSlot(rank=0, base_gpu_id=0, port=31000, nccl_port=31001, nnodes=2, node_rank=1))

@@ -9,6 +9,8 @@
 # streamed to $OUT/ITEM.log; a summary line per item in $OUT/results.md):
 #   tests      tests/gpu/test_sglang_engine.py: every SGLang endpoint rlrun uses, through rlrun's launch
 #              code and the real router (one server start + one restart)                   ~250 s
+#   twonode    tests/gpu/test_sglang_two_node_engine.py: one engine as two SGLang processes (--nnodes 2,
+#              TP 2 over 2 GPUs of one host; needs kind nvidia-h100-x2)                          ~250 s
 #   learn      `rlrun experiment=copy-grpo-h100`: Megatron + SGLang colocated, 150 GRPO steps on the
 #              3-digit copy task; the reward curve and per-phase times                       ~300 s
 #   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
@@ -57,6 +59,7 @@ PY
 for item in $ITEMS; do
   case $item in
     tests) run tests 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_engine.py ;;
+    twonode) run twonode 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_two_node_engine.py ;;
     learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100
            tail -c 3000 "$OUT/learn.log" | grep -i -E "error|traceback" && tail -40 "$OUT/learn.log" ;;

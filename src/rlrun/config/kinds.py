@@ -92,6 +92,8 @@ class EngineKind:
     # rollout.weight_sync transports the engine accepts (auto picks among them: rlrun.config.plan.weight_sync)
     weight_sync: tuple[str, ...] = TRANSPORTS
     max_gpus_per_engine: int | None = None   # None: any rollout.gpus_per_engine (tensor parallel engines)
+    # one engine may span several nodes (one server process per node: SGLang's --nnodes/--node-rank)
+    multi_node: bool = False
     server_args: bool = False                # reads rollout.sglang (SGLang ServerArgs); else they are refused
     server_args_check: str = ""              # "module:function"(args dict) -> Problems, run by rlrun validate
     # the engine answers a checksum of the weights it holds (a push is verified against the trainer's);
@@ -113,7 +115,7 @@ class EngineKind:
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
 ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True,
                             memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
-ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True,
+ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
                             server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
                             memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
 

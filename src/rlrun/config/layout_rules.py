@@ -107,19 +107,35 @@ def gpus_and_nodes(cfg: RunConfig) -> Iterator[Problem]:
                       f"{r.gpus_per_engine}", f"use a multiple of {r.gpus_per_engine} rollout GPUs or a "
                       f"gpus_per_engine in {_divisors(r.num_gpus)}", r.num_gpus)
         return
-    if r.gpus_per_engine > hw.gpus_per_node:
-        yield Problem("rollout.gpus_per_engine", f"an engine of {r.gpus_per_engine} GPUs cannot fit in one "
-                      f"{hw.name} node of {hw.gpus_per_node}", f"set rollout.gpus_per_engine <= {hw.gpus_per_node}",
-                      r.gpus_per_engine)
-        return
+    g = r.gpus_per_engine
+    if g > hw.gpus_per_node:
+        # An engine wider than a node runs as one SGLang process per node (--nnodes k --node-rank i,
+        # tp_size / k GPUs each: slime's _compute_server_args, nnodes = gpus_per_engine // num_gpus_per_node),
+        # so it must take whole nodes.
+        if g % hw.gpus_per_node:
+            yield Problem("rollout.gpus_per_engine", f"an engine of {g} GPUs is wider than a {hw.name} node of "
+                          f"{hw.gpus_per_node} GPUs but not a whole number of nodes: an engine spanning nodes runs "
+                          f"one SGLang process per node, each on the same number of GPUs",
+                          f"set rollout.gpus_per_engine <= {hw.gpus_per_node} or to a multiple of it "
+                          f"({hw.gpus_per_node * (g // hw.gpus_per_node)} or {hw.gpus_per_node * (g // hw.gpus_per_node + 1)})",
+                          g)
+            return
+        if ENGINES[r.engine].max_gpus_per_engine is not None:
+            return  # one-device engines: rollout_engine reports gpus_per_engine
+        if not ENGINES[r.engine].multi_node:
+            multi = [e for e, spec in ENGINES.items() if spec.multi_node]
+            yield Problem("rollout.gpus_per_engine", f"an engine of {g} GPUs spans {g // hw.gpus_per_node} nodes, "
+                          f"but the {r.engine} engine runs on one node", f"set rollout.gpus_per_engine <= "
+                          f"{hw.gpus_per_node} or rollout.engine={' or '.join(multi)}", g)
+            return
     if t.colocate:
         if r.num_gpus != t.num_gpus:
             yield Problem("rollout.num_gpus", f"colocated engines use the trainer's {t.num_gpus} GPUs, got "
                           f"{r.num_gpus}", "set rollout.num_gpus=null (derived) or train.colocate=false", r.num_gpus)
-        elif t.gpus_per_node % r.gpus_per_engine:
-            yield Problem("rollout.gpus_per_engine", f"colocated engines of {r.gpus_per_engine} GPUs would straddle "
-                          f"nodes of {t.gpus_per_node} trainer GPUs", f"use a gpus_per_engine that divides "
-                          f"{t.gpus_per_node}", r.gpus_per_engine)
+        elif (t.gpus_per_node % g) if g <= t.gpus_per_node else (g % t.gpus_per_node):
+            yield Problem("rollout.gpus_per_engine", f"colocated engines of {g} GPUs would straddle "
+                          f"nodes of {t.gpus_per_node} trainer GPUs unevenly", f"use a gpus_per_engine that divides "
+                          f"{t.gpus_per_node} or is a multiple of it (an engine of whole trainer nodes)", g)
             return
     if t.num_nodes > cfg.cluster.num_nodes:
         yield Problem("cluster.num_nodes", f"the trainer needs {t.num_nodes} nodes, the cluster has "

@@ -48,6 +48,7 @@ class Plan:
     rollout_gpus: int
     num_engines: int
     gpus_per_engine: int
+    nodes_per_engine: int      # nodes one engine spans: one SGLang process per node (--nnodes), 1 when it fits a node
     prompts_per_rollout: int
     samples_per_rollout: int
     steps_per_rollout: int
@@ -89,15 +90,23 @@ def trainer_slots(cfg: RunConfig) -> list[Slot]:
 
 
 def engine_slots(cfg: RunConfig) -> list[Slot]:
-    """Colocated: engine e shares the GPUs of trainer ranks [e*g, (e+1)*g). Disaggregated: engines fill
-    the GPUs the trainer leaves free, node by node (hardware.gpus_per_node, not an assumed 8: slime's
-    gap), never splitting an engine across nodes."""
+    """Colocated: engine e shares the GPUs of trainer ranks [e*g, (e+1)*g) (an engine wider than a trainer
+    node spans g / train.gpus_per_node whole trainer nodes). Disaggregated: engines fill the GPUs the trainer
+    leaves free, node by node (hardware.gpus_per_node, not an assumed 8: slime's gap), never splitting an
+    engine that fits a node across nodes; an engine wider than a node takes g / gpus_per_node whole free nodes
+    (SGLang runs it as one process per node with --nnodes, as slime does)."""
     g = cfg.rollout.gpus_per_engine
     if cfg.train.colocate:
         return [Slot(s.node, s.gpu, "engine", s.rank // g) for s in trainer_slots(cfg)[: cfg.rollout.num_gpus]]
     per_node = cfg.hardware.gpus_per_node
     used = {(s.node, s.gpu) for s in trainer_slots(cfg)}
     slots, node, gpu = [], 0, 0
+    if g > per_node:  # whole nodes, after the last node the trainer touches
+        node = max((n for n, _ in used), default=-1) + 1
+        for engine in range(cfg.rollout.num_engines):
+            slots += [Slot(node + i // per_node, i % per_node, "engine", engine) for i in range(g)]
+            node += g // per_node
+        return slots
     for engine in range(cfg.rollout.num_engines):
         while True:
             block = [(node, gpu + i) for i in range(g)]
@@ -109,6 +118,11 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
         slots += [Slot(n, k, "engine", engine) for n, k in block]
         gpu += g
     return slots
+
+
+def nodes_per_engine(slots: list[Slot]) -> int:
+    """How many nodes engine 0 spans (every engine spans as many: the layout rules see to it)."""
+    return len({s.node for s in slots if s.role == "engine" and s.rank == 0}) or 1
 
 
 def weight_sync(cfg: RunConfig) -> str:
@@ -177,6 +191,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
         trainer_gpus=world, rollout_gpus=r.num_gpus, num_engines=r.num_engines, gpus_per_engine=r.gpus_per_engine,
+        nodes_per_engine=nodes_per_engine(placement),
         prompts_per_rollout=r.rollout_batch_size, samples_per_rollout=samples,
         steps_per_rollout=t.num_steps_per_rollout, global_batch_size=t.global_batch_size,
         samples_per_dp_rank=per_rank, micro_batches_per_step=micro,

@@ -15,7 +15,9 @@ def summary_lines(plan: Plan) -> list[str]:
         f"GPUs: {plan.trainer_gpus} trainer + {plan.rollout_gpus} rollout ({mode}) on {plan.num_nodes} node(s) "
         f"of {plan.gpus_per_node}",
         f"trainer: world {plan.world_size} = TP {plan.tp} x PP {plan.pp} x CP {plan.cp} x DP {plan.dp} (EP {plan.ep})",
-        f"rollout: {plan.num_engines} engine(s) x {plan.gpus_per_engine} GPU(s); weight sync: {plan.weight_sync} "
+        f"rollout: {plan.num_engines} engine(s) x {plan.gpus_per_engine} GPU(s)"
+        + (f" on {plan.nodes_per_engine} nodes each (one server process per node)" if plan.nodes_per_engine > 1 else "")
+        + f"; weight sync: {plan.weight_sync} "
         f"(buckets of {plan.weight_sync_bucket_mb} MB)",
         f"batch: {plan.prompts_per_rollout} prompts x {n} samples = {plan.samples_per_rollout} = "
         f"{plan.global_batch_size} x {plan.steps_per_rollout} (global batch x optimizer steps per rollout)",

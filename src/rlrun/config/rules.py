@@ -320,8 +320,12 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
                       "set rollout.weight_sync=distributed (or auto), or train.colocate=true",
                       r.weight_sync)
     elif r.weight_sync == "tensor" and t.num_nodes > 1:
+        spans = r.gpus_per_engine > t.gpus_per_node
         yield Problem("rollout.weight_sync", f"weight_sync=tensor is pushed by trainer rank 0 to every engine through "
-                      f"CUDA IPC, which does not cross nodes, but train.num_nodes={t.num_nodes}",
+                      f"CUDA IPC, which does not cross nodes, but train.num_nodes={t.num_nodes}"
+                      + ("; colocated engines spanning nodes need the feature rlrun lacks: slime gathers each "
+                         "engine's per-GPU CUDA-IPC payloads from the trainer ranks on that engine's GPUs, on every "
+                         "node (update_weight_from_tensor.py, _send_to_colocated_engine)" if spans else ""),
                       "set rollout.weight_sync=disk (a run dir on a shared filesystem) or use one node", r.weight_sync)
     if r.weight_sync == "distributed" and t.colocate and cfg.hardware.vendor != "cpu":
         yield Problem("rollout.weight_sync", "weight_sync=distributed broadcasts over NCCL from trainer rank 0, and "

@@ -78,12 +78,16 @@ def start_engines(cfg, plan, placement: Placement, env: dict[str, str], model_di
     return resolve(ENGINES[cfg.rollout.engine].factory)(cfg, plan, placement, env, model_dir, log_dir)
 
 
-def start_sglang_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
-    from rlrun.rollout.sglang_engine import RaySGLangEngine
+def start_sglang_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str,
+                         launcher: tuple[str, ...] | None = None):
+    """launcher: `python -m sglang.launch_server` unless a test passes a stand-in server."""
+    from rlrun.rollout.sglang_engine import LAUNCHER, RaySGLangEngine
 
     def make_sglang(i: int) -> RaySGLangEngine:
-        return RaySGLangEngine(cfg, i, placement.gpu_ids("engine", i), placement.options("engine", i),
-                               runtime_env(env), log_dir, model_path=model_dir)
+        parts = placement.engine_parts(i)  # one per node: an engine spanning nodes is a server per node
+        return RaySGLangEngine(cfg, i, [[b.gpu_id for b in p if b.gpu_id is not None] for p in parts],
+                               [placement.part_options(p) for p in parts], runtime_env(env), log_dir,
+                               model_path=model_dir, launcher=launcher or LAUNCHER)
 
     return [make_sglang(i) for i in range(plan.num_engines)], make_sglang
 

@@ -8,7 +8,8 @@ Plan.placement names (node, gpu) slots; Ray names bundles. The mapping is:
 4. plan node i is matched to a Ray node holding exactly as many bundles (the plan's own order
    when it fits), plan gpu j to the j-th bundle of that node (on the cpu profile too, when Ray
    spread the bundles that way; otherwise cpu plan slots are laid over the bundles in order). An engine's TP group lies on one
-   plan node, so it lies on one Ray node.
+   plan node, so it lies on one Ray node; an engine wider than a node lies on k whole plan nodes, hence on k
+   distinct Ray nodes, and engine_parts() gives its bundles grouped per node (one SGLang process each).
 Actors then ask a fraction of their bundle (trainer 0.4, engine 0.2) so both fit in colocate mode.
 """
 from __future__ import annotations
@@ -114,19 +115,32 @@ class Placement:
 
     # -- what actors need -------------------------------------------------------------------
     def bundle_of(self, role: str, rank: int) -> list[Bundle]:
-        """Bundles of a trainer rank (one) or an engine (gpus_per_engine, same node)."""
+        """Bundles of a trainer rank (one) or an engine (gpus_per_engine; on one node unless it spans nodes)."""
         slots = sorted((s.node, s.gpu) for s in self.plan.placement if s.role == role and s.rank == rank)
         if not slots:
             raise KeyError(f"plan has no {role} with rank {rank}")
         return [self._bundle_for_slot[slot] for slot in slots]
 
-    def options(self, role: str, rank: int) -> dict:
-        """`ActorClass.options(**...)` for a trainer rank or an engine: bundle + resource share."""
-        first = self.bundle_of(role, rank)[0]
+    def engine_parts(self, engine: int) -> list[list[Bundle]]:
+        """The engine's bundles grouped per node, node 0 of the engine first (the plan's node order): one
+        group for an engine that fits a node, k for an engine spanning k nodes."""
+        parts: dict[int, list[Bundle]] = defaultdict(list)
+        for node, gpu in sorted((s.node, s.gpu) for s in self.plan.placement if s.role == "engine" and s.rank == engine):
+            parts[node].append(self._bundle_for_slot[(node, gpu)])
+        if not parts:
+            raise KeyError(f"plan has no engine with rank {engine}")
+        return [parts[n] for n in sorted(parts)]
+
+    def part_options(self, bundles: list[Bundle], role: str = "engine") -> dict:
+        """`ActorClass.options(**...)` for the actor owning `bundles` (one node's part of an engine)."""
         frac = TRAINER_FRACTION if role == "trainer" else ENGINE_FRACTION
         res = {"num_cpus": frac, "num_gpus": frac if self.gpu else 0}
         return dict(res, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=first.index))
+            placement_group=self.pg, placement_group_bundle_index=bundles[0].index))
+
+    def options(self, role: str, rank: int) -> dict:
+        """`ActorClass.options(**...)` for a trainer rank or an engine: bundle + resource share."""
+        return self.part_options(self.bundle_of(role, rank)[:1], role)
 
     def gpu_ids(self, role: str, rank: int) -> list[int]:
         """Physical GPU ids (as Ray numbers them on that node) for a trainer rank or an engine."""

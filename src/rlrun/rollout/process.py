@@ -31,6 +31,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_port_range(n: int, host: str = "127.0.0.1", tries: int = 50) -> int:
+    """The first of n consecutive ports that are all free on host now (a server that derives its other ports
+    from one base, as SGLang does from --dist-init-addr, needs them all). Raises after `tries` bases."""
+    for _ in range(tries):
+        base = free_port(host)
+        if base + n > 65535:
+            continue
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports on {host} after {tries} tries")
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG

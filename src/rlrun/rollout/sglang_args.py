@@ -23,6 +23,8 @@ TYPED_FIELDS = {
     "enable_memory_saver": "rollout.offload", "host": "rollout.router.host",
     "port": "(chosen by rlrun per engine)", "nccl_port": "(chosen by rlrun per engine)",
     "base_gpu_id": "(from the placement plan)", "dist_init_addr": "(chosen by rlrun per engine)",
+    # an engine wider than a node: one process per node (rlrun.rollout.sglang_engine.RaySGLangEngine)
+    "nnodes": "rollout.gpus_per_engine / hardware.gpus_per_node", "node_rank": "(one per node of the engine)",
 }
 
 
@@ -85,12 +87,16 @@ def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") 
 
 @dataclass(frozen=True)
 class EngineSlot:
-    """Where one engine runs: its rank, first GPU (CUDA index on the node) and ports."""
+    """Where one engine (or, for an engine spanning nodes, its part on one node) runs: its rank, first GPU
+    (CUDA index on the node) and ports; nnodes > 1: this part's node_rank and node 0's host:port."""
 
     rank: int
     base_gpu_id: int
     port: int
     nccl_port: int
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
 
 
 def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[str, Any]:
@@ -116,6 +122,10 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
         "context_length": r.context_length,
         "random_seed": cfg.run.seed + slot.rank,  # as slime: distinct sampling streams per engine
     }
+    if slot.nnodes > 1:  # every node of the engine runs tp_size / nnodes of its TP ranks (SGLang's --nnodes)
+        if slot.dist_init_addr is None:
+            raise ValueError(f"engine {slot.rank} spans {slot.nnodes} nodes but has no dist_init_addr (node 0's host:port)")
+        args.update(nnodes=slot.nnodes, node_rank=slot.node_rank, dist_init_addr=slot.dist_init_addr)
     if r.offload:
         args["enable_memory_saver"] = True  # needed for /release_memory_occupation to free memory
     args.update(r.sglang)
