@@ -82,7 +82,9 @@ def test_each_node_gets_its_rank_and_node_0s_address(result):
         argv = part["argv"][2:]  # after the launcher (python, stand-in)
         assert (flag(argv, "--nnodes"), flag(argv, "--node-rank"), flag(argv, "--dist-init-addr")) == ("2", str(rank), addr)
         assert (flag(argv, "--tp-size"), flag(argv, "--base-gpu-id")) == ("4", "0")
-        assert part["url"] == f"http://127.0.0.1:{flag(argv, '--port')}"
+        # bound to its node's address (the router on the driver's node must reach it), not rollout.router.host
+        assert part["url"] == f"http://{part['node_ip']}:{flag(argv, '--port')}" == f"http://{flag(argv, '--host')}:" \
+            f"{flag(argv, '--port')}"
     # the servers received exactly what rlrun built (first engine and its restart: 4 processes)
     built = [p["argv"][2:] for p in result["first"] + result["second"]]
     assert sorted(map(json.dumps, result["logged"])) == sorted(map(json.dumps, built))

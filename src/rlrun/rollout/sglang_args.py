@@ -97,6 +97,7 @@ class EngineSlot:
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str | None = None
+    host: str | None = None  # where the server binds and is reached (its node's IP); None: rollout.router.host
 
 
 def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[str, Any]:
@@ -113,7 +114,7 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
                          "init is only available with rollout.engine=hf")
     args = {
         "model_path": model_path,
-        "host": r.router.host,
+        "host": slot.host or r.router.host,
         "port": slot.port,
         "nccl_port": slot.nccl_port,
         "tp_size": r.gpus_per_engine,

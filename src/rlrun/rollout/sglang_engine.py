@@ -41,7 +41,7 @@ def engine_slot(rank: int, gpus: list[int], host: str = "127.0.0.1", *, nnodes: 
     """gpus: the engine's GPU ids on this node, from Plan.placement (role 'engine', rank = engine id);
     nnodes > 1: this node's part of an engine spanning nnodes nodes."""
     return EngineSlot(rank=rank, base_gpu_id=min(gpus), port=free_port(host), nccl_port=free_port(host),
-                      nnodes=nnodes, node_rank=node_rank, dist_init_addr=dist_init_addr)
+                      nnodes=nnodes, node_rank=node_rank, dist_init_addr=dist_init_addr, host=host)
 
 
 def pick_dist_init_addr(node_ip: str, dp_size: int = 1) -> str:
@@ -62,8 +62,10 @@ class SGLangEngine:
     @classmethod
     def from_config(cls, cfg, rank: int, gpus: list[int], log_dir: str | Path, env: dict | None = None,
                     model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER, *, nnodes: int = 1,
-                    node_rank: int = 0, dist_init_addr: str | None = None) -> "SGLangEngine":
-        slot = engine_slot(rank, gpus, cfg.rollout.router.host, nnodes=nnodes, node_rank=node_rank,
+                    node_rank: int = 0, dist_init_addr: str | None = None, host: str | None = None) -> "SGLangEngine":
+        """host: where the server binds and is reached (a Ray actor passes its node's IP, so that the router on
+        another node reaches it); None: rollout.router.host, for an engine on the driver's machine."""
+        slot = engine_slot(rank, gpus, host or cfg.rollout.router.host, nnodes=nnodes, node_rank=node_rank,
                            dist_init_addr=dist_init_addr)
         return cls(server_args(cfg, slot, model_path), log_dir=log_dir, env=env, launcher=launcher)
 
@@ -100,7 +102,7 @@ class SGLangEngineActor:
         # launcher: tests pass a stand-in server that accepts SGLang's flags
         self.engine = SGLangEngine.from_config(cfg, rank, gpus, log_dir, env=env, model_path=model_path,
                                                launcher=launcher, nnodes=nnodes, node_rank=node_rank,
-                                               dist_init_addr=dist_init_addr)
+                                               dist_init_addr=dist_init_addr, host=self.node_ip)
 
     def __repr__(self) -> str:  # Ray shows it as the actor's repr_name (dashboard, ray.util.state)
         return self.name
