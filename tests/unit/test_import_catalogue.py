@@ -4,6 +4,9 @@ seed recipe (base/seed-args.sh + base/launch.sh) with one defect, or a valid con
 
 A script's header says what must happen (`# expect: ...`):
   import FLAG       the import refuses the script (exit 2) naming FLAG, and writes nothing
+  slime KEY         slime/Megatron would stop on the script where rlrun's config cannot say so (a flag slime needs
+                    is absent, a KL loss without --ref-load, ...: rlrun.interop.slime_checks): the import refuses it
+                    (exit 2, nothing written, --allow-unknown or not), naming KEY and the flag behind it
   validate KEY      the import writes the experiment; validate exits 2 and every problem names KEY (the key of
                     the flag the user set: no follow-on problem on a key the import derived)
   valid             both exit 0
@@ -26,7 +29,7 @@ SCRIPTS = sorted(CATALOGUE.glob("*.sh"))
 
 
 def expectation(script: Path) -> tuple[str, str | None]:
-    m = re.search(r"^# expect: (import|validate|valid)\b ?(\S+)?", script.read_text(), re.M)
+    m = re.search(r"^# expect: (import|slime|validate|valid)\b ?(\S+)?", script.read_text(), re.M)
     assert m, f"{script.name}: no `# expect:` line"
     return m.group(1), m.group(2)
 
@@ -49,6 +52,7 @@ def import_and_validate(script: Path, conf: Path, capsys):
 def test_catalogue_has_both_kinds():
     kinds = [expectation(s)[0] for s in SCRIPTS]
     assert kinds.count("import") >= 2 and kinds.count("validate") >= 10 and kinds.count("valid") >= 5
+    assert kinds.count("slime") >= 5
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
@@ -59,6 +63,14 @@ def test_slime_script_catalogue(script, tmp_path, capsys):
         assert irc == 2 and not target.exists(), ierr
         assert f"{name} " in ierr and "did you mean" in ierr and "--allow-unknown" in ierr
         return
+    if kind == "slime":
+        assert irc == 2 and not target.exists(), ierr
+        named = re.findall(r"^    (\S+) \((.+?)\): .*$", ierr.split("slime would not run this script")[1], re.M)
+        assert named and {key for key, _ in named} == {name} and all(f.startswith("--") for _, f in named), ierr
+        assert "    fix: " in ierr and "nothing written: slime would not run" in ierr
+        again = run_cli(["import", "slime", str(script), "--out", str(target), "--allow-unknown"], capsys)
+        assert again[0] == 2 and not target.exists()
+        return
     assert validated is not None, ierr
     vrc, vout, verr = validated
     if kind == "valid":
@@ -68,8 +80,8 @@ def test_slime_script_catalogue(script, tmp_path, capsys):
     problems = json.loads(vout)["problems"]
     assert {p["path"] for p in problems} == {name}, problems
     assert all(p["fix"] for p in problems)
-    # the import's own report names the slime flag beside the key
-    assert f"{name} (--" in ierr or name.startswith("model."), ierr
+    # the import's own report names the slime flag (or the script's `ray start` line) beside the key
+    assert f"{name} (--" in ierr or f"{name} (`ray start" in ierr or name.startswith("model."), ierr
 
 
 # ---- what the valid controls import to (slime's and Megatron's behaviour, not rlrun's defaults) ---------
