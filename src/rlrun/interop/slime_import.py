@@ -21,6 +21,7 @@ import yaml
 from rlrun.interop import slime_checks
 from rlrun.interop.bash_script import ScriptError, read_script
 from rlrun.interop.slime_decode import NO_MODEL, Occ, decode, parse_args
+from rlrun.interop.slime_sglang import PREFIX as SGLANG_PREFIX
 from rlrun.interop.slime_values import get_path, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups
 from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED, ROWS, SECRET_FLAGS
@@ -82,6 +83,8 @@ class ImportResult:
 def _named(p: Any, sources: dict[str, str] | None = None) -> str:
     """A problem with the slime flag (or script line) behind its key: `train.x (--flag): ...`."""
     source = (sources or {}).get(p.path) or FLAG_OF.get(p.path)
+    if source is None and p.path.startswith("rollout.sglang."):  # a ServerArgs field: slime's --sglang-FIELD
+        source = SGLANG_PREFIX + p.path.split(".")[2].replace("_", "-")
     return str(p).replace(f"{p.path}:", f"{p.path} ({source}):", 1) if source else str(p)
 
 
