@@ -147,3 +147,23 @@ def test_console_entry_point_refuses_an_invalid_import(tmp_path):
     val = subprocess.run([*cli, "validate", "--config-dir", str(conf), "experiment=g"], capture_output=True,
                          text=True, timeout=120)
     assert val.returncode == 2 and "train.global_batch_size" in val.stderr, val.stderr
+
+
+def test_a_ray_head_is_the_cluster_only_when_nothing_joins_it(tmp_path):
+    """rlrun.interop.slime_import.ray_head: the head's GPUs when the script joins no worker to it."""
+    from rlrun.interop.bash_script import Script, read_script
+    from rlrun.interop.slime_import import ray_head
+
+    script = tmp_path / "run.sh"
+    script.write_text("ray start --head --num-gpus=4\nray job submit -- python3 train.py --num-layers 2\n")
+    head = [("ray", ["start", "--head", "--num-gpus=4"], "run.sh:1")]
+    assert ray_head(Script(path=script, commands=head)) == (4, "run.sh:1")
+    assert read_script(script).commands == head  # the static reader records it too
+    worker = ("ssh", ["w1", "ray start --address=10.0.0.1:6379 --num-gpus 4"], "run.sh:2")
+    assert ray_head(Script(path=script, commands=[*head, worker])) is None
+    # counted from a machine the sandbox lacks (`nvidia-smi -L | wc -l` = 0): unknown, not a cluster of 0 GPUs
+    assert ray_head(Script(path=script, commands=[("ray", ["start", "--head", "--num-gpus", "0"], "run.sh:1")])) is None
+    # a worker loop over a host file the sandbox does not have runs no ssh, but its text joins workers
+    script.write_text("ray start --head --num-gpus 4\nfor w in $(cat hosts); do ssh $w \"ray start --address=h:6379\"; "
+                      "done\n")
+    assert ray_head(Script(path=script, commands=head)) is None

@@ -229,8 +229,8 @@ def _num_gpus(args: list[str]) -> int | None:
     for i, a in enumerate(args):
         value = a.split("=", 1)[1] if a.startswith("--num-gpus=") else \
             args[i + 1] if a == "--num-gpus" and i + 1 < len(args) else None
-        if value is not None:
-            return int(value) if value.isdigit() else None
+        if value is not None:  # 0: counted from a machine the sandbox does not have (`nvidia-smi -L | wc -l`)
+            return int(value) if value.isdigit() and int(value) > 0 else None
     return None
 
 
