@@ -133,7 +133,7 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
         decoded.unknown.append((Occ("(model flags)", (), ""), NO_MODEL))
     values = {**decoded.values, **IMPLIED}
     _leave_derived(values, decoded.explicit)
-    sources: dict[str, str] = {}
+    sources: dict[str, str] = {"train.async_train": f"`{script.launch.entry}`"}  # the keys no flag sets
     head = ray_head(script)
     if head is not None and values["train.num_nodes"] == 1:  # a trainer on more nodes: others join outside it
         gpus, where = head
