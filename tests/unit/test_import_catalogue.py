@@ -167,3 +167,10 @@ def test_a_ray_head_is_the_cluster_only_when_nothing_joins_it(tmp_path):
     script.write_text("ray start --head --num-gpus 4\nfor w in $(cat hosts); do ssh $w \"ray start --address=h:6379\"; "
                       "done\n")
     assert ray_head(Script(path=script, commands=head)) is None
+
+
+def test_num_epoch_without_num_rollout_counts_the_prompt_file(tmp_path, capsys):
+    doc, err = imported_yaml("valid_num_epoch_without_num_rollout", tmp_path, capsys)
+    # slime: num_rollout = (72 rows // 32 prompts per rollout) x 2 epochs = 4
+    assert doc["rollout"]["num_rollout"] == 4
+    assert "rollout.num_rollout = 72 rows of" in err and "// 32 x 2 = 4" in err

@@ -133,6 +133,8 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
         decoded.unknown.append((Occ("(model flags)", (), ""), NO_MODEL))
     values = {**decoded.values, **IMPLIED}
     _leave_derived(values, decoded.explicit)
+    if "--num-epoch" in decoded.seen and "--num-rollout" not in decoded.seen:
+        decoded.notes.append(_epochs_to_rollouts(values))
     sources: dict[str, str] = {"train.async_train": f"`{script.launch.entry}`"}  # the keys no flag sets
     head = ray_head(script)
     if head is not None and values["train.num_nodes"] == 1:  # a trainer on more nodes: others join outside it
@@ -205,6 +207,24 @@ def cluster_nodes(values: dict[str, Any]) -> int:
     if values.get("train.colocate") or not rollout:
         return values["train.num_nodes"]
     return max(values["train.num_nodes"], -(-(trainer + rollout) // values["hardware.gpus_per_node"]))
+
+
+def _epochs_to_rollouts(values: dict[str, Any]) -> str:
+    """--num-epoch without --num-rollout: slime sets num_rollout = (dataset rows // --rollout-batch-size) x epochs
+    at start-up (slime/ray/placement_group.py, RolloutManager.get_num_rollout_per_epoch); rlrun needs the number,
+    so the import counts the rows of --prompt-data where the file is here, and says what it did."""
+    path, epochs, batch = values.get("data.prompt_data"), values["data.num_epochs"], values["rollout.rollout_batch_size"]
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = sum(1 for line in f if line.strip())
+    except (OSError, TypeError):
+        return (f"warning: --num-epoch {epochs} without --num-rollout: slime counts the rollouts from the rows of "
+                f"--prompt-data {path}, which is not here to count; rollout.num_rollout keeps rlrun's group value: "
+                f"set it to {epochs} x rows // {batch} (or add --num-rollout to the script)")
+    values["rollout.num_rollout"] = rows // batch * epochs
+    return (f"--num-epoch {epochs} without --num-rollout: rollout.num_rollout = {rows} rows of {path} // "
+            f"{batch} x {epochs} = {values['rollout.num_rollout']}, as slime computes it (before its "
+            "--rollout-max-prompt-len filter)")
 
 
 def ray_head(script: Any) -> tuple[int, str] | None:
