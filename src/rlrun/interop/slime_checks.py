@@ -135,3 +135,27 @@ def _positions(decoded, flags=("--max-position-embeddings", "--seq-length")) -> 
         if occ is not None and len(occ.values) == 1 and occ.values[0].isdigit():
             return int(occ.values[0])
     return None
+
+
+@check
+def micro_batches_under_dynamic_batching(decoded) -> Iterator[Problem]:
+    """Megatron's microbatch calculator asserts global_batch_size % (micro_batch_size x DP) == 0
+    (megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator), which slime initialises
+    with --micro-batch-size even when --use-dynamic-batch-size packs by tokens instead
+    (slime/backends/megatron_utils/initialize.py: "We won't use this. initialize to pass some validation"). rlrun's
+    rule (rules.micro_batches) checks the micro-batch size only without dynamic batching, where rlrun uses it."""
+    v = decoded.values
+    try:
+        mbs, gbs = v["train.micro_batch_size"], v["train.global_batch_size"]
+        dp = v["train.num_nodes"] * v["train.gpus_per_node"] // (
+            v["parallelism.tp"] * v["parallelism.pp"] * v["parallelism.cp"])
+    except (KeyError, TypeError, ZeroDivisionError):
+        return
+    if not v.get("train.use_dynamic_batch_size") or not isinstance(gbs, int) or mbs <= 1 or dp < 1:
+        return
+    if gbs % (mbs * dp):
+        yield Problem("train.micro_batch_size", f"--micro-batch-size {mbs} x DP {dp} = {mbs * dp} does not divide "
+                      f"--global-batch-size {gbs}: Megatron's microbatch calculator asserts it at start-up even with "
+                      "--use-dynamic-batch-size (megatron/core/num_microbatches_calculator.py; slime/backends/"
+                      "megatron_utils/initialize.py)", f"drop --micro-batch-size (1) or use one whose product with "
+                      f"DP {dp} divides {gbs}", mbs)
