@@ -174,3 +174,19 @@ def test_num_epoch_without_num_rollout_counts_the_prompt_file(tmp_path, capsys):
     # slime: num_rollout = (72 rows // 32 prompts per rollout) x 2 epochs = 4
     assert doc["rollout"]["num_rollout"] == 4
     assert "rollout.num_rollout = 72 rows of" in err and "// 32 x 2 = 4" in err
+
+
+def test_a_custom_generate_function_owns_the_response_limit_and_the_reward():
+    """slime_checks.absent_required: without --rm-type and --rollout-max-response-len slime's own rollout fails;
+    a --custom-generate-function-path makes the responses (and may set the reward) itself."""
+    from rlrun.interop import slime_checks
+    from rlrun.interop.slime_decode import decode, parse_args
+
+    base = ["--hf-checkpoint", "/m", "--prompt-data", "/d.jsonl", "--rollout-batch-size", "8", "--num-rollout", "2"]
+
+    def refused(argv):
+        return sorted(p.path for p in slime_checks.run(decode(parse_args(argv))))
+
+    assert refused(base) == ["data.rm_type", "rollout.max_response_len"]
+    assert refused([*base, "--custom-generate-function-path", "my_pkg.gen.generate"]) == []
+    assert refused([*base, "--rm-type", "math", "--rollout-max-response-len", "512"]) == []
