@@ -53,3 +53,6 @@ def test_kl_with_the_reference_derived_from_checkpoint_hf_is_said():
     assert not [p for p in check(load(ov_ref), ov_ref) if p.path == "checkpoint.ref"]
     ov_off = ov[:-1]  # no KL: no reference needed
     assert not [p for p in check(load(ov_off), ov_off) if p.path == "checkpoint.ref"]
+    ov_init = ["model=qwen3-0.6b", "hardware=h100", "checkpoint.random_init=true", "algo.use_kl_loss=true"]
+    (w,) = [p for p in check(load(ov_init), ov_init) if p.path == "checkpoint.ref"]
+    assert "the KL reference is the run's own seeded random init" in w.message

@@ -4,6 +4,9 @@ seed recipe (base/seed-args.sh + base/launch.sh) with one defect, or a valid con
 
 A script's header says what must happen (`# expect: ...`):
   import FLAG       the import refuses the script (exit 2) naming FLAG, and writes nothing
+  slime KEY         slime/Megatron would stop on the script where rlrun's config cannot say so (a flag slime needs
+                    is absent, a KL loss without --ref-load, ...: rlrun.interop.slime_checks): the import refuses it
+                    (exit 2, nothing written, --allow-unknown or not), naming KEY and the flag behind it
   validate KEY      the import writes the experiment; validate exits 2 and every problem names KEY (the key of
                     the flag the user set: no follow-on problem on a key the import derived)
   valid             both exit 0
@@ -26,7 +29,7 @@ SCRIPTS = sorted(CATALOGUE.glob("*.sh"))
 
 
 def expectation(script: Path) -> tuple[str, str | None]:
-    m = re.search(r"^# expect: (import|validate|valid)\b ?(\S+)?", script.read_text(), re.M)
+    m = re.search(r"^# expect: (import|slime|validate|valid)\b ?(\S+)?", script.read_text(), re.M)
     assert m, f"{script.name}: no `# expect:` line"
     return m.group(1), m.group(2)
 
@@ -49,6 +52,7 @@ def import_and_validate(script: Path, conf: Path, capsys):
 def test_catalogue_has_both_kinds():
     kinds = [expectation(s)[0] for s in SCRIPTS]
     assert kinds.count("import") >= 2 and kinds.count("validate") >= 10 and kinds.count("valid") >= 5
+    assert kinds.count("slime") >= 5
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
@@ -57,7 +61,16 @@ def test_slime_script_catalogue(script, tmp_path, capsys):
     (irc, _, ierr), validated, target = import_and_validate(script, tmp_path / "conf", capsys)
     if kind == "import":
         assert irc == 2 and not target.exists(), ierr
-        assert f"{name} " in ierr and "did you mean" in ierr and "--allow-unknown" in ierr
+        assert f"{name} " in ierr and "--allow-unknown" in ierr
+        assert any(why in ierr for why in ("did you mean", "no rlrun setting for it", "slime feature rlrun lacks"))
+        return
+    if kind == "slime":
+        assert irc == 2 and not target.exists(), ierr
+        named = re.findall(r"^    (\S+) \((.+?)\): .*$", ierr.split("slime would not run this script")[1], re.M)
+        assert named and {key for key, _ in named} == {name} and all(f.startswith("--") for _, f in named), ierr
+        assert "    fix: " in ierr and "nothing written: slime would not run" in ierr
+        again = run_cli(["import", "slime", str(script), "--out", str(target), "--allow-unknown"], capsys)
+        assert again[0] == 2 and not target.exists()
         return
     assert validated is not None, ierr
     vrc, vout, verr = validated
@@ -68,8 +81,8 @@ def test_slime_script_catalogue(script, tmp_path, capsys):
     problems = json.loads(vout)["problems"]
     assert {p["path"] for p in problems} == {name}, problems
     assert all(p["fix"] for p in problems)
-    # the import's own report names the slime flag beside the key
-    assert f"{name} (--" in ierr or name.startswith("model."), ierr
+    # the import's own report names the slime flag (the script's `ray start` line, its entry file) beside the key
+    assert re.search(re.escape(name) + r" \((--|`ray start|`train)", ierr) or name.startswith("model."), ierr
 
 
 # ---- what the valid controls import to (slime's and Megatron's behaviour, not rlrun's defaults) ---------
@@ -147,3 +160,46 @@ def test_console_entry_point_refuses_an_invalid_import(tmp_path):
     val = subprocess.run([*cli, "validate", "--config-dir", str(conf), "experiment=g"], capture_output=True,
                          text=True, timeout=120)
     assert val.returncode == 2 and "train.global_batch_size" in val.stderr, val.stderr
+
+
+def test_a_ray_head_is_the_cluster_only_when_nothing_joins_it(tmp_path):
+    """rlrun.interop.slime_import.ray_head: the head's GPUs when the script joins no worker to it."""
+    from rlrun.interop.bash_script import Script, read_script
+    from rlrun.interop.slime_import import ray_head
+
+    script = tmp_path / "run.sh"
+    script.write_text("ray start --head --num-gpus=4\nray job submit -- python3 train.py --num-layers 2\n")
+    head = [("ray", ["start", "--head", "--num-gpus=4"], "run.sh:1")]
+    assert ray_head(Script(path=script, commands=head)) == (4, "run.sh:1")
+    assert read_script(script).commands == head  # the static reader records it too
+    worker = ("ssh", ["w1", "ray start --address=10.0.0.1:6379 --num-gpus 4"], "run.sh:2")
+    assert ray_head(Script(path=script, commands=[*head, worker])) is None
+    # counted from a machine the sandbox lacks (`nvidia-smi -L | wc -l` = 0): unknown, not a cluster of 0 GPUs
+    assert ray_head(Script(path=script, commands=[("ray", ["start", "--head", "--num-gpus", "0"], "run.sh:1")])) is None
+    # a worker loop over a host file the sandbox does not have runs no ssh, but its text joins workers
+    script.write_text("ray start --head --num-gpus 4\nfor w in $(cat hosts); do ssh $w \"ray start --address=h:6379\"; "
+                      "done\n")
+    assert ray_head(Script(path=script, commands=head)) is None
+
+
+def test_num_epoch_without_num_rollout_counts_the_prompt_file(tmp_path, capsys):
+    doc, err = imported_yaml("valid_num_epoch_without_num_rollout", tmp_path, capsys)
+    # slime: num_rollout = (72 rows // 32 prompts per rollout) x 2 epochs = 4
+    assert doc["rollout"]["num_rollout"] == 4
+    assert "rollout.num_rollout = 72 rows of" in err and "// 32 x 2 = 4" in err
+
+
+def test_a_custom_generate_function_owns_the_response_limit_and_the_reward():
+    """slime_checks.absent_required: without --rm-type and --rollout-max-response-len slime's own rollout fails;
+    a --custom-generate-function-path makes the responses (and may set the reward) itself."""
+    from rlrun.interop import slime_checks
+    from rlrun.interop.slime_decode import decode, parse_args
+
+    base = ["--hf-checkpoint", "/m", "--prompt-data", "/d.jsonl", "--rollout-batch-size", "8", "--num-rollout", "2"]
+
+    def refused(argv):
+        return sorted(p.path for p in slime_checks.run(decode(parse_args(argv))))
+
+    assert refused(base) == ["data.rm_type", "rollout.max_response_len"]
+    assert refused([*base, "--custom-generate-function-path", "my_pkg.gen.generate"]) == []
+    assert refused([*base, "--rm-type", "math", "--rollout-max-response-len", "512"]) == []

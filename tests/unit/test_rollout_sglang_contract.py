@@ -122,6 +122,15 @@ def test_server_args_for_a_disaggregated_h100_config_with_offload_and_extras():
                                   | {r["flag"] for r in schema["renamed"].values()})
 
 
+def test_pipeline_stages_split_an_engines_gpus():
+    """slime's sglang validate_args: sglang_tp_size = rollout_num_gpus_per_engine // sglang_pp_size; an engine of 4
+    GPUs with pp_size 2 is 2 stages of TP 2 (2 x 2 = the 4 GPUs the placement gives it)."""
+    cfg = load(["hardware=h100", "model=qwen3-4b", "checkpoint.hf=/ckpt/qwen3-4b", "rollout.gpus_per_engine=4",
+                "+rollout.sglang.pp_size=2"])
+    args = server_args(cfg, EngineSlot(rank=0, base_gpu_id=0, port=32000, nccl_port=32001))
+    assert (args["tp_size"], args["pp_size"]) == (2, 2)
+
+
 def test_store_true_false_is_omitted_and_lists_expand():
     assert to_argv({"disable_radix_cache": False, "log_level": None}) == []
     argv = to_argv({"cuda_graph_bs": [1, 2, 4]})

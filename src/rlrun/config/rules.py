@@ -106,10 +106,13 @@ def _sample_desc(cfg: RunConfig) -> str:
 @rule
 def kl(cfg: RunConfig) -> Iterator[Problem]:
     a = cfg.algo
-    if a.use_kl_loss and a.kl_loss_coef != 0 and a.kl_coef != 0:
-        yield Problem("algo.kl_coef", f"KL is applied twice: in the reward (kl_coef {a.kl_coef}) and as a loss "
-                      f"(kl_loss_coef {a.kl_loss_coef})", "set algo.kl_coef=0 or algo.kl_loss_coef=0",
-                      a.kl_coef)
+    # slime_validate_args: `assert not (args.kl_coef != 0 and args.kl_loss_coef != 0)`, whether or not the KL loss
+    # is on (without it the loss coefficient would be ignored)
+    if a.kl_loss_coef != 0 and a.kl_coef != 0:
+        twice = "KL is applied twice: in the reward" if a.use_kl_loss else \
+            "two KL coefficients (the KL loss is off, so kl_loss_coef would be ignored): one in the reward"
+        yield Problem("algo.kl_coef", f"{twice} (kl_coef {a.kl_coef}) and as a loss (kl_loss_coef {a.kl_loss_coef}); "
+                      "slime asserts only one is set", "set algo.kl_coef=0 or algo.kl_loss_coef=0", a.kl_coef)
     # KL needs a reference model. With neither hf nor ref the reference is the (seeded) random init on both
     # backends (megatron maps in the torch backend's init: megatron_backend._hf_getter), which is
     # the initial policy only when training starts from it too; a policy loaded from checkpoint.load would be
@@ -283,6 +286,18 @@ def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
     elif r.sglang:  # the engine's own check of its server args (pure Python, owned by the rollout layer)
         yield from resolve(kind.server_args_check)(dict(r.sglang))
         yield from _sglang_dp(r)
+        yield from _sglang_pp(r)
+
+
+def _sglang_pp(r) -> Iterator[Problem]:
+    """SGLang's pp_size: an engine of rollout.gpus_per_engine GPUs runs pp_size pipeline stages of
+    gpus_per_engine / pp_size tensor-parallel GPUs (rlrun.rollout.sglang_args.server_args, as slime's
+    sglang_utils/arguments.py validate_args sets sglang_tp_size), so pp_size must divide gpus_per_engine."""
+    pp, gpus = r.sglang.get("pp_size", 1), r.gpus_per_engine
+    if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 and gpus % pp:
+        yield Problem("rollout.sglang.pp_size", f"an engine's {gpus} GPUs (rollout.gpus_per_engine) do not split "
+                      f"into {pp} pipeline stages (slime asserts rollout_num_gpus_per_engine % sglang_pp_size == 0)",
+                      f"use a pp_size that divides {gpus}, or rollout.gpus_per_engine a multiple of {pp}", pp)
 
 
 def _sglang_dp(r) -> Iterator[Problem]:

@@ -85,6 +85,11 @@ def kl_reference_is_the_hf_checkpoint(cfg: RunConfig, overrides: Sequence[str]) 
         yield Problem("checkpoint.ref", f"is null, so the KL reference is checkpoint.hf ({ck.hf}); slime refuses KL "
                       "without --ref-load", "set checkpoint.ref to the reference model to make it explicit, or "
                       "algo.use_kl_loss=false and algo.kl_coef=0 for no KL", ck.ref)
+    elif kl_on and ck.hf is None and ck.ref is None and ck.load is None:  # a policy from checkpoint.load: rules.kl
+        yield Problem("checkpoint.ref", "is null and so is checkpoint.hf: the KL reference is the run's own seeded "
+                      "random init (the initial policy, rules.kl); slime refuses KL without --ref-load",
+                      "set checkpoint.ref (or checkpoint.hf) for a trained reference, or algo.use_kl_loss=false and "
+                      "algo.kl_coef=0 for no KL", None)
 
 
 @warning

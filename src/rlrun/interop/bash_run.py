@@ -349,6 +349,8 @@ def _script_from(path: Path, records: list[dict], returncode: int, stderr: str, 
         if r is not rec and r["kind"] != "source":
             name = r["kind"] if r["kind"] != "unknown" else (r["argv"] or ["?"])[0]
             recorded[name] = recorded.get(name, 0) + 1
+            args = r["argv"][1:] if r["kind"] == "unknown" else r["argv"]
+            script.commands.append((name, args, f"{Path(r['file']).name}:{r['line']}"))
     if recorded:
         shown = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(recorded.items()))
         script.notes.append(f"commands recorded in the sandbox, not run: {shown}")

@@ -68,6 +68,9 @@ class Script:
     sourced: list[Path] = field(default_factory=list)
     launch: Launch | None = None
     notes: list[str] = field(default_factory=list)
+    # the other commands the script ran (recorded, not run): (name, its arguments, file:line); the static reader
+    # records `ray` commands only
+    commands: list[tuple[str, list[str], str]] = field(default_factory=list)
 
     def env(self) -> dict[str, str]:
         """Exported variables with known values, then the job's runtime-env vars (which win, as in Ray)."""
@@ -242,6 +245,8 @@ class _Reader:
     def ray_command(self, rest: list[Word], line: int) -> None:
         texts = [w.literal() for w in rest[:2]]
         if texts != ["job", "submit"]:
+            words = [a.text for w in rest for a in self.expand(w)]
+            self.script.commands.append(("ray", words, f"{Path(self.file).name}:{line}"))
             return
         args = [a for w in rest[2:] for a in self.expand(w)]
         opts = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from rlrun.interop import slime_agent, slime_mis
@@ -69,7 +69,7 @@ class Decoded:
     explicit: set[str]  # paths set by a flag in the script
     unknown: list[tuple[Occ, str]]  # (flag, why) to report: unknown, unsupported or secret
     notes: list[str]
-    seen: frozenset[str] = frozenset()  # the flags the script gives
+    seen: dict[str, Occ] = field(default_factory=dict)  # the flags the script gives (the last of each)
 
 
 def blocking(unknown: list[tuple[Occ, str]]) -> list[tuple[Occ, str]]:
@@ -142,7 +142,7 @@ class _Decoder:
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
             self.explicit.add("rollout.sglang")
-        return Decoded(self.values, self.explicit, self.unknown, self.notes, frozenset(self.seen))
+        return Decoded(self.values, self.explicit, self.unknown, self.notes, dict(self.seen))
 
     def one(self, occ: Occ) -> None:
         flag, vals = occ.flag, occ.values

@@ -18,8 +18,10 @@ from typing import Any
 
 import yaml
 
+from rlrun.interop import slime_checks
 from rlrun.interop.bash_script import ScriptError, read_script
 from rlrun.interop.slime_decode import NO_MODEL, Occ, decode, parse_args
+from rlrun.interop.slime_sglang import PREFIX as SGLANG_PREFIX
 from rlrun.interop.slime_values import get_path, same
 from rlrun.interop.slime_groups import SCORED_GROUPS, Choice, choose_groups, vendor_of
 from rlrun.interop.slime_table import DERIVED_FROM, PLUMBING_ENV, RLRUN_DERIVED, ROWS, SECRET_FLAGS
@@ -45,6 +47,8 @@ class ImportResult:
     filled: dict[str, str] = field(default_factory=dict)  # written path -> the absent flag whose default it is
     # what `rlrun export slime` of the experiment gives back differently (flag names): lost, changed value, added
     round_trip: dict[str, list[str]] = field(default_factory=dict)
+    # what slime/Megatron refuse at start-up and rlrun's config cannot say (slime_checks): the import refuses
+    fails: list[Any] = field(default_factory=list)
 
     def report(self, written: bool = True) -> str:
         lines = [f"experiment {self.name}:"]
@@ -70,7 +74,18 @@ class ImportResult:
         if self.problems:
             lines.append("  the imported config does not validate:")
             lines.extend(f"    {p}" for p in self.problems)
+        if self.fails:
+            lines.append("  slime would not run this script (rlrun would run something else in its place):")
+            lines.extend(f"    {_named(p)}" for p in self.fails)
         return "\n".join(lines)
+
+
+def _named(p: Any, sources: dict[str, str] | None = None) -> str:
+    """A problem with the slime flag (or script line) behind its key: `train.x (--flag): ...`."""
+    source = (sources or {}).get(p.path) or FLAG_OF.get(p.path)
+    if source is None and p.path.startswith("rollout.sglang."):  # a ServerArgs field: slime's --sglang-FIELD
+        source = SGLANG_PREFIX + p.path.split(".")[2].replace("_", "-")
+    return str(p).replace(f"{p.path}:", f"{p.path} ({source}):", 1) if source else str(p)
 
 
 def _occ_text(o: Occ) -> str:
@@ -113,11 +128,26 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
                           "rlrun reads the arguments of that line")
     occs = parse_args(script.launch.args)
     decoded = decode(occs, script.launch.entry)
+    fails = slime_checks.run(decoded)
     if "model.num_layers" not in decoded.explicit:  # a launch without model flags: Megatron would not start
         decoded.unknown.append((Occ("(model flags)", (), ""), NO_MODEL))
     values = {**decoded.values, **IMPLIED}
     _leave_derived(values, decoded.explicit)
-    values["cluster.num_nodes"] = cluster_nodes(values)
+    if "--num-epoch" in decoded.seen and "--num-rollout" not in decoded.seen:
+        decoded.notes.append(_epochs_to_rollouts(values))
+    sources: dict[str, str] = {"train.async_train": f"`{script.launch.entry}`"}  # the keys no flag sets
+    head = ray_head(script)
+    if head is not None and values["train.num_nodes"] == 1:  # a trainer on more nodes: others join outside it
+        gpus, where = head
+        sources["cluster.num_nodes"] = f"`ray start --head --num-gpus {gpus}` at {where}, no worker joins"
+        if "hardware.gpus_per_node" not in decoded.explicit:  # --num-gpus-per-node, where given, wins
+            values["hardware.gpus_per_node"] = gpus
+            sources["hardware.gpus_per_node"] = f"`ray start --head --num-gpus {gpus}` at {where}"
+        decoded.notes.append(f"{where}: the script starts one Ray head with {gpus} GPUs and no worker joins it: "
+                             f"imported as cluster.num_nodes=1 of {values['hardware.gpus_per_node']} GPUs")
+        values["cluster.num_nodes"] = 1
+    else:
+        values["cluster.num_nodes"] = cluster_nodes(values)
     env = {k: v for k, v in script.env().items() if k not in PLUMBING_ENV and "${" not in v and "$(" not in v}
     dirs = [Path(config_dir)] if config_dir else []
     dirs.append(conf_dir())
@@ -134,12 +164,15 @@ def import_script(script_path: str | Path, name: str | None = None, config_dir: 
     flat = {p: v for p, v in values.items() if not same(get_path(base, p), v)}
     flat.update({f"hardware.env.{k}": v for k, v in env.items() if base["hardware"]["env"].get(k) != v})
     flat = _prune_derived(flat, base, choices, name, config_dir)
+    flat = _keep_followers(flat, values, base, choices, name, config_dir)
     choices = {g: replace(c, differing=tuple(p for p in flat if p.startswith(g + ".")))
                for g, c in choices.items()}
-    filled = {p: FLAG_OF[p] for p in flat if p in FLAG_OF and p not in decoded.explicit and flat[p] is not None}
-    result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes, filled=filled)
+    filled = {p: FLAG_OF[p] for p in flat
+              if p in FLAG_OF and p not in decoded.explicit and p not in sources and flat[p] is not None}
+    result = ImportResult(name, "", choices, flat, decoded.unknown, script.notes + decoded.notes, filled=filled,
+                          fails=fails)
     result.yaml_text = render_yaml(result, Path(script_path).name, base)
-    result.problems = validate_yaml(result.yaml_text, name, config_dir)
+    result.problems = validate_yaml(result.yaml_text, name, config_dir, sources)
     if not result.problems:
         cfg = _load_text(result.yaml_text, name, config_dir).model_dump(mode="python")
         result.round_trip = round_trip(script.launch.args, script.launch.entry, cfg)
@@ -179,6 +212,51 @@ def cluster_nodes(values: dict[str, Any]) -> int:
     if values.get("train.colocate") or not rollout:
         return values["train.num_nodes"]
     return max(values["train.num_nodes"], -(-(trainer + rollout) // values["hardware.gpus_per_node"]))
+
+
+def _epochs_to_rollouts(values: dict[str, Any]) -> str:
+    """--num-epoch without --num-rollout: slime sets num_rollout = (dataset rows // --rollout-batch-size) x epochs
+    at start-up (slime/ray/placement_group.py, RolloutManager.get_num_rollout_per_epoch); rlrun needs the number,
+    so the import counts the rows of --prompt-data where the file is here, and says what it did."""
+    path, epochs, batch = values.get("data.prompt_data"), values["data.num_epochs"], values["rollout.rollout_batch_size"]
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = sum(1 for line in f if line.strip())
+    except (OSError, TypeError):
+        return (f"warning: --num-epoch {epochs} without --num-rollout: slime counts the rollouts from the rows of "
+                f"--prompt-data {path}, which is not here to count; rollout.num_rollout keeps rlrun's group value: "
+                f"set it to {epochs} x rows // {batch} (or add --num-rollout to the script)")
+    values["rollout.num_rollout"] = rows // batch * epochs
+    return (f"--num-epoch {epochs} without --num-rollout: rollout.num_rollout = {rows} rows of {path} // "
+            f"{batch} x {epochs} = {values['rollout.num_rollout']}, as slime computes it (before its "
+            "--rollout-max-prompt-len filter)")
+
+
+def ray_head(script: Any) -> tuple[int, str] | None:
+    """(GPUs, file:line) of the Ray head the script starts (`ray start --head --num-gpus N`) when nothing in it joins a
+    worker to that head (a `ray start --address ...` it runs, sends over ssh/pdsh/srun, or spells in its text:
+    a loop over a host file the sandbox lacks runs no ssh), else None (the cluster is started outside the
+    script: slime's multi-node recipes)."""
+    head = None
+    for name, args, where in script.commands:
+        text = " ".join(args)
+        if name == "ray" and args[:1] == ["start"] and "--head" in args:
+            head = (_num_gpus(args), where)
+        elif "ray start" in text or (name == "ray" and args[:1] == ["start"]):
+            return None  # a worker joins (or a remote command starts Ray)
+    texts = [p.read_text(errors="replace") for p in [Path(script.path), *script.sourced] if Path(p).is_file()]
+    if head is None or head[0] is None or any(re.search(r"ray start\b[^\n]*--address", t) for t in texts):
+        return None
+    return head  # type: ignore[return-value]
+
+
+def _num_gpus(args: list[str]) -> int | None:
+    for i, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("--num-gpus=") else \
+            args[i + 1] if a == "--num-gpus" and i + 1 < len(args) else None
+        if value is not None:  # 0: counted from a machine the sandbox does not have (`nvidia-smi -L | wc -l`)
+            return int(value) if value.isdigit() and int(value) > 0 else None
+    return None
 
 
 def _fill_eval_rm_type(values: dict[str, Any], base: dict) -> None:
@@ -269,15 +347,31 @@ def _load_text(text: str, name: str, config_dir: Any, derive_only: bool = False)
         return load([f"experiment={scratch}"], config_dir=root, use_cache=False)  # the dir is gone after this
 
 
-def validate_yaml(text: str, name: str, config_dir: Any = None) -> list[str]:
+def validate_yaml(text: str, name: str, config_dir: Any = None, sources: dict[str, str] | None = None) -> list[str]:
     from rlrun.config import ConfigError
 
     try:
         _load_text(text, name, config_dir)
     except ConfigError as exc:
-        return [str(p).replace(f"{p.path}:", f"{p.path} ({FLAG_OF[p.path]}):", 1) if p.path in FLAG_OF else str(p)
-                for p in exc.problems]
+        return [_named(p, sources) for p in exc.problems]
     return []
+
+
+def _keep_followers(flat: dict[str, Any], values: dict[str, Any], base: dict, choices: dict[str, Choice], name: str,
+                    config_dir: Any) -> dict[str, Any]:
+    """A script value equal to its group's is left out, but where the group's value follows another setting
+    (`train.gpus_per_node: ${hardware.gpus_per_node}`) that the import overrides, leaving it out would change it:
+    such values are written."""
+    from rlrun.config import ConfigError
+
+    stub = ImportResult(name, "", choices, flat, [], [])
+    try:
+        got = _load_text(render_yaml(stub, "-", base), name, config_dir, derive_only=True)
+    except ConfigError:
+        return flat
+    moved = {p: v for p, v in values.items() if p not in flat and get_path(base, p) is not None
+             and not same(get_path(got, p), get_path(base, p))}
+    return {**flat, **moved}
 
 
 def _prune_derived(flat: dict[str, Any], base: dict, choices: dict[str, Choice], name: str,

@@ -49,6 +49,9 @@ class Row:
     values: tuple[tuple[Any, str], ...] = ()  # rlrun value <-> slime value, where they differ
     section: str | None = None  # an optional config section (model.moe, model.mla) the row lives in
     scale: int = 1  # slime value = rlrun value * scale (a unit change, e.g. MB -> bytes); default in rlrun units
+    # slime has no usable default: without the flag it fails (why, with the source). The import refuses a script
+    # that leaves it out (slime_checks.absent_required) instead of filling in rlrun's group value.
+    required: str = ""
 
 
 def _colocated(v: dict) -> bool:
@@ -130,27 +133,38 @@ ROWS: tuple[Row, ...] = (
     Row("model.mla.v_head_dim", "--v-head-dim", "MODEL_ARGS", type=int, default=128, section="model.mla",
         always=True),
     # ---- CKPT_ARGS ------------------------------------------------------------------------------------
-    Row("checkpoint.hf", "--hf-checkpoint", "CKPT_ARGS", path_like=True),
+    Row("checkpoint.hf", "--hf-checkpoint", "CKPT_ARGS", path_like=True,
+        required="slime loads the tokenizer and SGLang's weights from it (default None; slime/backends/megatron_utils/"
+                 "arguments.py _set_default_megatron_args: tokenizer_model = hf_checkpoint)"),
     Row("checkpoint.ref", "--ref-load", "CKPT_ARGS", path_like=True),
     Row("checkpoint.load", "--load", "CKPT_ARGS", path_like=True, default=None),
     Row("checkpoint.save", "--save", "CKPT_ARGS", path_like=True),
     Row("checkpoint.save_interval", "--save-interval", "CKPT_ARGS", type=int, default=None),
     # ---- ROLLOUT_ARGS ---------------------------------------------------------------------------------
-    Row("data.prompt_data", "--prompt-data", "ROLLOUT_ARGS", path_like=True),
+    Row("data.prompt_data", "--prompt-data", "ROLLOUT_ARGS", path_like=True,
+        required="slime builds no dataset without it (default None; slime/rollout/data_source.py: `if "
+                 "args.rollout_global_dataset and args.prompt_data is not None`), so the first rollout has no prompts"),
     Row("data.input_key", "--input-key", "ROLLOUT_ARGS", default="input", always=True),
     Row("data.label_key", "--label-key", "ROLLOUT_ARGS", default=None),
     Row("data.metadata_key", "--metadata-key", "ROLLOUT_ARGS", default="metadata"),
     Row("data.apply_chat_template", "--apply-chat-template", "ROLLOUT_ARGS", "true", default=False),
     Row("data.shuffle", "--rollout-shuffle", "ROLLOUT_ARGS", "true", default=False),
-    Row("data.rm_type", "--rm-type", "ROLLOUT_ARGS"),
+    Row("data.rm_type", "--rm-type", "ROLLOUT_ARGS",
+        required="slime's reward raises NotImplementedError('Rule-based RM type is not specified.') without it "
+                 "(default None; slime/rollout/rm_hub/__init__.py async_rm)"),
     Row("data.rm_url", "--rm-url", "ROLLOUT_ARGS", default=None),
     Row("data.max_prompt_len", "--rollout-max-prompt-len", "ROLLOUT_ARGS", type=int, default=None),
     Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int, default=_epochs_unused),
     Row("rollout.num_rollout", "--num-rollout", "ROLLOUT_ARGS", type=int, always=True),
-    Row("rollout.rollout_batch_size", "--rollout-batch-size", "ROLLOUT_ARGS", type=int, always=True),
+    Row("rollout.rollout_batch_size", "--rollout-batch-size", "ROLLOUT_ARGS", type=int, always=True,
+        required="slime's argparse requires it (slime/utils/arguments.py: required=True)"),
     Row("rollout.n_samples_per_prompt", "--n-samples-per-prompt", "ROLLOUT_ARGS", type=int, default=1,
         always=True),
-    Row("rollout.max_response_len", "--rollout-max-response-len", "ROLLOUT_ARGS", type=int, always=True),
+    Row("rollout.max_response_len", "--rollout-max-response-len", "ROLLOUT_ARGS", type=int, always=True,
+        required="slime's SGLang rollout sends max_new_tokens=None and then runs `sampling_params['max_new_tokens'] -= "
+                 "sample.response_length`: a TypeError on the first request (default None; slime/rollout/"
+                 "sglang_rollout.py GenerateState and generate); nothing bounds a response, so no token budget "
+                 "(--max-tokens-per-gpu) or context can be checked against it"),
     Row("rollout.temperature", "--rollout-temperature", "ROLLOUT_ARGS", type=float, default=1.0, always=True),
     Row("rollout.top_p", "--rollout-top-p", "ROLLOUT_ARGS", type=float, default=1.0),
     Row("rollout.top_k", "--rollout-top-k", "ROLLOUT_ARGS", type=int, default=-1),
@@ -467,7 +481,8 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "--max-position-embeddings": (None, "Megatron's training position limit (slime packs variable-length "
                                         "sequences; with RoPE it only sets YaRN's original length, "
                                         "_set_default_megatron_args); the model's and SGLang's context come from "
-                                        "the checkpoint's config.json, which rlrun's model group holds"),
+                                        "the checkpoint's config.json, which rlrun's model group holds (a value "
+                                        "below a sample's length or below --seq-length is refused: slime_checks)"),
     "--train-backend": (("megatron",), "slime's only training backend (slime/utils/arguments.py: "
                                        "choices=['megatron']); rlrun imports it as train.backend=megatron"),
 }

@@ -117,7 +117,9 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
         "host": slot.host or r.router.host,
         "port": slot.port,
         "nccl_port": slot.nccl_port,
-        "tp_size": r.gpus_per_engine,
+        # an engine's GPUs are pp_size pipeline stages of tp_size GPUs (slime: sglang_tp_size = gpus per engine
+        # // sglang_pp_size); rlrun.config.rules._sglang_pp refuses a pp_size that does not divide them
+        "tp_size": r.gpus_per_engine // max(1, r.sglang.get("pp_size") or 1),
         "base_gpu_id": slot.base_gpu_id,
         "mem_fraction_static": r.mem_fraction_static,
         "context_length": r.context_length,
