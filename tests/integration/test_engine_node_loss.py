@@ -32,7 +32,7 @@ JOB = ["train.colocate=false", "rollout.num_gpus=2", "hardware.gpus_per_node=1",
        # the client's retries (backoff 0.25 s doubling to 4 s) must outlast the engine's removal from the
        # router: 3 retries wait ~1.75 s, less than the lost node's engine takes to fail its health checks
        # on this loaded 2-core machine (one run of 2 failed so); 8 wait ~20 s (docs/rollout.md)
-       "rollout.max_retries=8"]
+       ]
 
 
 def actor_nodes(c: LocalRayCluster) -> dict[str, str]:

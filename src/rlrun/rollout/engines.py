@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 import requests
 
 from rlrun.rollout import api
+from rlrun.config import engine_health as H
 from rlrun.rollout import weights as W
 from rlrun.rollout.process import ServerProcess
 from rlrun.rollout.router import Router
@@ -165,7 +166,8 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
 
 class EngineGroup:
     def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
-                 health_interval_s: float = 0.5, failure_threshold: int = 2, health_timeout_s: float = 5.0,
+                 health_interval_s: float = H.HEALTH_INTERVAL_S, failure_threshold: int = H.FAILURE_THRESHOLD,
+                 health_timeout_s: float = H.HEALTH_TIMEOUT_S,
                  max_restarts: int | None = None):
         self.router = router
         self.engines = list(engines)
@@ -321,6 +323,7 @@ class EngineGroup:
                         self._give_up(i, engine)
                         continue
                     self._attempts[i] += 1
+                    self._leave_router(engine)
                     try:
                         self.replace(i)
                         self._failed_restarts[i] = 0
@@ -330,6 +333,15 @@ class EngineGroup:
                         self._retry_at[i] = time.monotonic() + wait
                         self.last_error = f"restarting engine {i} failed ({self._failed_restarts[i]}x): {exc}"
                         print(f"[rlrun] {self.last_error}; next try in {wait:.0f}s", file=sys.stderr, flush=True)
+
+    def _leave_router(self, engine) -> None:
+        """A dead engine leaves the router at once, outside the lock: a weight push holding the lock
+        (it may wait on that very engine) must not keep the router sending requests to it."""
+        try:
+            self.router.remove_worker(engine.url)
+        except Exception as exc:  # noqa: BLE001 - replace() removes it again under the lock
+            print(f"[rlrun] removing dead engine {engine.url} from the router failed: {exc}", file=sys.stderr,
+                  flush=True)
 
     def _give_up(self, i: int, engine) -> None:
         node = getattr(engine, "node", None) or engine.url
