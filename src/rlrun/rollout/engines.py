@@ -354,12 +354,17 @@ class EngineGroup:
 
     def replace(self, i: int) -> None:
         """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it
-        (or, while restarts are deferred, holds it out of the router until the next sync())."""
+        (or, while restarts are deferred, holds it out of the router until the next sync()).
+
+        The restart itself (a new process or Ray actor loading the model: minutes for a large one, and
+        up to its start timeout when its bundle waits for Ray to move it off a lost node) runs outside
+        the lock: weight pushes and defer_restarts() go on meanwhile (a push skips the dead engine,
+        see sync()); only the new engine's weights and its admission are serialized with them."""
+        old = self.engines[i]
+        self.router.remove_worker(old.url)
+        old.stop()
+        new = self.restart_fn(i)
         with self._lock:
-            old = self.engines[i]
-            self.router.remove_worker(old.url)
-            old.stop()
-            new = self.restart_fn(i)
             if self._deferring:
                 self.engines[i] = new  # sync() pushes the new weights to it, then admits it
                 self._held.add(i)
@@ -388,7 +393,8 @@ class EngineGroup:
     def defer_restarts(self) -> None:
         """From now until the next sync(), a restarted engine gets no weights and no traffic: the
         trainer is changing the weights, and a push now would give it a version newer than the
-        others serve (or wait behind the trainer's work). Waits for a restart in progress."""
+        others serve (or wait behind the trainer's work). Waits for a restarted engine's weight push
+        in progress (not for the restart itself: replace())."""
         with self._lock:
             self._deferring = True
 
