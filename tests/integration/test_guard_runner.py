@@ -1,8 +1,8 @@
 """Faults injected into the real runner on the CPU (embedded Ray, hf engines as Ray actors, the real
 sglang-router, torch trainer ranks over gloo), each caught with its cause named:
 
-    an engine SIGKILLed mid-rollout, an engine SIGSTOPped (stalled) mid-run: replaced on its bundle,
-        given the current weights, back in the router; the run ends with every step
+    an engine SIGKILLed mid-rollout, an engine SIGSTOPped (stalled) mid-run: out of the router and
+        restarting on its bundle; the run ends with every step and every sample
     a trainer rank SIGSTOPped: its peer waits in a collective; the watchdog writes diagnosis.json
         naming it and stops the run (non-zero); run.resume=auto then continues to the last step
     a resume that would train nothing, a broken group id, a reward function returning NaN: stopped by
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -94,9 +95,9 @@ def test_an_engine_killed_or_stalled_mid_rollout_is_replaced_and_every_step_runs
     rows = read_metrics(run_dir / METRICS_FILE)
     assert [r["step"] for r in rows] == list(range(6))
     assert all(r["rollout/samples"] == 8 * 8 for r in rows)  # every sample of every rollout
-    # the replacement starts outside the group's lock, so the run need not wait for it: it may rejoin
-    # after the last row was logged (the metric then lags); the line is printed once it is back in the router
-    assert "restarted at" in capfd.readouterr().err
+    # the replacement starts outside the group's lock, so the run need not wait for it: it may rejoin after
+    # the last row was logged, or not before the run ends (its weights and admission: test_rollout_fault_tolerance.py)
+    assert re.search(r"engine \d \(\S+\) is unhealthy: out of the router, restarting it", capfd.readouterr().err)
 
 
 def test_a_hung_trainer_rank_is_diagnosed_then_the_run_resumes_to_the_end(tmp_path):

@@ -8,6 +8,7 @@ HEALTH_INTERVAL_S = 0.5   # EngineGroup polls every engine this often
 FAILURE_THRESHOLD = 2     # failed polls in a row before the engine is replaced
 HEALTH_TIMEOUT_S = 5.0    # one poll's GET /health
 ALIVE_TIMEOUT_S = 10.0    # one poll's RayEngine.alive() (ray.get of the actor's url; a lost node's actor hangs)
+CONNECT_TIMEOUT_S = 10.0  # connecting to an engine for a weight push (pause, update, continue); local: ms
 ROUTER_LIST_S = 10.0      # Router.workers(): GET /workers
 ROUTER_DELETE_S = 10.0    # Router.remove_worker: DELETE /workers/{id}
 ROUTER_GONE_S = 30.0      # Router.remove_worker: waits until the router no longer lists the worker
