@@ -171,3 +171,48 @@ def test_an_engine_that_keeps_failing_is_given_up_after_max_restarts(tmp_path):
             assert len(fatal) == 1  # said once; the group stops restarting
         finally:
             group.stop()
+
+
+def test_a_slow_restart_does_not_hold_up_weight_pushes(tmp_path):
+    """An engine dies and its restart takes long (a Ray actor waiting for its bundle to leave a lost node):
+    meanwhile the driver's defer_restarts() and sync() return at once, the push going to the live engine
+    only; the replacement then gets the weights the others serve (resync) and joins the router."""
+    import threading
+
+    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.router import Router
+
+    model_dir = save_tiny_model(tmp_path / "tiny")
+    started, release = threading.Event(), threading.Event()
+
+    def restart(i):
+        started.set()
+        release.wait(60)  # the slow part: released by the test once the push went through
+        return _InProcessEngine(model_dir)
+
+    with Router(log_dir=tmp_path) as router:
+        a, b = _InProcessEngine(model_dir), _InProcessEngine(model_dir)
+        group = EngineGroup(router, [a, b], restart, health_interval_s=0.1, failure_threshold=1).start()
+        pushed = []
+        group.resync = lambda url: pushed.append(("resync", url))
+        try:
+            a.stop()
+            assert started.wait(30)
+            t0 = time.monotonic()
+            group.defer_restarts()
+            group.sync(lambda urls: pushed.append(("push", urls)))
+            took = time.monotonic() - t0
+            # the push skips the engine being restarted, and neither call waited for the restart (released only
+            # below): both take milliseconds; 5 s leaves room for a loaded machine, a wait for the restart is 60 s
+            assert took < 5 and pushed == [("push", [b.url])] and not release.is_set()
+            assert set(router.workers()) == {b.url}  # the dead engine left the router before the restart
+            release.set()
+            deadline = time.monotonic() + 30
+            while group.restarts < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            new = group.engines[0]
+            assert group.restarts == 1 and new is not a and pushed[-1] == ("resync", new.url)
+            assert set(router.workers()) == {new.url, b.url}
+        finally:
+            release.set()
+            group.stop()

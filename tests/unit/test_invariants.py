@@ -141,14 +141,33 @@ def test_zero_variance_and_truncation_reward_warn_with_their_values():
     cfg = load(["checks.zero_variance_max=0.5", "checks.truncation_corr_max=0.5"])
     out = io.StringIO()
     inv = Invariants(cfg, out=out)
-    # groups (0,0) (1,1) (0,1): 2 of 3 groups flat; truncated samples 1, 3 score 0, 1 -> reward/truncation corr
+    # groups (0,0) (1,1) (0,1): 2 of 3 groups flat
     s = _samples([0.0, 0.0, 1.0, 1.0, 0.0, 1.0], truncated=(2, 3))
     inv.samples(0, s, s)
     m = inv.pop_metrics()
     assert m["checks/zero_variance"] == pytest.approx(2 / 3)
-    # truncated t = [0,0,1,1,0,0], r = [0,0,1,1,0,1]: hand-computed Pearson r = 0.7071 (1/sqrt(2))
-    assert m["checks/truncation_reward"] == pytest.approx(2 ** -0.5, abs=1e-12)  # float rounding only
-    assert "'zero_variance' failed" in out.getvalue() and "'truncation_reward' failed" in out.getvalue()
+    # 2 truncated, 4 complete: fewer than TRUNCATION_MIN_EACH (8) of a kind, not judged
+    assert m["checks/truncation_reward"] == 0.0 and "'truncation_reward'" not in out.getvalue()
+    # 8 truncated (7 score 1) and 8 complete (1 scores 1): t and r each have mean 1/2 and variance 1/4,
+    # cov = E[t r] - 1/4 = 7/16 - 4/16 = 3/16, so Pearson r = (3/16) / (1/4) = 0.75 (hand-computed)
+    s = _samples([1.0] * 7 + [0.0] + [1.0] + [0.0] * 7, truncated=range(8))
+    inv.samples(1, s, s)
+    assert inv.pop_metrics()["checks/truncation_reward"] == pytest.approx(0.75, abs=1e-12)  # float rounding only
+    assert "'zero_variance' failed" in out.getvalue() and "'truncation_reward' failed at rollout 1" in out.getvalue()
+
+
+def test_truncation_reward_needs_enough_of_both_kinds():
+    """9 truncated samples all scoring 1 and 7 complete ones all scoring 0 correlate perfectly, but 7
+    complete samples are fewer than TRUNCATION_MIN_EACH: not judged (max_response_len=1 runs have 0-2)."""
+    out = io.StringIO()
+    inv = Invariants(load(["checks.truncation_corr_max=0.5"]), out=out)
+    s = _samples([1.0] * 9 + [0.0] * 7, truncated=range(9))
+    inv.samples(0, s, s)
+    assert inv.pop_metrics()["checks/truncation_reward"] == 0.0 and "truncation_reward" not in out.getvalue()
+    s = _samples([1.0] * 8 + [0.0] * 8, truncated=range(8))  # 8 and 8: judged, r = 1
+    inv.samples(1, s, s)
+    assert inv.pop_metrics()["checks/truncation_reward"] == pytest.approx(1.0, abs=1e-12)  # float rounding only
+    assert "'truncation_reward' failed at rollout 1" in out.getvalue()
 
 
 def test_staleness_above_the_bound_stops_async():

@@ -1,5 +1,6 @@
 """The async rollout client against an in-process hf engine: groups, batches, retries, errors."""
 import asyncio
+import time
 
 import pytest
 import requests
@@ -79,6 +80,24 @@ def test_connection_errors_are_retried_then_reported():
                 assert client.retries == 2
 
     with pytest.raises(RolloutError, match="failed after 3 attempts"):
+        run(go())
+
+
+def test_retries_go_on_for_the_retry_window():
+    """max_retries=0 alone would fail at the first error; the 0.6 s window keeps retrying (backoff 0.01 s
+    doubling to 0.05 s, jitter x0.5-1.5: at most 0.075 s apart, so >= 8 attempts fit in 0.6 s)."""
+    dead = f"http://127.0.0.1:{free_port()}"
+
+    async def go():
+        async with RolloutClient(dead, max_retries=0, retry_window_s=0.6, backoff_s=0.01,
+                                 max_backoff_s=0.05) as client:
+            t0 = time.monotonic()
+            try:
+                await client.generate(text="a", sampling=SAMPLING)
+            finally:
+                assert time.monotonic() - t0 >= 0.6 and client.retries >= 8
+
+    with pytest.raises(RolloutError, match=r"attempts over \d+ s"):
         run(go())
 
 
@@ -167,3 +186,13 @@ def test_continuing_needs_prompt_tokens(url):
 
     with pytest.raises(RolloutError, match="prompt_tokens"):
         run(go())
+
+
+def test_retry_window_is_derived_from_the_engine_health_checks_and_validated():
+    from rlrun.config import ConfigError, load
+
+    # 2 polls x (0.5 s interval + 10 s alive() + 5 s /health) + router list 10 s + DELETE 10 s + wait 30 s
+    assert load([]).rollout.retry_window_s == 2 * (0.5 + 10 + 5) + 10 + 10 + 30 == 81.0
+    assert load(["rollout.retry_window_s=5"]).rollout.retry_window_s == 5.0
+    with pytest.raises(ConfigError, match="rollout.retry_window_s"):
+        load(["rollout.retry_window_s=0"])

@@ -102,3 +102,22 @@ def test_entropy_term_path_gives_the_same_log_probs_and_entropy():
     assert ent_fused.requires_grad and not ent_plain.requires_grad
     torch.testing.assert_close(lp_fused, lp_plain, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent_fused, ent_plain, atol=1e-5, rtol=1e-5)
+
+
+def test_a_blown_up_step_shows_in_param_norm_at_once_and_in_the_gradients_one_step_later():
+    """optim.lr=1e30: Adam's first step moves every weight by ~1e30 (its update is ~lr x sign(grad)), so
+    the weights' L2 norm passes fp32's 3.4e38 (inf) while that step's loss and grad norm were finite; the
+    next step's forward overflows and its gradients are NaN. The nonfinite run invariant reads train/* after
+    every step, so it stops on param_norm, the step that did it (tests/integration/test_guard_runner.py)."""
+    import math
+
+    b = _backend("optim.lr=1e30")
+    first = b.train_step(_batch())
+    assert math.isfinite(first["train/loss"]) and math.isfinite(first["train/grad_norm"])
+    assert first["train/param_norm"] == math.inf
+    second = b.train_step(_batch())
+    assert math.isnan(second["train/grad_norm"]) and math.isnan(second["train/param_norm"])
+    sane = _backend().train_step(_batch())["train/param_norm"]
+    want = math.sqrt(sum(float((p.double() ** 2).sum()) for p in _backend().model.parameters()))
+    # one step at the default lr moves the norm by at most lr x sqrt(numel) (Adam); well under 1% here
+    assert math.isfinite(sane) and sane == pytest.approx(want, rel=1e-2)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlrun.config.errors import Problem
+from rlrun.config.engine_health import engine_loss_s
 
 
 def _int(x: Any) -> bool:
@@ -53,6 +54,7 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
 
     _default(rollout, "over_sampling_batch_size", rollout.get("rollout_batch_size"))
     _default(rollout, "context_length", _sec(raw, "model").get("max_position_embeddings"))
+    _default(rollout, "retry_window_s", engine_loss_s())
     _default(train, "log_probs_max_tokens_per_gpu", train.get("max_tokens_per_gpu"))
     _default(algo, "eps_clip_high", algo.get("eps_clip"))
     _default(algo, "rs_clip", algo.get("tis_clip"))

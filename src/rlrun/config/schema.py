@@ -215,6 +215,7 @@ class RolloutSection(Section):
     max_concurrency: PosInt
     request_timeout_s: PosFloat
     max_retries: NonNegInt
+    retry_window_s: PosFloat                  # derived: null -> rlrun.config.engine_health.engine_loss_s()
     max_engine_restarts: NonNegInt          # restarts of one engine before the run stops (naming its node)
     balance_data: bool
     max_turns: PosInt

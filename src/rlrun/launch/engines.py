@@ -11,9 +11,9 @@ import ray
 from rlrun.config.kinds import ENGINES, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
+from rlrun.config.engine_health import ALIVE_TIMEOUT_S as _ALIVE_TIMEOUT_S
 from rlrun.rollout.hf_engine import HFEngineActor
 
-_ALIVE_TIMEOUT_S = 10.0
 _START_TIMEOUT_S = 600.0  # loading a large HF checkpoint from network storage takes minutes
 
 

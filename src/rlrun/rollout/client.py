@@ -5,12 +5,19 @@ backoff and jitter on transport errors, timeouts and 5xx/429 answers (a dead eng
 connection error or a router 5xx; the retry lands on another engine), no retry on other 4xx
 (the request itself is wrong: raised with the server's message). Generation requests are
 idempotent, so retrying a request whose engine died mid-way is safe.
+
+The retries are bounded by count and by time: a request fails only once `max_retries` retries are
+spent AND `retry_window_s` has passed since its first failure. The window (rollout.retry_window_s,
+derived from the engine health checks: rlrun.config.engine_health.engine_loss_s) outlasts the removal
+of a dead engine from the router, however few retries the count allows, so the requests of a lost
+engine (or node) are retried elsewhere instead of failing the rollout.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import random
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -61,11 +68,13 @@ class Sampling:
 
 class RolloutClient:
     def __init__(self, url: str, *, max_concurrency: int = 64, request_timeout_s: float = 300.0,
-                 max_retries: int = 5, backoff_s: float = 0.25, max_backoff_s: float = 4.0):
+                 max_retries: int = 5, retry_window_s: float = 0.0, backoff_s: float = 0.25,
+                 max_backoff_s: float = 4.0):
         self.url = url.rstrip("/")
         self.max_concurrency = max_concurrency
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
+        self.retry_window_s = retry_window_s  # retried at least this long after the first failure
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.retries = 0  # total retries performed (a metric and a test hook)
         self._sem: asyncio.Semaphore | None = None
@@ -74,7 +83,8 @@ class RolloutClient:
     @classmethod
     def from_config(cls, url: str, rollout_cfg) -> "RolloutClient":
         return cls(url, max_concurrency=rollout_cfg.max_concurrency,
-                   request_timeout_s=rollout_cfg.request_timeout_s, max_retries=rollout_cfg.max_retries)
+                   request_timeout_s=rollout_cfg.request_timeout_s, max_retries=rollout_cfg.max_retries,
+                   retry_window_s=rollout_cfg.retry_window_s)
 
     async def __aenter__(self) -> "RolloutClient":
         self._sem = asyncio.Semaphore(self.max_concurrency)
@@ -95,8 +105,8 @@ class RolloutClient:
         if self._session is None:
             raise RolloutError("RolloutClient used outside `async with RolloutClient(...)`")
         target = f"{(url or self.url).rstrip('/')}{path}"
-        last = ""
-        for attempt in range(self.max_retries + 1):
+        last, attempt, first_failure = "", 0, None
+        while True:
             if attempt:
                 self.retries += 1
                 await asyncio.sleep(self._delay(attempt - 1))
@@ -110,9 +120,14 @@ class RolloutClient:
                         raise RolloutError(f"POST {target} rejected: {last}")
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
-        raise RolloutError(f"POST {target} failed after {self.max_retries + 1} attempts (last: {last}); "
+            attempt += 1
+            first_failure = first_failure if first_failure is not None else time.monotonic()
+            waited = time.monotonic() - first_failure
+            if attempt > self.max_retries and waited >= self.retry_window_s:
+                break
+        raise RolloutError(f"POST {target} failed after {attempt} attempts over {waited:.0f} s (last: {last}); "
                            f"are the engines behind the router alive? (rollout.max_retries, "
-                           f"rollout.request_timeout_s)")
+                           f"rollout.retry_window_s, rollout.request_timeout_s)")
 
     async def generate(self, *, text: str | None = None, input_ids: list[int] | None = None,
                        sampling: Sampling, rid: str | None = None, seed: int | None = None) -> dict:

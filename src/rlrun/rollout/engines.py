@@ -30,6 +30,7 @@ from typing import Callable, Iterator
 import requests
 
 from rlrun.rollout import api
+from rlrun.config import engine_health as H
 from rlrun.rollout import weights as W
 from rlrun.rollout.process import ServerProcess
 from rlrun.rollout.router import Router
@@ -73,7 +74,9 @@ class HFEngineProcess:
 
 
 def _post(url: str, path: str, body: dict, timeout_s: float = 600.0) -> dict | None:
-    r = requests.post(f"{url}{path}", json=body, timeout=timeout_s)
+    # connecting gets H.CONNECT_TIMEOUT_S, the answer timeout_s: an engine whose host vanished without a
+    # reset (a lost node) fails the weight push in seconds, not after the answer's 600 s
+    r = requests.post(f"{url}{path}", json=body, timeout=(H.CONNECT_TIMEOUT_S, timeout_s))
     if r.status_code != 200:
         raise RuntimeError(f"POST {url}{path} failed: HTTP {r.status_code} {r.text[:500]}")
     data = r.json() if r.content else None
@@ -165,7 +168,8 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
 
 class EngineGroup:
     def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
-                 health_interval_s: float = 0.5, failure_threshold: int = 2, health_timeout_s: float = 5.0,
+                 health_interval_s: float = H.HEALTH_INTERVAL_S, failure_threshold: int = H.FAILURE_THRESHOLD,
+                 health_timeout_s: float = H.HEALTH_TIMEOUT_S,
                  max_restarts: int | None = None):
         self.router = router
         self.engines = list(engines)
@@ -193,6 +197,7 @@ class EngineGroup:
         self.resync: Callable[[str], None] | None = None
         self._deferring = False  # restarts wait for the next sync() (the trainer changes weights)
         self._held: set[int] = set()  # restarted while deferring: out of the router until sync()
+        self._down: set[int] = set()  # found dead by the monitor, not replaced yet: pushes skip them
         self._lock = threading.RLock()  # weight pushes and replacements never interleave
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="engine-monitor", daemon=True)
@@ -321,6 +326,10 @@ class EngineGroup:
                         self._give_up(i, engine)
                         continue
                     self._attempts[i] += 1
+                    self._down.add(i)
+                    print(f"[rlrun] engine {i} ({engine.url}) is unhealthy: out of the router, restarting it "
+                          f"(attempt {self._attempts[i]})", file=sys.stderr, flush=True)
+                    self._leave_router(engine)
                     try:
                         self.replace(i)
                         self._failed_restarts[i] = 0
@@ -330,6 +339,15 @@ class EngineGroup:
                         self._retry_at[i] = time.monotonic() + wait
                         self.last_error = f"restarting engine {i} failed ({self._failed_restarts[i]}x): {exc}"
                         print(f"[rlrun] {self.last_error}; next try in {wait:.0f}s", file=sys.stderr, flush=True)
+
+    def _leave_router(self, engine) -> None:
+        """A dead engine leaves the router at once, outside the lock: a weight push holding the lock
+        (it may wait on that very engine) must not keep the router sending requests to it."""
+        try:
+            self.router.remove_worker(engine.url)
+        except Exception as exc:  # noqa: BLE001 - replace() removes it again under the lock
+            print(f"[rlrun] removing dead engine {engine.url} from the router failed: {exc}", file=sys.stderr,
+                  flush=True)
 
     def _give_up(self, i: int, engine) -> None:
         node = getattr(engine, "node", None) or engine.url
@@ -342,15 +360,26 @@ class EngineGroup:
 
     def replace(self, i: int) -> None:
         """Takes engine i out of the router, restarts it, brings it to the current weights, re-adds it
-        (or, while restarts are deferred, holds it out of the router until the next sync())."""
+        (or, while restarts are deferred, holds it out of the router until the next sync()).
+
+        The restart itself (a new process or Ray actor loading the model: minutes for a large one, and
+        up to its start timeout when its bundle waits for Ray to move it off a lost node) runs outside
+        the lock: weight pushes and defer_restarts() go on meanwhile (a push skips the dead engine,
+        see sync()); only the new engine's weights and its admission are serialized with them."""
+        t0 = time.monotonic()
+        old = self.engines[i]
+        self.router.remove_worker(old.url)
+        old.stop()
+        new = self.restart_fn(i)
+        started_s = time.monotonic() - t0
+        if self._stop.is_set():  # the run ended while it restarted: stop() did not see it
+            new.stop()
+            return
         with self._lock:
-            old = self.engines[i]
-            self.router.remove_worker(old.url)
-            old.stop()
-            new = self.restart_fn(i)
             if self._deferring:
                 self.engines[i] = new  # sync() pushes the new weights to it, then admits it
                 self._held.add(i)
+                self._down.discard(i)
                 self._failures[i] = 0
                 self.restarts += 1
                 return
@@ -366,30 +395,36 @@ class EngineGroup:
                 new.stop()  # never leave an engine with stale weights running
                 raise
             self.engines[i] = new
+            self._down.discard(i)
             self._failures[i] = 0
             self.router.add_worker(new.url)
             self.restarts += 1
             print(f"[rlrun] engine {i} ({old.url}) was unhealthy: restarted at {new.url} with weight version "
                   f"{self.weight_version if self.resync is None else 'the current one'}, back in the router "
-                  f"({self.restarts} restart(s) so far)", file=sys.stderr, flush=True)
+                  f"({self.restarts} restart(s) so far; started in {started_s:.0f} s, back after "
+                  f"{time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
 
     def defer_restarts(self) -> None:
         """From now until the next sync(), a restarted engine gets no weights and no traffic: the
         trainer is changing the weights, and a push now would give it a version newer than the
-        others serve (or wait behind the trainer's work). Waits for a restart in progress."""
+        others serve (or wait behind the trainer's work). Waits for a restarted engine's weight push
+        in progress (not for the restart itself: replace())."""
         with self._lock:
             self._deferring = True
 
     def sync(self, push: Callable[[list[str]], None]) -> None:
         """push(urls) to every engine, held restarts included, with no restart interleaving; then
-        held engines join the router and restarts are no longer deferred."""
+        held engines join the router and restarts are no longer deferred. Engines the monitor found
+        dead and is restarting are skipped (a push to a dead engine fails, or waits on it in a
+        collective): the replacement gets these weights when it is back (resync)."""
         with self._lock:
+            up = [e.url for i, e in enumerate(self.engines) if i not in self._down]
             try:
-                push(self.urls)
+                push(up or self.urls)
             except Exception:
                 # an engine that died (its node lost) fails the push for all: push to the live ones;
                 # the monitor restarts the dead ones and brings them to these weights (resync)
-                dead = [i for i, e in enumerate(self.engines) if not self._healthy(e)]
+                dead = sorted(self._down | {i for i, e in enumerate(self.engines) if not self._healthy(e)})
                 if not dead or len(dead) == len(self.engines):
                     raise
                 for i in dead:

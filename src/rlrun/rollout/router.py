@@ -15,6 +15,7 @@ from pathlib import Path
 
 import requests
 
+from rlrun.config.engine_health import ROUTER_DELETE_S, ROUTER_GONE_S, ROUTER_LIST_S
 from rlrun.rollout.process import PORT_TAKEN, ServerProcess, free_port
 
 POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
@@ -98,7 +99,7 @@ class Router:
     # ------------------------------------------------------------------ workers
     def workers(self) -> dict[str, str]:
         """url -> worker id of the workers registered now."""
-        r = requests.get(f"{self.url}/workers", timeout=10)
+        r = requests.get(f"{self.url}/workers", timeout=ROUTER_LIST_S)
         r.raise_for_status()
         return {w["url"]: w["id"] for w in r.json()["workers"]}
 
@@ -125,10 +126,10 @@ class Router:
         worker_id = self.workers().get(url)
         if worker_id is None:
             return False
-        r = requests.delete(f"{self.url}/workers/{worker_id}", timeout=10)
+        r = requests.delete(f"{self.url}/workers/{worker_id}", timeout=ROUTER_DELETE_S)
         if r.status_code >= 400 and r.status_code != 404:
             raise RuntimeError(f"sglang-router could not remove worker {url}: HTTP {r.status_code} {r.text}")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + ROUTER_GONE_S
         while url in self.workers() and time.monotonic() < deadline:
             time.sleep(0.05)
         return True

@@ -249,7 +249,16 @@ class TorchBackend(TrainerBackend):
             sums.add_policy(m, logp, entropy, mask, rollout, ref, self._response_cu(batch, idx)[-1])
         grad_norm, lr = self._optimizer_step(self.model, self.opt, self.cfg.optim.lr)
         self.step += 1
-        return policy_metrics(sums.reduce(), grad_norm, lr)
+        # the weights after the step: inf/NaN means the step blew them up (e.g. optim.lr far too high)
+        # while its own loss and grad norm were still finite; the nonfinite run invariant stops the run
+        # on it before these weights are pushed or saved. DP replicas hold the same weights.
+        return {**policy_metrics(sums.reduce(), grad_norm, lr), "train/param_norm": self._param_norm(self.model)}
+
+    @staticmethod
+    @torch.no_grad()
+    def _param_norm(model) -> float:
+        """Global L2 norm of the parameters, in their dtype (fp32: inf once it passes 3.4e38)."""
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p) for p in model.parameters()])))
 
     def _critic_step(self, batch: TrainBatch, normalizer: float) -> dict[str, float]:
         """One critic step on the clipped value loss (slime `value_loss_function`), aggregated like
