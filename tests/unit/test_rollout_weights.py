@@ -1,5 +1,4 @@
 """Weight transport helpers: serialisation, buckets, checksums, loading, a gloo broadcast group."""
-import threading
 
 import pytest
 import torch
@@ -52,25 +51,58 @@ def test_dtype_names_are_sglangs():
         W.dtype_from_name("float128")
 
 
-def test_gloo_broadcast_group_outside_the_default_group():
-    port, got = free_port(), {}
+def _rlrun_receiver(port: int, rank: int, out) -> None:
+    group = W.new_broadcast_group("127.0.0.1", port, rank, 3, "g", "gloo", timeout_s=30)
+    bufs = [torch.empty(4), torch.empty(2, dtype=torch.bfloat16)]
+    W.broadcast_tensors(group, bufs)
+    out.put((rank, [b.tolist() for b in bufs]))
 
-    def receiver(rank):
-        group = W.new_broadcast_group("127.0.0.1", port, rank, 3, "g", "gloo", timeout_s=30)
-        bufs = [torch.empty(4), torch.empty(2, dtype=torch.bfloat16)]
-        W.broadcast_tensors(group, bufs)
-        got[rank] = bufs
 
-    threads = [threading.Thread(target=receiver, args=(r,)) for r in (1, 2)]
-    for t in threads:
-        t.start()
-    sender = W.new_broadcast_group("127.0.0.1", port, 0, 3, "g", "gloo", timeout_s=30)
-    sent = [torch.arange(4.0), torch.tensor([0.5, -2.0], dtype=torch.bfloat16)]
-    W.broadcast_tensors(sender, sent)
-    for t in threads:
-        t.join(timeout=30)
-    for rank in (1, 2):
-        assert all(torch.equal(a, b) for a, b in zip(got[rank], sent))
+def _sglang_style_receiver(port: int, rank: int, out) -> None:
+    """An engine rank joining as SGLang 0.5.16 does (init_custom_process_group, sglang/srt/utils/common.py:
+    a tcp:// rendezvous, PrefixStore(group_name), torch's _new_process_group_helper with no ranks) and
+    receiving with torch.distributed.broadcast(src=0) (its weight updater), written here from that description."""
+    import datetime
+
+    from torch import distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    timeout = datetime.timedelta(seconds=30)
+    store, _, _ = next(c10d.rendezvous(f"tcp://127.0.0.1:{port}", rank, 3, timeout=timeout))
+    group, _ = c10d._new_process_group_helper(3, rank, [], c10d.Backend("gloo"), c10d.PrefixStore("g", store),
+                                              group_name="g", timeout=timeout, backend_options=None)
+    c10d._world.pg_group_ranks[group] = {i: i for i in range(3)}
+    bufs = [torch.empty(4), torch.empty(2, dtype=torch.bfloat16)]
+    for b in bufs:
+        dist.broadcast(b, src=0, group=group)
+    out.put((rank, [b.tolist() for b in bufs]))
+
+
+def test_gloo_broadcast_group_outside_the_default_group_reaches_an_sglang_style_rank():
+    """Trainer rank 0 (this process) -> an rlrun hf-engine rank and a rank that joins as SGLang's engines do,
+    each its own process (one rank per process, as in a run). Before the group was built through torch's
+    _new_process_group_helper, the SGLang-style rank posted under other store keys and the exchange never met
+    (the disaggregated SGLang run that printed no rollout on two H100s, docs/benchmarks.md)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    port, out = free_port(), ctx.Queue()
+    procs = [ctx.Process(target=_rlrun_receiver, args=(port, 1, out)),
+             ctx.Process(target=_sglang_style_receiver, args=(port, 2, out))]
+    for proc in procs:
+        proc.start()
+    try:
+        sender = W.new_broadcast_group("127.0.0.1", port, 0, 3, "g", "gloo", timeout_s=30)
+        sent = [torch.arange(4.0), torch.tensor([0.5, -2.0], dtype=torch.bfloat16)]
+        W.broadcast_tensors(sender, sent)
+        got = dict(out.get(timeout=60) for _ in procs)
+        W.destroy_broadcast_group(sender)
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+    assert got == {1: [t.tolist() for t in sent], 2: [t.tolist() for t in sent]}
 
 
 def test_ipc_payload_roundtrip_keeps_the_callers_storage_private():

@@ -14,6 +14,7 @@
 #   learn      `rlrun experiment=copy-grpo-h100`: Megatron + SGLang colocated, 150 GRPO steps on the
 #              3-digit copy task; the reward curve and per-phase times                       ~300 s
 #   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
+#   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
@@ -59,6 +60,7 @@ PY
 for item in $ITEMS; do
   case $item in
     tests) run tests 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_engine.py ;;
+    nccl) run nccl 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_nccl_sync.py ;;
     twonode) run twonode 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_two_node_engine.py ;;
     learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100

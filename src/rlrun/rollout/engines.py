@@ -481,6 +481,7 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
         seconds = time.perf_counter() - t0
         for url in engine_urls:
             _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name))
+        W.destroy_broadcast_group(group)
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}
 
 

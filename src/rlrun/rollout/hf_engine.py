@@ -275,8 +275,10 @@ class HFEngine:
         return self.load_named(list(zip(names, tensors)), version)
 
     def destroy_group(self, group_name: str) -> None:
-        if self._groups.pop(group_name, None) is None:
+        group = self._groups.pop(group_name, None)
+        if group is None:
             raise RequestError(f"weight update group {group_name!r} does not exist")
+        W.destroy_broadcast_group(group)
 
     CHECKSUM_KINDS = ("sha256", "fingerprint")
 

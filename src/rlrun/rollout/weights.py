@@ -328,25 +328,42 @@ def dtype_from_name(name: str) -> torch.dtype:
 
 def new_broadcast_group(master_address: str, master_port: int, rank: int, world_size: int,
                         group_name: str, backend: str, timeout_s: float = 120.0):
-    """A process group used only for weight sync, outside the default group (as SGLang does), so
-    trainer ranks and engines that already have their own groups can join it. Rank 0 hosts the
-    TCPStore (the trainer)."""
+    """A process group used only for weight sync, outside the default group, built the way SGLang's engines
+    join it (`init_custom_process_group` in sglang/srt/utils/common.py, 0.5.16; slime's trainer does the same): a
+    TCPStore hosted by rank 0 (the trainer), PrefixStore(group_name), then torch's _new_process_group_helper, which
+    adds its own f"{group_name}/" and per-device prefixes. Both sides must build the same key layout: NCCL's
+    unique-id exchange goes through these keys, and a trainer that made its ProcessGroupNCCL directly on
+    PrefixStore(group_name) waited forever for engines that posted under the longer prefix. The group is
+    registered with torch.distributed (ranks = group ranks) so that torch.distributed.broadcast takes it;
+    destroy_broadcast_group frees it."""
+    import inspect
+
     from torch import distributed as dist
+    from torch.distributed import distributed_c10d as c10d
 
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0,
                           timeout=timeout, wait_for_workers=False)
-    store = dist.PrefixStore(group_name, store)
-    if backend == "gloo":
-        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    if backend == "nccl":
-        opts = dist.ProcessGroupNCCL.Options()
-        opts._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, world_size, opts)
-    raise ValueError(f"weight-sync backend {backend!r} unknown (gloo on CPU, nccl on GPU)")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"weight-sync backend {backend!r} unknown (gloo on CPU, nccl on GPU)")
+    helper = c10d._new_process_group_helper
+    options = "backend_options" if "backend_options" in inspect.signature(helper).parameters else "pg_options"
+    group, _ = helper(world_size, rank, [], c10d.Backend(backend), c10d.PrefixStore(group_name, store),
+                      group_name=group_name, timeout=timeout, **{options: None})
+    c10d._world.pg_group_ranks[group] = {i: i for i in range(world_size)}
+    return group
+
+
+def destroy_broadcast_group(group) -> None:
+    """Frees a new_broadcast_group (its communicator and its torch.distributed registration)."""
+    from torch import distributed as dist
+
+    dist.destroy_process_group(group)
 
 
 def broadcast_tensors(group, tensors: list[torch.Tensor]) -> None:
     """One broadcast per tensor from rank 0, in order (the receive side posts the same list)."""
+    from torch import distributed as dist
+
     for t in tensors:
-        group.broadcast(t, 0).wait()
+        dist.broadcast(t, src=0, group=group)
