@@ -217,8 +217,7 @@ def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
     return f"; {' '.join(flags)} would save {_critic_copies(cfg) * saved / GiB:.1f} GiB (fp32 master weights stay)"
 
 
-def estimate(cfg: RunConfig, activations: bool = True) -> Memory:
-    """activations=False: the trainer's activations and logits counted as 0 (what is exact arithmetic)."""
+def estimate(cfg: RunConfig) -> Memory:
     pc = count_params(cfg.model)
     t, r, hw = cfg.train, cfg.rollout, cfg.hardware
     # A sequence is max prompt + response; without a prompt-length filter only the response is known.
@@ -236,7 +235,7 @@ def estimate(cfg: RunConfig, activations: bool = True) -> Memory:
         grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
-    act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens)) if activations else 0
+    act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 
     kv_tok = kv_bytes_per_token(cfg)
@@ -271,7 +270,6 @@ def estimate(cfg: RunConfig, activations: bool = True) -> Memory:
     )
 
 
-
 ESTIMATE_ERROR = 0.025  # megatron estimate vs measured peaks: -2.4% worst (docs/benchmarks.md, "Memory")
 
 
@@ -279,10 +277,10 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     """((message, fix, peak GiB), sure) when the estimate's peak per GPU exceeds a GPU's memory, else None.
     sure: the trainer alone overflows, by its weights, grads and optimizer state (exact arithmetic) or, where the
     backend's activation terms are calibrated, by more than the estimate's error (ESTIMATE_ERROR). An overflow that
-    needs the engine's share is not sure: SGLang sizes its KV pool from the memory free when it starts. The gate refuses a sure overflow
-    (rlrun.config.capability.memory_fits: validate and run refuse it, plan notes it; checks.memory_fit=warn
-    makes it a warning) and warns about the rest: the
-    run would die after the GPUs are taken, as a 4B model trained on one 80 GB H100 did (docs/benchmarks.md).
+    needs the engine's share is not sure: SGLang sizes its KV pool from the memory free when it starts. The gate
+    refuses a sure overflow (rlrun.config.capability.memory_fits: validate and run refuse it, plan notes it;
+    checks.memory_fit=warn makes it a warning) and warns about the rest: the run would die after the GPUs are
+    taken, as a 4B model trained on one 80 GB H100 did (docs/benchmarks.md).
     The megatron estimate is within 2.4% of measured peaks where it was calibrated (docs/benchmarks.md, "Memory")."""
     if cfg.hardware.vendor == "cpu":  # a CPU profile's memory_gib is a stand-in, not the machine's RAM
         return None
@@ -293,7 +291,7 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     trainer = mem.trainer_total + mem.trainer_overhead
     sure = (calibrated and trainer > mem.available * (1 + ESTIMATE_ERROR)) or \
         trainer - mem.trainer_activations > mem.available
-    phase = "trainer" if mem.trainer_total + mem.trainer_overhead >= mem.engine_total else "engine"
+    phase = "trainer" if trainer >= mem.engine_total else "engine"
     caveat = "" if sure else (" (with the engine's share: SGLang sizes its KV pool from the memory free at its start)"
                               if trainer <= mem.available else f" ({cfg.train.backend} backend: its activation "
                               "estimate is not calibrated)" if not calibrated else

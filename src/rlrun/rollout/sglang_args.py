@@ -20,7 +20,7 @@ TYPED_FIELDS = {
     "model_path": "checkpoint.hf", "tokenizer_path": "checkpoint.hf",
     "tp_size": "rollout.gpus_per_engine", "mem_fraction_static": "rollout.mem_fraction_static",
     "context_length": "rollout.context_length", "random_seed": "run.seed",
-    "enable_memory_saver": "rollout.offload", "host": "rollout.router.host",
+    "enable_memory_saver": "rollout.offload", "host": "(the engine node's address, chosen by rlrun)",
     "port": "(chosen by rlrun per engine)", "nccl_port": "(chosen by rlrun per engine)",
     "base_gpu_id": "(from the placement plan)", "dist_init_addr": "(chosen by rlrun per engine)",
     # an engine wider than a node: one process per node (rlrun.rollout.sglang_engine.RaySGLangEngine)
