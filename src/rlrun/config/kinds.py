@@ -141,6 +141,9 @@ class BackendKind:
     # refuses a config for memory only when the rest (weights, grads, optimizer, engine) already overflows
     activations_calibrated: bool = False
     factory: str = ""                        # "module:Class", the TrainerBackend subclass
+    # reads train.megatron (megatron-core's own config fields, passed through); "module:function"(cfg) ->
+    # Problems, run by rlrun validate; empty: a train.megatron mapping is refused
+    passthrough_check: str = ""
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
 
@@ -161,7 +164,8 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
                               memory="distributed", activations_calibrated=True,
-                              factory="rlrun.train.megatron_backend:MegatronBackend"))
+                              factory="rlrun.train.megatron_backend:MegatronBackend",
+                              passthrough_check="rlrun.train.megatron.passthrough:check_config"))
 
 
 # ---- advantage estimators --------------------------------------------------------------------------------

@@ -50,7 +50,11 @@ def heads_and_groups(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def pipeline(cfg: RunConfig) -> Iterator[Problem]:
     m, pp = cfg.model, cfg.parallelism.pp
-    if m.num_layers % pp:
+    uneven = {"num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"} & {
+        k for k, v in cfg.train.megatron.items() if v is not None}
+    # uneven stages (Megatron's --decoder-first/last-pipeline-num-layers): the backend's check_config
+    # (BackendKind.passthrough_check) checks the split
+    if m.num_layers % pp and not uneven:
         yield Problem("parallelism.pp", f"{m.num_layers} layers do not split into PP {pp} equal stages",
                       f"use pp in {_divisors(m.num_layers)[:6]}", pp)
 

@@ -200,6 +200,17 @@ def _megatron_state(n: float, dp: int, fp32_grads: bool, state_dtype: str) -> tu
     return (4 if fp32_grads else 2) * n, (4 + moments) * n / dp
 
 
+def cpu_offload_fraction(cfg: RunConfig) -> float:
+    """The share of the megatron optimizer's state train.megatron.optimizer_cpu_offload keeps in host memory:
+    optimizer_offload_fraction (OptimizerConfig's default 0.0 when absent; `rlrun import slime` writes Megatron-LM's
+    command-line default 1.0 with the flag)."""
+    m = cfg.train.megatron
+    if not m.get("optimizer_cpu_offload"):
+        return 0.0
+    frac = m.get("optimizer_offload_fraction", 0.0)
+    return min(max(float(frac), 0.0), 1.0) if isinstance(frac, (int, float)) and not isinstance(frac, bool) else 0.0
+
+
 def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
     """For a config whose memory does not fit: what bf16 Adam moments and bf16 grads would save
     (megatron on NVIDIA GPUs); "" when they are already on or not available."""
@@ -233,6 +244,11 @@ def estimate(cfg: RunConfig) -> Memory:
     if BACKENDS[t.backend].memory == "distributed":
         weights = 2 * n
         grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
+        host = cpu_offload_fraction(cfg)
+        if host:
+            optim *= 1 - host
+            notes.append(f"train.megatron.optimizer_cpu_offload: {host:.0%} of the optimizer state (fp32 master + "
+                         "Adam moments) is in host memory (megatron-core's hybrid device optimizer)")
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
     act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))

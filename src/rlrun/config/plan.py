@@ -73,6 +73,8 @@ class Plan:
     memory: dict[str, Any] = field(default_factory=dict)        # the full estimate (rlrun.config.memory.Memory)
     choices: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # train.megatron: megatron-core fields handed to the trainer's config objects unchanged
+    backend_config: dict[str, Any] = field(default_factory=dict)
 
     def engine_slots(self, engine: int) -> list[Slot]:
         return [s for s in self.placement if s.role == "engine" and s.rank == engine]
@@ -202,4 +204,5 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,
+        backend_config=dict(cfg.train.megatron),
     )

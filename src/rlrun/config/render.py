@@ -88,6 +88,9 @@ def print_plan(plan: Plan) -> None:
     console.print(_table(f"placement ({'colocated' if plan.colocate else 'disaggregated'})",
                          ["node", "gpu", "runs"], [[n, g, ", ".join(v)] for (n, g), v in sorted(by_gpu.items())]))
     console.print(_table("memory per GPU (GiB, estimate)", ["role", "what", "GiB", "total"], _memory_rows(plan)))
+    if plan.backend_config:
+        console.print(_table("train.megatron (megatron-core fields, passed unchanged)", ["field", "value"],
+                             [[k, repr(v)] for k, v in sorted(plan.backend_config.items())]))
     if plan.env:
         console.print(_table("env for actors", ["var", "value"], sorted(plan.env.items())))
     for n in plan.notes:

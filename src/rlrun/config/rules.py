@@ -289,6 +289,20 @@ def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
         yield from _sglang_pp(r)
 
 
+@rule
+def train_passthrough(cfg: RunConfig) -> Iterator[Problem]:
+    """train.megatron: the backend's own config fields, checked by the backend's check (pure Python, owned by
+    the train layer: rlrun.train.megatron.passthrough against the pinned megatron-core's dataclasses)."""
+    kind = BACKENDS[cfg.train.backend]
+    if cfg.train.megatron and not kind.passthrough_check:
+        readers = [b for b, spec in BACKENDS.items() if spec.passthrough_check]
+        yield Problem("train.megatron", f"megatron-core fields {sorted(cfg.train.megatron)} are set but "
+                      f"train.backend is {cfg.train.backend}, so they would be ignored",
+                      f"set train.backend={readers[0]} or remove train.megatron", dict(cfg.train.megatron))
+    elif kind.passthrough_check:
+        yield from resolve(kind.passthrough_check)(cfg)
+
+
 def _sglang_pp(r) -> Iterator[Problem]:
     """SGLang's pp_size: an engine of rollout.gpus_per_engine GPUs runs pp_size pipeline stages of
     gpus_per_engine / pp_size tensor-parallel GPUs (rlrun.rollout.sglang_args.server_args, as slime's

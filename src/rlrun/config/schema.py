@@ -176,6 +176,7 @@ class TrainSection(Section):
     cuda_graphs: bool                               # megatron: micro-batch fwd+loss+bwd as CUDA graphs
     calculate_per_token_loss: bool
     async_train: bool
+    megatron: dict[str, Any]                        # megatron-core config fields, passed through (BackendKind.passthrough_check)
 
     @property
     def num_gpus(self) -> int:

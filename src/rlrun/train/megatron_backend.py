@@ -58,6 +58,27 @@ def _hf_getter(path: str | None, model_cfg, seed: int):
     return get
 
 
+def ddp_kwargs(cfg) -> dict:
+    """megatron-core DistributedDataParallelConfig kwargs: rlrun's typed settings, then train.megatron's fields of
+    that dataclass unchanged (rlrun.train.megatron.passthrough; validated by rlrun validate)."""
+    from rlrun.train.megatron import passthrough
+    return {"grad_reduce_in_fp32": cfg.train.fp32_grads, "overlap_grad_reduce": False,
+            "use_distributed_optimizer": True,
+            **passthrough.to_core("DistributedDataParallelConfig", cfg.train.megatron)}
+
+
+def optimizer_kwargs(cfg) -> dict:
+    """megatron-core OptimizerConfig kwargs: optim.* and rlrun's fixed bf16 distributed optimizer, then
+    train.megatron's OptimizerConfig fields unchanged (e.g. optimizer_cpu_offload: megatron-core's hybrid
+    device optimizer)."""
+    from rlrun.train.megatron import passthrough
+    o = cfg.optim
+    return {"optimizer": "adam", "lr": o.lr, "min_lr": o.min_lr, "weight_decay": o.weight_decay,
+            "adam_beta1": o.adam_beta1, "adam_beta2": o.adam_beta2, "adam_eps": o.adam_eps,
+            "clip_grad": o.clip_grad or 0.0, "bf16": True, "params_dtype": torch.bfloat16,
+            "use_distributed_optimizer": True, **passthrough.to_core("OptimizerConfig", cfg.train.megatron)}
+
+
 class MegatronBackend(TrainerBackend):
     def __init__(self, cfg, *, rank: int, world_size: int, gpu_id: int | None, total_steps: int):
         if gpu_id is None:
@@ -122,25 +143,23 @@ class MegatronBackend(TrainerBackend):
         with torch.cuda.stream(self.graphs.stream) if self.graphs is not None else contextlib.nullcontext():
             self.model = DistributedDataParallel(
                 config=self.tconfig, module=gpt,
-                ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=cfg.train.fp32_grads,
-                                                         overlap_grad_reduce=False, use_distributed_optimizer=True))
+                ddp_config=DistributedDataParallelConfig(**ddp_kwargs(cfg)))
         if self.graphs is not None:
             torch.cuda.current_stream(self.device).wait_stream(self.graphs.stream)
         if FAST_OPS:
             fast_ops.install()
-        o = cfg.optim
-        self.opt = get_megatron_optimizer(OptimizerConfig(
-            optimizer="adam", lr=o.lr, min_lr=o.min_lr, weight_decay=o.weight_decay, adam_beta1=o.adam_beta1,
-            adam_beta2=o.adam_beta2, adam_eps=o.adam_eps, clip_grad=o.clip_grad or 0.0, bf16=True,
-            params_dtype=torch.bfloat16, use_distributed_optimizer=True), [self.model],
-            use_gloo_process_groups=False)
-        # Without Apex/TE megatron-core falls back to torch.optim.AdamW in its multi-tensor
-        # (foreach) mode; the fused single-kernel mode is the fastest torch has for fp32 master
-        # weights on the GPU. It must be chosen before the first step creates the state.
-        for inner in self._inner_optimizers():
-            for group in inner.optimizer.param_groups:
-                group["fused"], group["foreach"] = True, False
-        self._install_fused_adam()
+        self.opt = get_megatron_optimizer(OptimizerConfig(**optimizer_kwargs(cfg)), [self.model],
+                                          use_gloo_process_groups=False)
+        self.cpu_offload = bool(cfg.train.megatron.get("optimizer_cpu_offload"))
+        if not self.cpu_offload:
+            # Without Apex/TE megatron-core falls back to torch.optim.AdamW in its multi-tensor
+            # (foreach) mode; the fused single-kernel mode is the fastest torch has for fp32 master
+            # weights on the GPU. It must be chosen before the first step creates the state.
+            # (train.megatron.optimizer_cpu_offload: megatron-core's HybridDeviceOptimizer picks its own.)
+            for inner in self._inner_optimizers():
+                for group in inner.optimizer.param_groups:
+                    group["fused"], group["foreach"] = True, False
+            self._install_fused_adam()
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
@@ -187,6 +206,15 @@ class MegatronBackend(TrainerBackend):
         """The DistributedOptimizer(s) (megatron chains one per param-group kind, e.g. experts)."""
         return getattr(self.opt, "chained_optimizers", [self.opt])
 
+    def _device_optimizers(self) -> list:
+        """The torch optimizers whose state is on the GPU: with train.megatron.optimizer_cpu_offload megatron-core's
+        HybridDeviceOptimizer keeps optimizer_offload_fraction of it in host memory (its CPU optimizers) and the
+        rest in its gpu_optimizer, which is the only part train.offload moves."""
+        if not self.cpu_offload:
+            return [inner.optimizer for inner in self._inner_optimizers()]
+        gpu = [getattr(inner.optimizer, "gpu_optimizer", None) for inner in self._inner_optimizers()]
+        return [g for g in gpu if g is not None]
+
     # -- offload (train.offload) --------------------------------------------------------------
     # The DDP's parameters and grads are views into contiguous buffers: megatron-core's own
     # _ParamAndGradBuffer.offload_to_cpu/reload_from_cpu copy the params to pinned host memory and
@@ -207,8 +235,8 @@ class MegatronBackend(TrainerBackend):
             self.graphs.reset()  # the parameter and grad buffers they address are freed here
         for buf in self._ddp_buffers():
             buf.offload_to_cpu(move_params=True, move_grads=True)
-        for inner in self._inner_optimizers():
-            off.move_optimizer(inner.optimizer, off.HOST, params=True, cache=self.host_cache)
+        for opt in self._device_optimizers():
+            off.move_optimizer(opt, off.HOST, params=True, cache=self.host_cache)
         if self.ref is not None:
             off.move_module(self.ref, off.HOST, self.host_cache)
         self.offloaded = True
@@ -219,8 +247,8 @@ class MegatronBackend(TrainerBackend):
             return
         for buf in self._ddp_buffers():
             buf.reload_from_cpu(move_params=True, move_grads=True)
-        for inner in self._inner_optimizers():
-            off.move_optimizer(inner.optimizer, self.device, params=True)
+        for opt in self._device_optimizers():
+            off.move_optimizer(opt, self.device, params=True)
         if self.ref is not None:
             off.move_module(self.ref, self.device)
         self.offloaded = False

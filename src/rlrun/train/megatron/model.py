@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from rlrun.config.families import FAMILIES
-from rlrun.train.megatron import kernels, rope
+from rlrun.train.megatron import kernels, passthrough, rope
 
 # Fused SwiGLU and bias-dropout-add through megatron-core's jit_fuser (torch.compile). Off: on
 # one H100 (Qwen3-1.7B shape, seq 4096) they saved 2.6 GiB but made fwd+bwd 30 ms slower
@@ -72,6 +72,9 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
         # The wgrad GEMM accumulates into the fp32 main grads (Apex's kernel or torch's addmm with
         # out_dtype, rlrun.train.megatron.wgrad.install, which the backend runs before the build).
         kw["gradient_accumulation_fusion"] = bool(train.gradient_accumulation_fusion)
+        # train.megatron: megatron-core's own fields, unchanged (validated by passthrough.check_config); they
+        # replace the constants above (e.g. moe_token_dispatcher_type, moe_router_load_balancing_type)
+        kw.update(passthrough.to_core("TransformerConfig", train.megatron))
     config = TransformerConfig(**kw)
     # Set after validation, which would ask for Transformer Engine's kernels: rope without host
     # syncs (rope.py) and the SwiGLU kernel (kernels.py) fill the "fused" slots instead.
