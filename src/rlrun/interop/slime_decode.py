@@ -18,6 +18,7 @@ from rlrun.interop.slime_table import (
     KEEP, MOE_FLAGS, NO_OP_FLAGS, OVERRIDES, ROWS, SECRET_FLAGS, Row, rows_by_flag,
 )
 from rlrun.interop.slime_values import same, slime_default
+from rlrun.train.megatron import passthrough
 
 _ROPE_FLAGS = ("--use-rope-scaling", "--rotary-scaling-factor")
 # Flags with a codec of their own whose absence means a fixed value: (rlrun path, that value).
@@ -117,6 +118,7 @@ class _Decoder:
         self.notes: list[str] = []
         self.seen: dict[str, Occ] = {}
         self.sglang: dict[str, Any] = {}
+        self.megatron: dict[str, Any] = {}  # train.megatron: megatron-core fields from Megatron's flags
         self.datasets: list[dict] = []
         self.mis: Occ | None = None  # --custom-tis-function-path of slime's MIS example
         self.custom_config: Occ | None = None
@@ -142,6 +144,13 @@ class _Decoder:
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
             self.explicit.add("rollout.sglang")
+        if self.megatron.get("optimizer_cpu_offload") and "--use-precision-aware-optimizer" in self.seen:
+            # the hybrid device optimizer runs on the precision-aware optimizer's code path (Megatron-LM asserts
+            # both); without the CPU offload the flag is the no-op noted in special()
+            self.megatron["use_precision_aware_optimizer"] = True
+        if self.megatron:
+            self.values["train.megatron"] = self.megatron
+            self.explicit.add("train.megatron")
         return Decoded(self.values, self.explicit, self.unknown, self.notes, dict(self.seen))
 
     def one(self, occ: Occ) -> None:
@@ -244,7 +253,26 @@ class _Decoder:
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
             self.sglang_flag(occ)
         else:
-            return self.constant(occ)
+            return self.constant(occ) or self.megatron_flag(occ)
+        return True
+
+    def megatron_flag(self, occ: Occ) -> bool:
+        """A Megatron flag of a megatron-core config field (rlrun.train.megatron.passthrough) -> train.megatron,
+        unless the feature behind it is one rlrun lacks (FEATURE_OF: refused naming it)."""
+        if occ.flag in FEATURE_OF:
+            return False
+        got = passthrough.resolve_flag(occ.flag, occ.values)
+        if got is None:
+            return False
+        field, value = got
+        if field in passthrough.TYPED_FIELDS:
+            return False  # a typed rlrun setting whose row did not take this spelling: reported as unknown
+        self.megatron[field] = value
+        for k, v in passthrough.cli_companions(field, value).items():
+            if k not in self.megatron:
+                self.megatron[k] = v
+                self.notes.append(_at(occ, f"{occ.flag}: train.megatron.{k}={v!r} as Megatron-LM's command line "
+                                           f"has it (megatron-core's own default differs)"))
         return True
 
     def sglang_flag(self, occ: Occ) -> None:
@@ -266,7 +294,9 @@ class _Decoder:
                   "--multi-latent-attention": (), "--use-rope-scaling": ()}
         if occ.flag not in fixed:
             return False
-        if not _same_values(occ.values, fixed[occ.flag]) and occ.flag in FEATURE_OF:
+        if not _same_values(occ.values, fixed[occ.flag]) and occ.flag not in FEATURE_OF and self.megatron_flag(occ):
+            pass  # another value of a megatron-core field rlrun fixes by default: passed through (train.megatron)
+        elif not _same_values(occ.values, fixed[occ.flag]) and occ.flag in FEATURE_OF:
             self.unknown.append((occ, f"slime feature rlrun lacks: {FEATURE_OF[occ.flag]}"))
         elif not _same_values(occ.values, fixed[occ.flag]):
             want = " ".join((occ.flag, *fixed[occ.flag]))

@@ -139,6 +139,11 @@ def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[s
         arrays["MISC_ARGS"].append(["--wandb-project", wandb["project"]])
         if wandb["entity"]:
             arrays["MISC_ARGS"].append(["--wandb-team", wandb["entity"]])
+    from rlrun.train.megatron import passthrough
+    try:  # train.megatron: megatron-core fields, each under the Megatron flag that sets it
+        arrays["PERF_ARGS"].extend(passthrough.to_flags(cfg["train"].get("megatron") or {}))
+    except ValueError as exc:
+        comments["PERF_ARGS"].append(str(exc))
     for key, value in cfg["rollout"]["sglang"].items():
         flag = "--sglang-" + key.replace("_", "-")
         if value is True:

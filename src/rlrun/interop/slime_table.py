@@ -492,15 +492,10 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 # The slime/Megatron feature a flag belongs to, where rlrun lacks that feature: a refusal names the feature.
 _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "multi-token prediction (MTP)": ("--enable-mtp-training", "--mtp-num-layers", "--mtp-loss-scaling-factor"),
-    "YaRN rope scaling (mscale)": ("--mscale", "--mscale-all-dim"),
     "FP8 training": ("--fp8-format", "--fp8-recipe", "--transformer-impl"),
-    "CPU optimizer offload": ("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d"),
-    "DeepEP / token-drop MoE dispatch": ("--moe-enable-deepep", "--moe-token-dispatcher-type",
-                                         "--moe-token-drop-policy"),
-    "aux-loss-free MoE routing (expert bias, DeepSeek-V3 style)": (
-        "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-load-balancing-type",
-        "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor"),
-    "uneven pipeline stages": ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"),
+    # megatron-core's flex dispatcher backends need DeepEP, which cannot be installed on rlrun's GPU image; the
+    # other dispatchers and token-drop policies pass through (train.megatron)
+    "DeepEP MoE dispatch": ("--moe-enable-deepep",),
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
     "SFT (supervised fine-tuning loss)": ("--loss-type", "--debug-train-only", "--disable-compute-advantages-and-returns",
@@ -524,8 +519,6 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
     "SGLang config files": ("--sglang-config",),
     "stop token ids": ("--rollout-stop-token-ids",),
-    "Megatron debugging/determinism switches": ("--no-check-for-nan-in-loss-and-grad", "--no-masked-softmax-fusion",
-                                                "--deterministic-mode", "--enable-experimental",
-                                                "--save-debug-rollout-data"),
+    "Megatron debugging switches": ("--enable-experimental", "--save-debug-rollout-data"),
 }
 FEATURE_OF: dict[str, str] = {f: feature for feature, flags in _FEATURE_FLAGS.items() for f in flags}

@@ -248,6 +248,11 @@ def check_config(cfg) -> list[Problem]:
     if not 0.0 <= float(m.get("optimizer_offload_fraction", 0.0)) <= 1.0:
         problems.append(Problem(p + "optimizer_offload_fraction", "is a fraction of the optimizer state",
                                 "give a value in [0, 1]", m["optimizer_offload_fraction"]))
+    if m.get("moe_router_enable_expert_bias") and (cfg.model.moe is None or cfg.model.moe.router != "sigmoid"):
+        # TransformerConfig.__post_init__: "Expert bias for aux-loss-free routing only supports sigmoid score function"
+        problems.append(Problem(p + "moe_router_enable_expert_bias", "megatron-core's expert bias (aux-loss-free "
+                                "routing) needs the sigmoid router (TransformerConfig.__post_init__ raises otherwise)",
+                                "use a model whose model.moe.router is sigmoid, or remove it", True))
     problems += _uneven_stages(cfg, m)
     mla_only = [k for k in m if fields[k]["classes"] == ["MLATransformerConfig"]]
     if mla_only and cfg.model.mla is None:
@@ -281,3 +286,29 @@ def uneven_stages(cfg) -> bool:
     m = cfg.train.megatron
     return (m.get("num_layers_in_first_pipeline_stage") is not None
             or m.get("num_layers_in_last_pipeline_stage") is not None)
+
+
+def to_flags(mapping: dict[str, Any]) -> list[list[str]]:
+    """train.megatron -> Megatron-LM flags (the export to slime): a switch for a bool, `--flag value...` otherwise;
+    a value equal to Megatron-LM's command-line default is left out (its parser gives it anyway)."""
+    s = schema()
+    by_field: dict[str, dict[str, str]] = {}
+    for flag, facts in s["flags"].items():
+        by_field.setdefault(facts["field"], {}).setdefault(facts["action"], flag)
+    out = []
+    for field, value in mapping.items():
+        facts, flags = s["fields"].get(field, {}), by_field.get(field, {})
+        if "cli_default" in facts and value == facts["cli_default"]:
+            continue
+        if isinstance(value, bool):
+            flag = flags.get("store_true" if value else "store_false")
+            if flag:
+                out.append([flag])
+            elif value != _literal(facts.get("default")):
+                raise ValueError(f"train.megatron.{field}={value}: Megatron-LM has no flag that sets it")
+        elif "value" in flags:
+            vals = value if isinstance(value, (list, tuple)) else [value]
+            out.append([flags["value"], *(str(v) for v in vals)])
+        else:
+            raise ValueError(f"train.megatron.{field}: Megatron-LM has no flag for it")
+    return out

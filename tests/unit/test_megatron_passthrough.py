@@ -1,0 +1,201 @@
+"""train.megatron: megatron-core's own config fields, validated against the pinned megatron-core 0.19.2 (read from
+its wheel by tools/megatron_schema.py) and handed unchanged to the objects the megatron backend builds.
+
+megatron-core 0.19.2 needs Python >= 3.12; where megatron-core 0.16.1 (the last for 3.11) is importable, the
+construction path (rlrun.train.megatron.model.transformer_config, OptimizerConfig, DistributedDataParallelConfig)
+is run for real; otherwise the kwargs the backend passes are checked (the GPU test tests/gpu/test_megatron_passthrough.py
+builds them with the pinned megatron-core)."""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlrun.config import load
+from rlrun.config.errors import ConfigError
+from rlrun.train.megatron import passthrough
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = ["hardware=h100", "train.backend=megatron", "checks.memory_fit=warn"]
+MOE = ["model=qwen3-30b-a3b", "parallelism=tp4_ep8", *H100]
+
+
+def _problems(overrides):
+    with pytest.raises(ConfigError) as exc:
+        load(overrides)
+    return {p.path: p for p in exc.value.problems}
+
+
+def test_schema_matches_the_wheel():
+    wheels = glob.glob("/tmp/**/megatron_core-0.19.2-*.whl", recursive=True)
+    if not wheels:
+        pytest.skip("the megatron-core 0.19.2 wheel is not downloaded (tools/megatron_schema.py says how)")
+    spec = importlib.util.spec_from_file_location("megatron_schema", ROOT / "tools/megatron_schema.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.extract_from_wheel(wheels[0]) == json.loads(passthrough.SCHEMA_JSON.read_text())
+
+
+def test_schema_holds_the_fields_and_flags_slime_uses():
+    s = passthrough.schema()
+    assert s["megatron_core_version"] == "0.19.2"
+    f = s["fields"]
+    assert f["optimizer_cpu_offload"]["classes"] == ["OptimizerConfig"]
+    assert f["check_for_nan_in_grad"]["classes"] == ["DistributedDataParallelConfig"]
+    assert f["moe_token_dispatcher_type"]["choices"] == ["allgather", "alltoall", "flex"]
+    assert f["attention_backend"]["choices"] == ["flash", "fused", "unfused", "local", "auto"]
+    assert f["mscale"]["classes"] == ["MLATransformerConfig"]
+    # Megatron-LM's --optimizer-offload-fraction defaults to 1.0, OptimizerConfig's field to 0.0
+    assert (f["optimizer_offload_fraction"]["default"], f["optimizer_offload_fraction"]["cli_default"]) == ("0.0", 1.0)
+    flags = s["flags"]
+    assert flags["--decoder-last-pipeline-num-layers"] == {"field": "num_layers_in_last_pipeline_stage", "action": "value"}
+    assert flags["--no-check-for-nan-in-loss-and-grad"] == {"field": "check_for_nan_in_grad", "action": "store_false"}
+    assert flags["--no-masked-softmax-fusion"] == {"field": "masked_softmax_fusion", "action": "store_false"}
+    assert flags["--apply-layernorm-1p"]["field"] == "layernorm_zero_centered_gamma"
+
+
+@pytest.mark.parametrize("flag, values, want", [
+    ("--optimizer-cpu-offload", (), ("optimizer_cpu_offload", True)),
+    ("--moe-router-bias-update-rate", ("1e-3",), ("moe_router_bias_update_rate", 0.001)),
+    ("--moe-router-topk-scaling-factor", ("2.5",), ("moe_router_topk_scaling_factor", 2.5)),
+    ("--moe-router-load-balancing-type", ("seq_aux_loss",), ("moe_router_load_balancing_type", "seq_aux_loss")),
+    ("--decoder-last-pipeline-num-layers", ("13",), ("num_layers_in_last_pipeline_stage", 13)),
+    ("--no-check-for-nan-in-loss-and-grad", (), ("check_for_nan_in_grad", False)),
+    ("--moe-token-drop-policy", ("probs",), ("moe_token_drop_policy", "probs")),
+    ("--made-up-flag", ("1",), None),
+])
+def test_resolve_flag(flag, values, want):
+    assert passthrough.resolve_flag(flag, values) == want
+
+
+def test_resolve_flag_refuses_a_wrong_choice():
+    with pytest.raises(ValueError, match=r"not one of \['allgather', 'alltoall', 'flex'\]"):
+        passthrough.resolve_flag("--moe-token-dispatcher-type", ("all2all",))
+
+
+def test_validate_refuses_unknown_and_mistyped_fields_with_the_allowed_values():
+    got = _problems([*H100, "+train.megatron.optimizer_cpu_ofload=true", "+train.megatron.moe_token_dispatcher_type=a2a",
+                     "+train.megatron.overlap_cpu_optimizer_d2h_h2d=yes", "+train.megatron.num_layers=3",
+                     "+train.megatron.moe_enable_deepep=true"])
+    assert 'did you mean "optimizer_cpu_offload"' in got["train.megatron.optimizer_cpu_ofload"].message
+    assert "['allgather', 'alltoall', 'flex']" in got["train.megatron.moe_token_dispatcher_type"].message
+    assert "must be bool" in got["train.megatron.overlap_cpu_optimizer_d2h_h2d"].message
+    assert "model.num_layers" in got["train.megatron.num_layers"].message
+    assert "DeepEP" in got["train.megatron.moe_enable_deepep"].message
+
+
+def test_validate_refuses_train_megatron_on_the_torch_backend():
+    got = _problems(["+train.megatron.optimizer_cpu_offload=true"])
+    assert "train.backend is torch" in got["train.megatron"].message
+
+
+def test_cpu_offload_needs_the_precision_aware_optimizer_and_fp32_moments():
+    got = _problems([*H100, "+train.megatron.optimizer_cpu_offload=true", "optim.state_dtype=bf16"])
+    assert "use_precision_aware_optimizer" in got["train.megatron.optimizer_cpu_offload"].message
+    assert "hybrid device optimizer" in got["optim.state_dtype"].message
+    got = _problems([*H100, "+train.megatron.use_precision_aware_optimizer=true"])
+    assert "Transformer Engine" in got["train.megatron.use_precision_aware_optimizer"].message
+
+
+def test_uneven_pipeline_stages():
+    # qwen3-4b: 36 layers; PP 4 with a last stage of 6: 30 over 3 stages = 10 each
+    ok = load(["model=qwen3-4b", "parallelism.pp=4", "parallelism.tp=2", *H100,
+               "+train.megatron.num_layers_in_last_pipeline_stage=6"])
+    assert ok.train.megatron == {"num_layers_in_last_pipeline_stage": 6}
+    got = _problems(["model=qwen3-4b", "parallelism.pp=4", "parallelism.tp=2", *H100,
+                     "+train.megatron.num_layers_in_last_pipeline_stage=5"])
+    assert "does not split evenly" in got["train.megatron.num_layers_in_last_pipeline_stage"].message
+    assert "parallelism.pp" not in got  # 36 % 4 == 0 anyway; the uneven split is the one checked
+
+
+def test_memory_estimate_counts_the_cpu_optimizer_offload():
+    from rlrun.config.memory import estimate
+    from rlrun.config.sizes import dp_size
+
+    base = load(["model=qwen3-4b", *H100])
+    off = load(["model=qwen3-4b", *H100, "+train.megatron.optimizer_cpu_offload=true",
+                "+train.megatron.use_precision_aware_optimizer=true", "+train.megatron.optimizer_offload_fraction=0.5"])
+    a, b = estimate(base), estimate(off)
+    # fp32 master + 2 fp32 moments = 12 B/param over DP; half of it in host memory
+    assert a.trainer_optimizer == pytest.approx(12 * a.trainer_params_per_gpu / dp_size(base) / 2**30)
+    assert b.trainer_optimizer == pytest.approx(a.trainer_optimizer / 2)
+    assert b.trainer_grads == a.trainer_grads and b.trainer_weights == a.trainer_weights
+
+
+def test_backend_kwargs_carry_the_values():
+    pytest.importorskip("torch")
+    from rlrun.train.megatron_backend import ddp_kwargs, optimizer_kwargs
+
+    cfg = load(["model=qwen3-4b", *H100, "+train.megatron.optimizer_cpu_offload=true",
+                "+train.megatron.overlap_cpu_optimizer_d2h_h2d=true", "+train.megatron.use_precision_aware_optimizer=true",
+                "+train.megatron.optimizer_offload_fraction=1.0", "+train.megatron.check_for_nan_in_grad=true",
+                "+train.megatron.bucket_size=40000000", "+train.megatron.moe_token_dispatcher_type=allgather"])
+    o = optimizer_kwargs(cfg)
+    assert (o["optimizer_cpu_offload"], o["overlap_cpu_optimizer_d2h_h2d"], o["use_precision_aware_optimizer"],
+            o["optimizer_offload_fraction"], o["lr"]) == (True, True, True, 1.0, cfg.optim.lr)
+    assert "moe_token_dispatcher_type" not in o and "check_for_nan_in_grad" not in o
+    d = ddp_kwargs(cfg)
+    assert (d["check_for_nan_in_grad"], d["bucket_size"], d["grad_reduce_in_fp32"]) == (True, 40000000, True)
+    assert passthrough.kwargs_for(cfg.train.megatron, "TransformerConfig") == {"moe_token_dispatcher_type": "allgather"}
+
+
+@pytest.fixture
+def megatron_core():
+    """megatron-core 0.16.1 (Python 3.11) where it is installed (MEGATRON_CORE_PATH or site-packages)."""
+    import os
+    extra = os.environ.get("MEGATRON_CORE_PATH")
+    if extra:
+        sys.path.insert(0, extra)
+    try:
+        pytest.importorskip("megatron.core")
+        yield
+    finally:
+        if extra:
+            sys.path.remove(extra)
+
+
+def test_megatron_core_objects_carry_the_values(megatron_core):
+    """The backend's own construction code (model.transformer_config, OptimizerConfig/DDP config kwargs) on the
+    CPU with a real megatron-core: each family of fields slime's scripts pass arrives in the object."""
+    from megatron.core import utils
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.enums import AttnBackend
+    from packaging.version import Version
+
+    if utils.get_te_version() is None:  # 0.16.1 without Transformer Engine; the pinned 0.19.2 answers 0.0.0 itself
+        utils._te_version = Version("0.0.0")
+
+    from rlrun.train.megatron import model as mm
+    from rlrun.train.megatron_backend import ddp_kwargs, optimizer_kwargs
+
+    cfg = load([*MOE, "+train.megatron.moe_token_dispatcher_type=allgather",
+                "+train.megatron.moe_router_load_balancing_type=seq_aux_loss",
+                "+train.megatron.moe_router_topk_scaling_factor=2.5", "+train.megatron.moe_token_drop_policy=position",
+                "+train.megatron.moe_expert_capacity_factor=1.5", "+train.megatron.deterministic_mode=true",
+                "+train.megatron.attention_backend=flash", "+train.megatron.optimizer_cpu_offload=true",
+                "+train.megatron.overlap_cpu_optimizer_d2h_h2d=true",
+                "+train.megatron.use_precision_aware_optimizer=true", "+train.megatron.optimizer_offload_fraction=1.0",
+                "+train.megatron.check_for_nan_in_grad=true"])
+    tc = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train, cpu_init=True)
+    assert (tc.moe_token_dispatcher_type, tc.moe_router_load_balancing_type, tc.moe_router_topk_scaling_factor,
+            tc.moe_token_drop_policy, tc.moe_expert_capacity_factor, tc.deterministic_mode,
+            tc.attention_backend) == ("allgather", "seq_aux_loss", 2.5, "position", 1.5, True, AttnBackend.flash)
+    oc = OptimizerConfig(**optimizer_kwargs(cfg))
+    assert (oc.optimizer_cpu_offload, oc.overlap_cpu_optimizer_d2h_h2d, oc.use_precision_aware_optimizer,
+            oc.optimizer_offload_fraction) == (True, True, True, 1.0)
+    dc = DistributedDataParallelConfig(**ddp_kwargs(cfg))
+    assert dc.check_for_nan_in_grad is True
+
+
+def test_megatron_core_uneven_stages(megatron_core):
+    from rlrun.train.megatron import model as mm
+
+    cfg = load(["model=qwen3-4b", "parallelism.pp=4", "parallelism.tp=2", *H100,
+                "+train.megatron.num_layers_in_last_pipeline_stage=6"])
+    tc = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train, cpu_init=True)
+    assert tc.num_layers_in_last_pipeline_stage == 6
