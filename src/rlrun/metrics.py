@@ -37,8 +37,11 @@ class WandbSink:
         import wandb
 
         self._wandb = wandb
+        w = cfg.logging.wandb
+        if w.host and mode == "online":  # a self-hosted server, as slime's --wandb-host does (wandb.login(host=))
+            wandb.login(host=w.host)
         self.run = wandb.init(
-            dir=str(run_dir), mode=mode, project=cfg.logging.wandb.project, entity=cfg.logging.wandb.entity,
+            dir=str(run_dir), mode=mode, project=w.project, entity=w.entity, group=w.group,
             name=cfg.run.name, config=cfg.to_dict() if hasattr(cfg, "to_dict") else None,
             id=self._wandb_id(run_dir), resume="allow", settings=wandb.Settings(console="off", silent=True))
 

@@ -63,7 +63,7 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
         algo["normalize_std"] = False  # the std of a group of one is undefined (slime turns it off too)
 
     ev = _sec(raw, "eval")
-    for key in ("max_response_len", "top_p", "temperature"):
+    for key in ("max_response_len", "top_p", "temperature", "top_k"):
         _default(ev, key, rollout.get(key))
     ckpt = _sec(raw, "checkpoint")
     hub_id = _sec(raw, "model").get("hub_id")

@@ -44,6 +44,11 @@ def batch_identity(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def schedule(cfg: RunConfig) -> Iterator[Problem]:
     total = cfg.rollout.num_rollout * cfg.train.num_steps_per_rollout
+    if cfg.optim.lr_warmup_fraction is not None and cfg.optim.lr_warmup_iters > 0:
+        # Megatron-LM validate_args: "Can only specify one of lr-warmup-fraction and lr-warmup-iters"
+        yield Problem("optim.lr_warmup_fraction", f"both lr_warmup_fraction ({cfg.optim.lr_warmup_fraction}) and "
+                      f"lr_warmup_iters ({cfg.optim.lr_warmup_iters}) are set", "set one of them (the other 0 / null)",
+                      cfg.optim.lr_warmup_fraction)
     if cfg.optim.lr_warmup_iters >= total and cfg.optim.lr_warmup_iters > 0:
         yield Problem("optim.lr_warmup_iters", f"warmup of {cfg.optim.lr_warmup_iters} steps never ends: the run "
                       f"has {total} optimizer steps ({cfg.rollout.num_rollout} rollouts x "

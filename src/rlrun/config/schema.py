@@ -201,6 +201,7 @@ class RolloutSection(Section):
     top_p: float
     top_k: int
     stop: list[str]
+    stop_token_ids: list[int]                 # token ids that end a response (SGLang's stop_token_ids)
     num_gpus: PosInt                          # derived: colocated -> trainer GPUs
     gpus_per_engine: PosInt
     mem_fraction_static: float
@@ -243,6 +244,7 @@ class EvalSection(Section):
     max_response_len: PosInt                  # derived: null -> rollout.max_response_len
     top_p: float                                    # derived: null -> rollout.top_p
     temperature: float                              # derived: null -> rollout.temperature
+    top_k: int                                      # derived: null -> rollout.top_k
     datasets: list[EvalDataset]
 
 
@@ -304,6 +306,7 @@ class OptimSection(Section):
     min_lr: NonNegFloat
     lr_decay_style: Literal["constant", "linear", "cosine"]
     lr_warmup_iters: NonNegInt
+    lr_warmup_fraction: Optional[Annotated[float, Field(ge=0, le=1)]]  # of the run's optimizer steps (Megatron's)
     weight_decay: NonNegFloat
     adam_beta1: Annotated[float, Field(ge=0, lt=1)]
     adam_beta2: Annotated[float, Field(ge=0, lt=1)]
@@ -317,6 +320,8 @@ class WandbSection(Section):
     mode: Literal["offline", "online", "disabled"]
     project: str
     entity: Optional[str]
+    group: Optional[str]                    # wandb.init(group=...): runs shown together (slime --wandb-group)
+    host: Optional[str]                     # a self-hosted W&B server's URL (slime --wandb-host): wandb.login(host=...)
 
 
 class LoggingSection(Section):

@@ -20,6 +20,11 @@ from rlrun.interop.slime_table import (
 from rlrun.interop.slime_values import same, slime_default
 from rlrun.train.megatron import passthrough
 
+# slime's W&B flags with a value -> logging.wandb.KEY (slime/utils/wandb_utils.py: project, team as entity, group,
+# host for wandb.login)
+WANDB_FLAGS = {"--wandb-project": "project", "--wandb-team": "entity", "--wandb-group": "group",
+               "--wandb-host": "host"}
+
 _ROPE_FLAGS = ("--use-rope-scaling", "--rotary-scaling-factor")
 # Flags with a codec of their own whose absence means a fixed value: (rlrun path, that value).
 _SPECIAL_DEFAULTS = {"--moe-layer-freq": ("model.moe.first_k_dense", 0),
@@ -84,7 +89,7 @@ def known_flags() -> list[str]:
     flags |= {f for _, f, _ in CONSTANT_FLAGS} | {f for f, _ in MOE_FLAGS} | {ATTENTION_BACKEND[1]}
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
-              *slime_agent.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", "--wandb-project", "--wandb-team", "--offload",
+              *slime_agent.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", *WANDB_FLAGS, "--offload",
               "--exp-avg-sq-dtype", "--use-precision-aware-optimizer",
               *_ROPE_FLAGS, *POST_NORM_FLAGS}
     return sorted(flags)
@@ -192,7 +197,8 @@ class _Decoder:
             self.expect(occ, 0)
             self.set(row.path, row.kind != "false", occ)
         elif row.kind == "list":
-            self.set(row.path, list(occ.values), occ)
+            self.set(row.path, [_typed(v, row.type) for v in occ.values] if row.type is not str else list(occ.values),
+                     occ)
 
     def special(self, occ: Occ) -> bool:
         """Flags whose meaning spans settings (see slime_table.SPECIAL) or that rlrun fixes; True if known."""
@@ -233,9 +239,9 @@ class _Decoder:
         elif flag == "--wandb-mode":
             self.expect(occ, 1)
             self.set("logging.wandb.mode", vals[0], occ)
-        elif flag in ("--wandb-project", "--wandb-team"):
+        elif flag in WANDB_FLAGS:
             self.expect(occ, 1)
-            self.set("logging.wandb." + ("project" if flag == "--wandb-project" else "entity"), vals[0], occ)
+            self.set("logging.wandb." + WANDB_FLAGS[flag], vals[0], occ)
         elif flag == "--custom-tis-function-path":
             self.expect(occ, 1)
             if vals[0] == ICEPOP_FUNCTION:

@@ -137,8 +137,9 @@ def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[s
     if wandb["mode"] != "disabled":
         arrays["MISC_ARGS"].extend([["--use-wandb"], ["--wandb-mode", wandb["mode"]]])
         arrays["MISC_ARGS"].append(["--wandb-project", wandb["project"]])
-        if wandb["entity"]:
-            arrays["MISC_ARGS"].append(["--wandb-team", wandb["entity"]])
+        for flag, key in (("--wandb-team", "entity"), ("--wandb-group", "group"), ("--wandb-host", "host")):
+            if wandb.get(key):
+                arrays["MISC_ARGS"].append([flag, wandb[key]])
     from rlrun.train.megatron import passthrough
     try:  # train.megatron: megatron-core fields, each under the Megatron flag that sets it
         arrays["PERF_ARGS"].extend(passthrough.to_flags(cfg["train"].get("megatron") or {}))

@@ -169,6 +169,7 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.top_p", "--rollout-top-p", "ROLLOUT_ARGS", type=float, default=1.0),
     Row("rollout.top_k", "--rollout-top-k", "ROLLOUT_ARGS", type=int, default=-1),
     Row("rollout.stop", "--rollout-stop", "ROLLOUT_ARGS", "list", default=[]),
+    Row("rollout.stop_token_ids", "--rollout-stop-token-ids", "ROLLOUT_ARGS", "list", type=int, default=[]),
     Row("rollout.over_sampling_batch_size", "--over-sampling-batch-size", "ROLLOUT_ARGS", type=int,
         default=lambda v: v["rollout.rollout_batch_size"]),
     Row("rollout.dynamic_sampling", "--dynamic-sampling-filter-path", "ROLLOUT_ARGS", default=None,
@@ -193,6 +194,7 @@ ROWS: tuple[Row, ...] = (
     Row("eval.top_p", "--eval-top-p", "EVAL_ARGS", type=float, default=lambda v: v["rollout.top_p"]),
     Row("eval.temperature", "--eval-temperature", "EVAL_ARGS", type=float,
         default=lambda v: v["rollout.temperature"]),
+    Row("eval.top_k", "--eval-top-k", "EVAL_ARGS", type=int, default=lambda v: v["rollout.top_k"]),
     # ---- PERF_ARGS ------------------------------------------------------------------------------------
     Row("parallelism.tp", "--tensor-model-parallel-size", "PERF_ARGS", type=int, default=1, always=True),
     Row("parallelism.sequence_parallel", "--sequence-parallel", "PERF_ARGS", "true", default=False),
@@ -236,6 +238,7 @@ ROWS: tuple[Row, ...] = (
     Row("optim.min_lr", "--min-lr", "OPTIMIZER_ARGS", type=float, default=0.0),
     Row("optim.lr_decay_style", "--lr-decay-style", "OPTIMIZER_ARGS", default="linear", always=True),
     Row("optim.lr_warmup_iters", "--lr-warmup-iters", "OPTIMIZER_ARGS", type=int, default=0),
+    Row("optim.lr_warmup_fraction", "--lr-warmup-fraction", "OPTIMIZER_ARGS", type=float, default=None),
     Row("optim.weight_decay", "--weight-decay", "OPTIMIZER_ARGS", type=float, default=0.01, always=True),
     Row("optim.adam_beta1", "--adam-beta1", "OPTIMIZER_ARGS", type=float, default=0.9, always=True),
     Row("optim.adam_beta2", "--adam-beta2", "OPTIMIZER_ARGS", type=float, default=0.999, always=True),
@@ -294,6 +297,11 @@ SPECIAL: dict[str, str] = {
     "logging.wandb.mode": "disabled: no flag; offline/online: `--use-wandb --wandb-mode MODE`",
     "logging.wandb.project": "`--wandb-project` (only with wandb on)",
     "logging.wandb.entity": "`--wandb-team` (only with wandb on)",
+    "logging.wandb.group": "`--wandb-group` (only with wandb on)",
+    "logging.wandb.host": "`--wandb-host` (only with wandb on)",
+    "train.megatron": "each megatron-core field K under the Megatron-LM flag that sets it (`--K` with dashes, "
+    "`--no-K` for a switch that defaults on, or Megatron-LM's own name such as `--decoder-last-pipeline-num-layers` "
+    "for num_layers_in_last_pipeline_stage; rlrun.train.megatron.passthrough, from megatron/training/arguments.py)",
     "rollout.sglang": "each key K becomes `--sglang-K` (underscores to dashes); true -> bare flag. Import "
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
@@ -367,7 +375,7 @@ NO_FLAG: dict[str, str] = {
 RLRUN_DERIVED = frozenset({
     "train.offload", "train.global_batch_size", "train.num_steps_per_rollout", "train.log_probs_max_tokens_per_gpu",
     "train.gradient_accumulation_fusion", "rollout.over_sampling_batch_size", "rollout.num_gpus",
-    "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature",
+    "rollout.context_length", "rollout.offload", "eval.max_response_len", "eval.top_p", "eval.temperature", "eval.top_k",
     "algo.eps_clip_high", "checkpoint.ref", "algo.rs_clip", "algo.rs_clip_low",
 })
 
@@ -504,21 +512,18 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "vision-language models": ("--multimodal-keys",),
     "custom rollout functions (slime's rollout-function API)": ("--rollout-function-path",),
     "slime's custom reward hooks": ("--custom-rm-path", "--custom-reward-post-process-path", "--reward-key"),
-    "eval config files and per-eval top-k": ("--eval-config", "--eval-top-k"),
+    "eval config files": ("--eval-config",),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
                                  "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
                                  "--update-weight-delta-checksum"),
     "prefill/decode disaggregation": ("--prefill-num-servers",),
     "all-gather context parallelism": ("--allgather-cp",),
-    "W&B run groups and hosts": ("--wandb-group", "--wandb-host"),
     "Megatron vocab padding": ("--make-vocab-size-divisible-by",),
     "learned-position-free GLM layout flags": ("--no-position-embedding",),
     "chunked log-prob computation": ("--log-probs-chunk-size",),
     "data padding multiplier": ("--data-pad-size-multiplier",),
-    "LR warmup as a fraction of the run": ("--lr-warmup-fraction",),
     "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
     "SGLang config files": ("--sglang-config",),
-    "stop token ids": ("--rollout-stop-token-ids",),
     "Megatron debugging switches": ("--enable-experimental", "--save-debug-rollout-data"),
 }
 FEATURE_OF: dict[str, str] = {f: feature for feature, flags in _FEATURE_FLAGS.items() for f in flags}

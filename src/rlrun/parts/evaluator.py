@@ -16,7 +16,8 @@ class Evaluator:
 
         e = self.cfg.eval
         sampling = Sampling(max_new_tokens=e.max_response_len, temperature=e.temperature, top_p=e.top_p,
-                            top_k=self.cfg.rollout.top_k, stop=tuple(self.cfg.rollout.stop or ()))
+                            top_k=e.top_k, stop=tuple(self.cfg.rollout.stop or ()),
+                            stop_token_ids=tuple(self.cfg.rollout.stop_token_ids or ()))
         out: dict[str, float] = {}
         for ds in e.datasets:
             if ds.name not in self._sets:

@@ -54,7 +54,8 @@ class Sampling:
     @classmethod
     def from_config(cls, rollout_cfg) -> "Sampling":
         return cls(max_new_tokens=rollout_cfg.max_response_len, temperature=rollout_cfg.temperature,
-                   top_p=rollout_cfg.top_p, top_k=rollout_cfg.top_k, stop=tuple(rollout_cfg.stop or ()))
+                   top_p=rollout_cfg.top_p, top_k=rollout_cfg.top_k, stop=tuple(rollout_cfg.stop or ()),
+                   stop_token_ids=tuple(getattr(rollout_cfg, "stop_token_ids", None) or ()))
 
     def to_json(self, seed: int | None = None) -> dict:
         out = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,

@@ -8,6 +8,14 @@ from __future__ import annotations
 import math
 
 
+def warmup_iters(optim, total: int) -> int:
+    """optim.lr_warmup_iters, or optim.lr_warmup_fraction of the run's `total` optimizer steps (Megatron-LM's
+    --lr-warmup-fraction: lr_warmup_steps = fraction x lr_decay_steps, the run's length when --lr-decay-iters is
+    absent, as in slime's scripts), whole steps."""
+    fraction = getattr(optim, "lr_warmup_fraction", None)
+    return int(fraction * total) if fraction is not None else optim.lr_warmup_iters
+
+
 def lr_at(step: int, *, lr: float, min_lr: float, style: str, warmup: int, total: int) -> float:
     """Learning rate for optimizer step `step` (0-based) of `total` steps."""
     if style not in ("constant", "linear", "cosine"):

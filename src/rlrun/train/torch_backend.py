@@ -32,7 +32,7 @@ from rlrun.train import offload as off
 from rlrun.train.critic import build_value_model
 from rlrun.train.dist import all_reduce_sum, barrier, join_process_group
 from rlrun.train.hf_model import build_causal_lm
-from rlrun.train.schedule import lr_at
+from rlrun.train.schedule import lr_at, warmup_iters
 from rlrun.train.step_metrics import StepSums, policy_metrics
 
 _STATE_FILE = "trainer_state.pt"
@@ -221,8 +221,8 @@ class TorchBackend(TrainerBackend):
 
     def _lr(self, base: float) -> float:
         o = self.cfg.optim
-        return lr_at(self.step, lr=base, min_lr=o.min_lr, style=o.lr_decay_style, warmup=o.lr_warmup_iters,
-                     total=self.total_steps)
+        return lr_at(self.step, lr=base, min_lr=o.min_lr, style=o.lr_decay_style,
+                     warmup=warmup_iters(o, self.total_steps), total=self.total_steps)
 
     def _optimizer_step(self, model, opt, base_lr: float) -> tuple[float, float]:
         """Sum grads over ranks, clip, step at the scheduled lr -> (grad norm, lr)."""
