@@ -5,7 +5,10 @@ and print the verdicts as the markdown table of docs/slime.md ("slime's own scri
 
 SLIME_GIT_DIR is a clone of https://github.com/THUDM/slime (a bare one is fine); the scripts are exported at
 the commit (default HEAD) into a temporary folder and run from its root, as slime's README runs them
-(`bash scripts/run-qwen3-4B.sh`). Nothing of slime is kept.
+(`bash scripts/run-qwen3-4B.sh`). Nothing of slime is kept. `rlrun validate` and `rlrun plan` run with the checkout's
+root and the script's folder on sys.path, as slime's job has them (`python3 train.py` from slime's root, and the
+`PYTHONPATH` of the scripts' runtime env names `${SCRIPT_DIR}`), so that the generate and reward functions the
+scripts name import; slime's own modules need the `slime-examples` extra (pylatexenc, psutil, httpx).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def verdict(root: Path, rel: str, conf: Path) -> dict:
         else:
             row.update(verdict="error", detail=err.strip().splitlines()[-1:] if err.strip() else [])
         return row
-    vrc, vout, verr = _cli(["validate", "--json", "--config-dir", str(conf), f"experiment={name}"], root)
+    with _job_path(root, rel):
+        vrc, vout, verr = _cli(["validate", "--json", "--config-dir", str(conf), f"experiment={name}"], root)
     if vrc != 0:
         try:
             problems = [f"{p['path']}: {p['message']}" for p in json.loads(vout)["problems"]]
@@ -60,10 +64,23 @@ def verdict(root: Path, rel: str, conf: Path) -> dict:
             problems = (verr or vout).strip().splitlines()[-3:]
         row.update(verdict="invalid", detail=problems)
         return row
-    prc, pout, perr = _cli(["plan", "--config-dir", str(conf), f"experiment={name}"], root)
+    with _job_path(root, rel):
+        prc, pout, perr = _cli(["plan", "--config-dir", str(conf), f"experiment={name}"], root)
     row.update(verdict="valid" if prc == 0 else "plan failed",
                detail=[] if prc == 0 else (perr or pout).strip().splitlines()[-2:])
     return row
+
+
+@contextlib.contextmanager
+def _job_path(root: Path, rel: str):
+    """sys.path as slime's job has it: its root (train.py's folder) and the script's folder (runtime-env PYTHONPATH)."""
+    extra = [str(root), str((root / rel).parent)]
+    sys.path[:0] = extra
+    try:
+        yield
+    finally:
+        for p in extra:
+            sys.path.remove(p)
 
 
 def _reasons(err: str, flags: list[str]) -> dict[str, str]:
@@ -110,7 +127,26 @@ def render(commit: str, rows: list[dict]) -> str:
         else:
             why = "; ".join(r["detail"])
         lines.append(f"| `{r['script']}` | {r['verdict']} | {why.replace('|', '/')} |")
+    lines += ["", "What each refusal names, with the number of scripts it stops (a script may name several):", "",
+              "| feature rlrun lacks / problem | scripts |", "|---|---|"]
+    lines += [f"| {what} | {n} |" for what, n in feature_counts(rows)]
     return "\n".join(lines)
+
+
+def feature_counts(rows: list[dict]) -> list[tuple[str, int]]:
+    """feature (or validate problem's key) -> scripts naming it, most first."""
+    counts: dict[str, set[str]] = {}
+    for r in rows:
+        if r["verdict"] == "refused":
+            for flag in r["detail"]:
+                why = r["reasons"].get(flag, "")
+                what = why.split("slime feature rlrun lacks: ", 1)[1] if "rlrun lacks: " in why else (
+                    "no model flags reach train.py (the script's own bug)" if flag == "(model flags)" else f"`{flag}`")
+                counts.setdefault(what, set()).add(r["script"])
+        elif r["verdict"] != "valid":
+            for d in r["detail"]:
+                counts.setdefault(d.split(":", 1)[0] + " (validate)", set()).add(r["script"])
+    return sorted(((k, len(v)) for k, v in counts.items()), key=lambda kv: (-kv[1], kv[0]))
 
 
 if __name__ == "__main__":

@@ -199,3 +199,89 @@ def test_megatron_core_uneven_stages(megatron_core):
                 "+train.megatron.num_layers_in_last_pipeline_stage=6"])
     tc = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train, cpu_init=True)
     assert tc.num_layers_in_last_pipeline_stage == 6
+
+
+# ---- rlrun import slime: Megatron flags -> train.megatron ----------------------------------------------------
+def _decode(text: str):
+    from rlrun.interop.slime_decode import decode, parse_args
+
+    return decode(parse_args(text.split()))
+
+
+def test_import_fills_train_megatron_from_the_flags_of_the_same_name():
+    d = _decode("--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer "
+                "--moe-token-dispatcher-type allgather --moe-token-drop-policy probs --moe-router-enable-expert-bias "
+                "--moe-router-bias-update-rate 1e-3 --moe-router-load-balancing-type seq_aux_loss "
+                "--moe-router-topk-scaling-factor 2.5 --decoder-last-pipeline-num-layers 13 "
+                "--no-check-for-nan-in-loss-and-grad --no-masked-softmax-fusion --deterministic-mode")
+    assert d.unknown == []
+    assert d.values["train.megatron"] == {
+        "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0, "overlap_cpu_optimizer_d2h_h2d": True,
+        "moe_token_dispatcher_type": "allgather", "moe_token_drop_policy": "probs",
+        "moe_router_enable_expert_bias": True, "moe_router_bias_update_rate": 0.001,
+        "moe_router_load_balancing_type": "seq_aux_loss", "moe_router_topk_scaling_factor": 2.5,
+        "num_layers_in_last_pipeline_stage": 13, "check_for_nan_in_grad": False, "masked_softmax_fusion": False,
+        "deterministic_mode": True, "use_precision_aware_optimizer": True}
+    assert any("optimizer_offload_fraction=1.0" in n for n in d.notes)
+
+
+def test_import_keeps_the_precision_aware_flag_a_no_op_without_the_offload():
+    d = _decode("--use-precision-aware-optimizer")
+    assert d.unknown == [] and "train.megatron" not in d.values
+
+
+def test_import_refuses_deepep_and_the_architectures_rlrun_lacks_naming_them():
+    d = _decode("--moe-enable-deepep --use-gated-attention --attention-output-gate --moe-token-dispatcher-type alltoall")
+    why = {o.flag: w for o, w in d.unknown}
+    assert why["--moe-enable-deepep"] == "slime feature rlrun lacks: DeepEP MoE dispatch"
+    assert "gated attention" in why["--attention-output-gate"]
+    assert "--moe-token-dispatcher-type" not in why  # alltoall is what rlrun runs anyway
+
+
+def test_export_writes_train_megatron_back_as_megatron_flags():
+    assert passthrough.to_flags({"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0,
+                                 "check_for_nan_in_grad": False, "num_layers_in_last_pipeline_stage": 13,
+                                 "moe_router_bias_update_rate": 0.001}) == [
+        ["--optimizer-cpu-offload"], ["--no-check-for-nan-in-loss-and-grad"],
+        ["--decoder-last-pipeline-num-layers", "13"], ["--moe-router-bias-update-rate", "0.001"]]
+
+
+def test_import_of_slime_flags_for_rlrun_keys():
+    d = _decode("--wandb-group g1 --wandb-host https://wandb.example --eval-top-k 20 --rollout-stop-token-ids 7 9 "
+                "--lr-warmup-fraction 0.1 --reward-key score --custom-rm-path pkg.mod.reward_func --rm-type math")
+    assert d.unknown == []
+    v = d.values
+    assert (v["logging.wandb.group"], v["logging.wandb.host"], v["eval.top_k"], v["rollout.stop_token_ids"],
+            v["optim.lr_warmup_fraction"], v["data.reward_key"]) == ("g1", "https://wandb.example", 20, [7, 9], 0.1,
+                                                                     "score")
+    assert v["data.rm_type"] == "slime:pkg.mod:reward_func"  # --custom-rm-path beats --rm-type (slime's async_rm)
+
+
+def test_lr_warmup_fraction_is_a_fraction_of_the_run():
+    from types import SimpleNamespace
+
+    from rlrun.train.schedule import warmup_iters
+
+    assert warmup_iters(SimpleNamespace(lr_warmup_fraction=0.1, lr_warmup_iters=0), 3000) == 300
+    assert warmup_iters(SimpleNamespace(lr_warmup_fraction=None, lr_warmup_iters=7), 3000) == 7
+    got = _problems(["optim.lr_warmup_fraction=0.1", "optim.lr_warmup_iters=5"])
+    assert "both" in got["optim.lr_warmup_fraction"].message
+
+
+def test_eval_top_k_and_stop_token_ids_reach_the_requests():
+    from rlrun.rollout.client import Sampling
+
+    cfg = load(["rollout.top_k=50", "rollout.stop_token_ids=[7,9]"])
+    assert cfg.eval.top_k == 50  # derived from rollout.top_k
+    assert Sampling.from_config(cfg.rollout).to_json()["stop_token_ids"] == [7, 9]
+    assert load(["eval.top_k=20"]).eval.top_k == 20
+
+
+def test_slime_reward_dict_is_read_at_the_reward_key():
+    from rlrun.agent.slime_adapter import reward_value
+
+    assert reward_value({"score": 1.0, "acc": 0.0}) == 1.0
+    assert reward_value({"score": 1.0, "acc": 0.0}, "acc") == 0.0
+    assert reward_value(0.5, "acc") == 0.5
+    with pytest.raises(ValueError, match="data.reward_key"):
+        reward_value({"acc": 1.0})

@@ -95,7 +95,7 @@ ARGS: dict[str, tuple[str, Callable[[Any, Any, str], Any]]] = {
     "rm_type": ("data.rm_type (None when it names a function)", lambda c, h, p: _rm_type(c)),
     "rm_url": ("data.rm_url", lambda c, h, p: c.data.rm_url),
     "custom_rm_path": ("data.rm_type=slime:a.b:f -> \"a.b.f\" (None otherwise)", lambda c, h, p: _custom_rm_path(c)),
-    "reward_key": ("None", lambda c, h, p: None),
+    "reward_key": ("data.reward_key", lambda c, h, p: c.data.reward_key),
     "group_rm": ("False", lambda c, h, p: False),
     "apply_chat_template": ("data.apply_chat_template", lambda c, h, p: c.data.apply_chat_template),
     "apply_chat_template_kwargs": ("{}", lambda c, h, p: {}),
@@ -122,7 +122,18 @@ def to_slime(sample: Sample, cls) -> Any:
     return out
 
 
-def from_slime(out, sample: Sample) -> Sample:
+def reward_value(reward, key: str | None = None) -> float:
+    """slime's Sample.get_reward_value: a dict reward (e.g. ReTool's {"score", "acc", ...}) is read at `key`
+    (data.reward_key, slime's --reward-key), "score" when none is set."""
+    if isinstance(reward, dict):
+        k = key or "score"
+        if k not in reward:
+            raise ValueError(f"slime reward {reward!r} has no key {k!r}: set data.reward_key (slime's --reward-key)")
+        return float(reward[k])
+    return float(reward)
+
+
+def from_slime(out, sample: Sample, reward_key: str | None = None) -> Sample:
     """Copy one slime Sample into rlrun's `sample`; the prompt is `tokens` minus the response."""
     n = int(out.response_length)
     tokens = [int(t) for t in out.tokens]
@@ -144,7 +155,7 @@ def from_slime(out, sample: Sample) -> Sample:
     sample.prompt = out.prompt
     sample.status = Status(out.status.value if isinstance(out.status, Enum) else str(out.status))
     if out.reward is not None:
-        sample.reward = float(out.reward["score"] if isinstance(out.reward, dict) else out.reward)
+        sample.reward = reward_value(out.reward, reward_key)
     return sample
 
 
@@ -155,18 +166,18 @@ def _version(v) -> int | None:
         return None
 
 
-def _results(out, sample: Sample) -> Sample | list[Sample]:
+def _results(out, sample: Sample, reward_key: str | None = None) -> Sample | list[Sample]:
     """A Sample -> `sample` filled in; a list (slime's fan-out, e.g. multi-agent) -> one rlrun Sample
     each, in the prompt's group, the first reusing `sample`."""
     if not isinstance(out, list):
-        return from_slime(out, sample)
+        return from_slime(out, sample, reward_key)
     if not out:
         raise ValueError("slime generate function returned an empty list; return at least one Sample")
     results = []
     for i, one in enumerate(out):
         target = sample if i == 0 else Sample(prompt=sample.prompt, label=sample.label, group_id=sample.group_id,
                                               metadata=copy.deepcopy(sample.metadata))
-        results.append(from_slime(one, target))
+        results.append(from_slime(one, target, reward_key))
     return results
 
 
@@ -199,7 +210,7 @@ def slime_generate(fn, cfg=None, dotted: str | None = None) -> GenerateFn:
             out = await fn(args, to_slime(sample, slime_compat.Sample), sampling_params(sampling, handle.seed), **kw)
             if rm is not None:
                 await _score(rm, args, out)
-            return _results(out, sample)
+            return _results(out, sample, args.reward_key)
 
         adapted.__name__ = f"slime[{getattr(fn, '__name__', fn)}{', evaluation' if evaluation else ''}]"
         return adapted

@@ -259,6 +259,7 @@ class DataSection(Section):
     apply_chat_template: bool
     rm_type: str
     rm_url: Optional[str]                           # rm_type remote: the reward server's POST endpoint
+    reward_key: Optional[str]                       # a slime reward function's dict reward: the key trained on
     max_prompt_len: Optional[PosInt]     # null = no prompt-length filter
     shuffle: bool
     num_epochs: PosInt

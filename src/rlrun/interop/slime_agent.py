@@ -4,10 +4,15 @@
     slime imports the dotted path (its load_function splits at the last dot); rlrun runs the function
     through rlrun.agent.slime_adapter. rlrun's own generate functions and Environment classes take a
     handle, not slime's args, so they are not exported (a comment says so); nor is a file path.
---custom-rm-path, --data-source-path, --buffer-filter-path
-    slime's signatures (custom_rm(args, sample); DataSource(args); filter(args, rollout_id, buffer, n))
-    differ from rlrun's reward functions (response, label, metadata) and data sources (prompts, n), so
-    an import reports them (with the rlrun setting to port them to) instead of mapping them silently.
+--custom-rm-path a.b.reward_func              <-> data.rm_type=slime:a.b:reward_func
+    slime's `async def custom_rm(args, sample)` runs unchanged through rlrun.agent.slime_adapter (the reward
+    of a slime generate function's samples, slime's generate_and_rm); it beats --rm-type, as in slime's
+    rm_hub.async_rm. Without a slime generate function rlrun has no slime args/Sample to call it with:
+    `rlrun validate` refuses that (rlrun.agent.rules).
+--data-source-path, --buffer-filter-path
+    slime's signatures (DataSource(args); filter(args, rollout_id, buffer, n)) differ from rlrun's data
+    sources (prompts, n), so an import reports them (with the rlrun setting to port them to) instead of
+    mapping them silently.
 """
 from __future__ import annotations
 
@@ -15,16 +20,14 @@ from rlrun.agent.slime_adapter import PREFIX
 
 GENERATE_FLAG = "--custom-generate-function-path"
 SLIME_DEFAULT_SOURCE = "slime.rollout.data_source.RolloutDataSourceWithBuffer"
+RM_FLAG = "--custom-rm-path"
 PORT = {
-    "--custom-rm-path": "slime's custom_rm(args, sample) has another signature than rlrun's reward functions; "
-                        "port it to data.rm_type=module:function (fn(response, label, metadata), docs/rewards.md) "
-                        "or set the reward in an Environment's reward() (docs/agents.md)",
     "--data-source-path": "slime's DataSource(args) classes do not run in rlrun; port it to data.source, a "
                           "subclass of rlrun.agent.source.DataSource / BufferedDataSource (docs/agents.md)",
     "--buffer-filter-path": "set buffer_filter(buffer, n) on a BufferedDataSource subclass named by data.source "
                             "(docs/agents.md)",
 }
-FLAGS = (GENERATE_FLAG, *PORT)
+FLAGS = (GENERATE_FLAG, RM_FLAG, *PORT)
 
 
 def to_rlrun(dotted: str) -> str:
@@ -52,11 +55,21 @@ def decode(dec, occ) -> None:
     value = occ.values[0]
     if occ.flag == GENERATE_FLAG:
         dec.set("rollout.generate_fn", to_rlrun(value), occ)
+    elif occ.flag == RM_FLAG:
+        dec.custom_rm = (to_rlrun(value), occ)  # applied after every flag: it beats --rm-type wherever that is
     elif not (occ.flag == "--data-source-path" and value == SLIME_DEFAULT_SOURCE):
         dec.unknown.append((occ, PORT[occ.flag]))
 
 
 def encode(cfg: dict, arrays: dict, comments: dict) -> None:
+    rm = cfg["data"]["rm_type"]
+    if rm.startswith(PREFIX):
+        rm_dotted, rm_comment = to_slime(rm)
+        if rm_dotted:
+            arrays["ROLLOUT_ARGS"].append([RM_FLAG, rm_dotted])
+        else:
+            comments["ROLLOUT_ARGS"].append(f"data.rm_type={rm}: not exported; slime imports a reward function "
+                                            f"by its dotted path only ({RM_FLAG} module.function)")
     dotted, comment = to_slime(cfg["rollout"]["generate_fn"])
     if dotted:
         arrays["ROLLOUT_ARGS"].append([GENERATE_FLAG, dotted])

@@ -124,6 +124,7 @@ class _Decoder:
         self.seen: dict[str, Occ] = {}
         self.sglang: dict[str, Any] = {}
         self.megatron: dict[str, Any] = {}  # train.megatron: megatron-core fields from Megatron's flags
+        self.custom_rm: tuple[str, Occ] | None = None  # --custom-rm-path (slime_agent.decode)
         self.datasets: list[dict] = []
         self.mis: Occ | None = None  # --custom-tis-function-path of slime's MIS example
         self.custom_config: Occ | None = None
@@ -145,6 +146,8 @@ class _Decoder:
                 if row is not None:  # never filled in with the default as if it were absent
                     self.explicit.add(row.path)
                     self.values.setdefault(row.path, None)
+        if self.custom_rm is not None:  # slime's rm_hub.async_rm: custom_rm_path first, --rm-type otherwise
+            self.set("data.rm_type", *self.custom_rm)
         self.fill_defaults()
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang

@@ -36,6 +36,8 @@ def encode(cfg: dict) -> Encoded:
     for row in ROWS:
         if row.section and get_path(cfg, row.section) is None:
             continue
+        if row.path == "data.rm_type" and str(values[row.path]).startswith("slime:"):
+            continue  # slime's reward function: --custom-rm-path (slime_agent.encode)
         tokens = _encode_row(row, values[row.path], values)
         if tokens:
             arrays[row.array].append(tokens)

@@ -153,6 +153,7 @@ ROWS: tuple[Row, ...] = (
         required="slime's reward raises NotImplementedError('Rule-based RM type is not specified.') without it "
                  "(default None; slime/rollout/rm_hub/__init__.py async_rm)"),
     Row("data.rm_url", "--rm-url", "ROLLOUT_ARGS", default=None),
+    Row("data.reward_key", "--reward-key", "ROLLOUT_ARGS", default=None),
     Row("data.max_prompt_len", "--rollout-max-prompt-len", "ROLLOUT_ARGS", type=int, default=None),
     Row("data.num_epochs", "--num-epoch", "ROLLOUT_ARGS", type=int, default=_epochs_unused),
     Row("rollout.num_rollout", "--num-rollout", "ROLLOUT_ARGS", type=int, always=True),
@@ -511,7 +512,8 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "on-policy distillation": ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load"),
     "vision-language models": ("--multimodal-keys",),
     "custom rollout functions (slime's rollout-function API)": ("--rollout-function-path",),
-    "slime's custom reward hooks": ("--custom-rm-path", "--custom-reward-post-process-path", "--reward-key"),
+    "custom reward post-processing (slime's post_process_rewards replaces the advantage normalisation)": (
+        "--custom-reward-post-process-path",),
     "eval config files": ("--eval-config",),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
                                  "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
