@@ -117,3 +117,24 @@ async def batch_reward(args, samples, **kwargs):
     """slime's batched --custom-rm-path form: a list in, one reward per sample out (its index in the batch)."""
     assert isinstance(samples, list) and all(isinstance(s, Sample) for s in samples)
     return [float(i) for i in range(len(samples))]
+
+
+def rollout(args, rollout_id, data_buffer, evaluation=False):
+    """A rollout function written the way slime's are (--rollout-function-path): its own event loop, groups drawn
+    from slime's data_buffer (one handed back and drawn again, as slime's fully-async example requeues aborted
+    groups), each sample made by tool_loop and scored by reward; returns list[list[Sample]]."""
+    import asyncio
+
+    groups = data_buffer.get_samples(args.rollout_batch_size)
+    data_buffer.add_samples([groups.pop()])
+    groups += data_buffer.get_samples(1)
+    params = {"temperature": args.rollout_temperature, "max_new_tokens": args.rollout_max_response_len}
+
+    async def one(s):
+        s = await tool_loop(args, s, dict(params))
+        s.reward = await reward(args, s)
+        return s
+
+    async def all_groups():
+        return [list(await asyncio.gather(*(one(s) for s in g))) for g in groups]
+    return asyncio.run(all_groups())

@@ -261,3 +261,54 @@ def test_slime_examples_multi_agent(stack):
         assert len(s.response_tokens) == 1 and s.loss_mask == [1] and s.status is Status.COMPLETED
         check_segment(engine, s, 0, 1)
         assert s.group_id == 0 and s.reward == 0.0  # "x" is not the answer: 0 x incorrect_reward_weight
+
+
+# ---------------------------------------------------------------- slime's rollout functions (rollout.rollout_fn)
+def run_rollout_fn(stack, spec, tmp_path, **overrides):
+    """rlrun's rollout side with rollout.rollout_fn: SlimeRolloutFn over rlrun's prompt data (2 prompts x 2)."""
+    from rlrun.agent.slime_rollout import SlimeRolloutFn
+    from rlrun.parts import sampling as steps
+
+    engine, router, tok, model_dir = stack
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(f'{{"input": "{p}", "label": "x"}}\n' for p in PROMPTS + ["a third prompt here"]))
+    cfg = load([f"rollout.rollout_fn={spec}", f"data.prompt_data={data}", "data.shuffle=false",
+                "rollout.rollout_batch_size=2", "rollout.n_samples_per_prompt=2", "rollout.max_response_len=20",
+                "rollout.temperature=1.0", "algo.normalize_std=false", *[f"{k}={v}" for k, v in overrides.items()]])
+    prompts = steps.load_prompts(cfg, tok, tmp_path)
+    fn = SlimeRolloutFn(spec, cfg, prompts, router.url, model_dir)
+    return fn, fn(0)
+
+
+def test_a_slime_rollout_function_makes_the_rollout(stack, tmp_path):
+    """rollout.rollout_fn=slime:<path>: slime's (args, rollout_id, data_buffer) -> list[list[Sample]], with the
+    data buffer's requeue (add_samples) and the groups it hands out again first."""
+    engine, _, tok, _ = stack
+    fn, out = run_rollout_fn(stack, "slime:slime_style_fns:rollout", tmp_path,
+                             **{"data.rm_type": "slime:slime_style_fns:reward"})
+    # groups: prompt 0, then prompt 1 handed back and drawn again, each 2 samples; prompt 2 never drawn
+    assert [s.group_id for s in out] == [0, 0, 1, 1]
+    assert [s.prompt for s in out] == [PROMPTS[0]] * 2 + [PROMPTS[1]] * 2
+    assert fn.buffer.get_buffer_length() == 0 and fn.buffer.groups == 2
+    obs = tok(OBSERVATION, add_special_tokens=False)["input_ids"]
+    for s in out:
+        assert s.prompt_tokens == tok(s.prompt, add_special_tokens=False)["input_ids"] and s.label == "x"
+        k = s.loss_mask.index(0)
+        assert s.response_tokens[k:k + len(obs)] == obs
+        check_segment(engine, s, 0, k)
+        assert s.reward == len(s.response_tokens) / 20  # slime_style_fns.reward with args.rollout_max_response_len
+
+
+@needs_slime
+def test_slime_fully_async_rollout_function(stack, tmp_path):
+    """slime's own fully-async rollout (examples/fully_async: --rollout-function-path
+    slime.rollout.fully_async_rollout.generate_rollout_fully_async): its background worker draws groups from the
+    data buffer and runs slime's generate_and_rm_group (slime's default generate, slime's rm_hub) on them."""
+    engine, _, tok, _ = stack
+    fn, out = run_rollout_fn(stack, "slime:slime.rollout.fully_async_rollout:generate_rollout_fully_async", tmp_path,
+                             **{"data.rm_type": "deepscaler"})
+    assert len(out) == 4 and sorted({s.group_id for s in out}) == [0, 1]
+    for s in out:
+        assert s.prompt in PROMPTS + ["a third prompt here"] and s.reward in (0.0, 1.0)
+        assert 1 <= len(s.response_tokens) <= 20 and s.loss_mask == [1] * len(s.response_tokens)
+        check_segment(engine, s, 0, len(s.response_tokens), prefix=tok(s.prompt, add_special_tokens=False)["input_ids"])

@@ -72,10 +72,11 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     rm = cfg.data.rm_type
     if not rm.startswith(PREFIX):
         return
-    if not (cfg.rollout.generate_fn or "").startswith(PREFIX):
+    if not (cfg.rollout.generate_fn or "").startswith(PREFIX) and cfg.rollout.rollout_fn is None:
         yield Problem("data.rm_type", f"{rm!r} is a slime reward function (args, sample); it scores the samples of a "
                       f"slime generate function, but rollout.generate_fn is {cfg.rollout.generate_fn!r}",
-                      "set rollout.generate_fn=slime:<module>:<generate>, or port the reward to "
+                      "set rollout.generate_fn=slime:<module>:<generate> (or a slime rollout.rollout_fn, whose "
+                      "generate_and_rm calls it), or port the reward to "
                       "data.rm_type=module:function (response, label, metadata; docs/rewards.md)", rm)
     for i, ds in enumerate(cfg.eval.datasets):
         if ds.rm_type != rm:
@@ -95,3 +96,50 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     if not inspect.iscoroutinefunction(fn):
         yield Problem("data.rm_type", f"{rm!r} is not an async function", "write `async def reward(args, sample, "
                       "**kwargs)`, slime's --custom-rm-path form", rm)
+
+
+@rule
+def slime_rollout_fn(cfg: RunConfig) -> Iterator[Problem]:
+    """rollout.rollout_fn=slime:<path>: slime's rollout function (args, rollout_id, data_buffer) makes each rollout
+    (rlrun.agent.slime_rollout). It draws its prompts from slime's data buffer, filters and scores them itself."""
+    from rlrun.agent.slime_adapter import PREFIX
+
+    r = cfg.rollout
+    spec = r.rollout_fn
+    if spec is None:
+        return
+    if not spec.startswith(PREFIX):
+        yield Problem("rollout.rollout_fn", f"{spec!r}: rlrun runs slime's rollout functions only (its own rollout "
+                      "is rollout.generate_fn per sample)", "write slime:<module>:<function>", spec)
+        return
+    if r.generate_fn is not None and not r.generate_fn.startswith(PREFIX):
+        yield Problem("rollout.generate_fn", f"{r.generate_fn!r}: slime's rollout function calls slime's "
+                      "generate_and_rm, which runs a slime generate function (args.custom_generate_function_path)",
+                      "use slime:<module>:<generate> or null (slime's default generate)", r.generate_fn)
+    for key, value, why in (
+            ("rollout.dynamic_sampling", r.dynamic_sampling, "the rollout function keeps its own filters"),
+            ("data.source", cfg.data.source, "the rollout function draws from slime's data buffer"),
+            ("rollout.partial_rollout", r.partial_rollout or None, "rlrun continues aborted requests only for "
+             "those sent through its handle (the rollout function requeues aborted groups itself)")):
+        if value is not None:
+            yield Problem(key, f"{value!r} would be ignored with rollout.rollout_fn: {why}", f"remove {key}", value)
+    if cfg.eval.datasets:
+        yield Problem("eval.datasets", "with rollout.rollout_fn slime evaluates through the rollout function "
+                      "(evaluation=True, its --eval-function-path default); rlrun evaluates through "
+                      "rollout.generate_fn only", "remove eval.datasets (or evaluate the checkpoints apart)",
+                      [d.name for d in cfg.eval.datasets])
+    from rlrun.agent.slime_adapter import load_problem
+    from rlrun.rollout.generate_api import load_object
+
+    try:
+        fn = load_object(spec[len(PREFIX):], "slime rollout function")
+    except Exception as exc:  # noqa: BLE001 - the user's import error is the problem to report
+        yield Problem("rollout.rollout_fn", load_problem(spec, exc), "fix the path: slime:<module>:<fn>", spec)
+        return
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(None, 0, None)
+    except TypeError:
+        yield Problem("rollout.rollout_fn", f"{spec!r} does not take (args, rollout_id, data_buffer)",
+                      "write slime's `generate_rollout(args, rollout_id, data_buffer, evaluation=False)`", spec)

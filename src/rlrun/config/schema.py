@@ -211,6 +211,7 @@ class RolloutSection(Section):
     partial_rollout: bool
     mask_offpolicy_in_partial_rollout: bool
     generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
+    rollout_fn: Optional[str]                 # slime:<module>:<fn>, slime's rollout function (rlrun.agent.slime_rollout)
     async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
     update_weights_interval: PosInt           # async: weight push every N rollouts
     max_staleness: Optional[NonNegInt]        # async: bound on trainer version - token version

@@ -21,13 +21,16 @@ from rlrun.agent.slime_adapter import PREFIX
 GENERATE_FLAG = "--custom-generate-function-path"
 SLIME_DEFAULT_SOURCE = "slime.rollout.data_source.RolloutDataSourceWithBuffer"
 RM_FLAG = "--custom-rm-path"
+ROLLOUT_FLAG = "--rollout-function-path"
 PORT = {
     "--data-source-path": "slime's DataSource(args) classes do not run in rlrun; port it to data.source, a "
                           "subclass of rlrun.agent.source.DataSource / BufferedDataSource (docs/agents.md)",
     "--buffer-filter-path": "set buffer_filter(buffer, n) on a BufferedDataSource subclass named by data.source "
                             "(docs/agents.md)",
 }
-FLAGS = (GENERATE_FLAG, RM_FLAG, *PORT)
+FLAGS = (GENERATE_FLAG, RM_FLAG, ROLLOUT_FLAG, *PORT)
+# slime's default rollout function (slime/utils/arguments.py --rollout-function-path): rlrun's own rollout
+SLIME_DEFAULT_ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
 
 
 def to_rlrun(dotted: str) -> str:
@@ -55,6 +58,9 @@ def decode(dec, occ) -> None:
     value = occ.values[0]
     if occ.flag == GENERATE_FLAG:
         dec.set("rollout.generate_fn", to_rlrun(value), occ)
+    elif occ.flag == ROLLOUT_FLAG:
+        if value != SLIME_DEFAULT_ROLLOUT:
+            dec.set("rollout.rollout_fn", to_rlrun(value), occ)
     elif occ.flag == RM_FLAG:
         dec.custom_rm = (to_rlrun(value), occ)  # applied after every flag: it beats --rm-type wherever that is
     elif not (occ.flag == "--data-source-path" and value == SLIME_DEFAULT_SOURCE):
@@ -70,6 +76,10 @@ def encode(cfg: dict, arrays: dict, comments: dict) -> None:
         else:
             comments["ROLLOUT_ARGS"].append(f"data.rm_type={rm}: not exported; slime imports a reward function "
                                             f"by its dotted path only ({RM_FLAG} module.function)")
+    if cfg["rollout"].get("rollout_fn"):
+        ro_dotted, ro_comment = to_slime(cfg["rollout"]["rollout_fn"])
+        if ro_dotted:
+            arrays["ROLLOUT_ARGS"].append([ROLLOUT_FLAG, ro_dotted])
     dotted, comment = to_slime(cfg["rollout"]["generate_fn"])
     if dotted:
         arrays["ROLLOUT_ARGS"].append([GENERATE_FLAG, dotted])

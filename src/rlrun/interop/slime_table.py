@@ -307,6 +307,8 @@ SPECIAL: dict[str, str] = {
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
     "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
+    "rollout.rollout_fn": "`--rollout-function-path a.b.f` <-> `slime:a.b:f` (slime's rollout function, run by "
+    "rlrun.agent.slime_rollout; slime's default sglang_rollout.generate_rollout is rlrun's own rollout: null)",
     "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
     "slime_agent.py)",
     "data.source": "not exported: slime's `--data-source-path` classes take (args), rlrun's (prompts, n) "
@@ -511,7 +513,6 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
                                           "--loss-mask-type"),
     "on-policy distillation": ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load"),
     "vision-language models": ("--multimodal-keys",),
-    "custom rollout functions (slime's rollout-function API)": ("--rollout-function-path",),
     "custom reward post-processing (slime's post_process_rewards replaces the advantage normalisation)": (
         "--custom-reward-post-process-path",),
     "eval config files": ("--eval-config",),

@@ -27,6 +27,10 @@ class RolloutSide:
         self.generate_fn = load_generate_fn(cfg.rollout.generate_fn, cfg)
         self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
         self.source = steps.load_source(cfg, self.prompts)  # data.source; None = the prompts directly
+        self.rollout_fn = None  # rollout.rollout_fn: slime's rollout function (rlrun.agent.slime_rollout)
+        if cfg.rollout.rollout_fn is not None:
+            from rlrun.agent.slime_rollout import SlimeRolloutFn
+            self.rollout_fn = SlimeRolloutFn(cfg.rollout.rollout_fn, cfg, self.prompts, router.url, model_dir)
 
     @classmethod
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
@@ -90,6 +94,8 @@ class RolloutSide:
     def _collect(self, rollout_id: int, sampling):
         from rlrun.data import GroupCollector
 
+        if self.rollout_fn is not None:
+            return self._collect_with_rollout_fn(rollout_id)
         r = self.cfg.rollout
         n = r.n_samples_per_prompt
         collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
@@ -118,6 +124,17 @@ class RolloutSide:
         if self.source is not None:  # groups that passed the filter but were not trained on (surplus)
             self.source.add_samples(collector.kept[r.rollout_batch_size:])
         return samples, kept, info
+
+    def _collect_with_rollout_fn(self, rollout_id: int):
+        """rollout.rollout_fn: slime's rollout function makes (and scores) the whole rollout; samples it left
+        unscored get data.rm_type's reward."""
+        t0 = time.perf_counter()
+        samples = self.rollout_fn(rollout_id)
+        info = {"rollout/retries": 0.0, "time/rollout_fn_s": time.perf_counter() - t0}
+        if any(s.reward is None for s in samples):
+            info.update(steps.score(samples, self.cfg.data.rm_type, self.cfg.rollout.n_samples_per_prompt,
+                                    self.cfg.data.rm_url))
+        return samples, samples, info
 
     def _draw(self, prompts: int, n: int, group_offset: int) -> list:
         """`prompts` groups of n fresh samples, from data.source when one is set."""

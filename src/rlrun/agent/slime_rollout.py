@@ -1,0 +1,115 @@
+"""Run a slime rollout function (``--rollout-function-path``) inside rlrun, unchanged.
+
+slime's contract (slime/ray/rollout.py, ``call_rollout_fn``): ``generate_rollout(args, rollout_id, data_buffer,
+evaluation=False)`` returns the rollout's groups, ``list[list[Sample]]`` (or an object with ``.samples``, slime's
+``RolloutFnTrainOutput``), each sample generated and scored; ``data_buffer`` is slime's data source
+(slime/rollout/data_source.py ``RolloutDataSourceWithBuffer``): ``get_samples(n)`` hands out n groups of
+``n_samples_per_prompt`` fresh Samples (prompt, label, metadata, index, group_index), ``add_samples(groups)`` takes
+groups back (slime's fully-async example requeues aborted groups there), handed out again first.
+
+``rollout.rollout_fn=slime:<module>:<fn>`` makes rlrun's rollout side (rlrun.parts.rollout_side) call it once per
+rollout with what slime gives it: the args of rlrun.agent.slime_adapter (``ARGS``, the same as a generate function
+gets, plus ``rollout_function_path`` and ``rollout_global_dataset``), slime's HTTP client pointed at rlrun's
+router, and ``SlimeDataBuffer`` over rlrun's prompt data. Its groups come back as rlrun Samples (the adapter's
+``from_slime``: prompt = tokens minus the response, loss mask, log-probs, reward read at data.reward_key).
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+from rlrun.agent import slime_adapter as sa
+from rlrun.data.sample import Sample
+
+
+class SlimeDataBuffer:
+    """slime's data_buffer over rlrun's prompt dataset (thread-safe: slime's fully-async worker calls it from
+    its own thread)."""
+
+    def __init__(self, prompts, n_samples_per_prompt: int, sample_cls):
+        self.prompts, self.n, self.cls = prompts, n_samples_per_prompt, sample_cls
+        self.buffer: list[list[Any]] = []
+        self.lock = threading.Lock()
+        self.groups = 0   # group ids handed out (slime's group_index)
+        self.samples = 0  # sample ids handed out (slime's index)
+
+    def get_samples(self, num_samples: int) -> list[list[Any]]:
+        """num_samples groups: those handed back first (slime's buffer), then fresh prompts."""
+        from rlrun.parts.sampling import make_samples
+
+        with self.lock:
+            out, self.buffer = self.buffer[:num_samples], self.buffer[num_samples:]
+            items = self.prompts.next_batch(num_samples - len(out))
+            fresh = make_samples(items, self.n, self.groups)
+            self.groups += len(items)
+            for i in range(0, len(fresh), self.n):
+                group = []
+                for s in fresh[i:i + self.n]:
+                    one = sa.to_slime(s, self.cls)
+                    one.index, self.samples = self.samples, self.samples + 1
+                    group.append(one)
+                out.append(group)
+            return out
+
+    def add_samples(self, samples: list[list[Any]]) -> None:
+        with self.lock:
+            self.buffer.extend(samples)
+
+    def get_buffer_length(self) -> int:
+        with self.lock:
+            return len(self.buffer)
+
+    def __len__(self) -> int:
+        return len(self.prompts.items)
+
+
+def slime_rollout_args(cfg, router_url: str, model_path: str | None, dotted: str) -> Any:
+    """slime's args for a rollout function: the generate-function args (slime_adapter.ARGS) + its own fields."""
+    handle = SimpleNamespace(client=SimpleNamespace(url=router_url), model_path=model_path,
+                             max_response_len=cfg.rollout.max_response_len, context_length=cfg.rollout.context_length,
+                             max_turns=cfg.rollout.max_turns)
+    gen = cfg.rollout.generate_fn
+    args = sa.slime_args(cfg, handle, sa.dotted_path(gen) if gen else None)
+    args.rollout_function_path = dotted
+    args.rollout_global_dataset = True  # rlrun always draws from its prompt dataset
+    return args
+
+
+def _flatten(group) -> list:
+    """A group: a list of Samples, or of lists of them (a generate function's fan-out)."""
+    return [s for item in group for s in (item if isinstance(item, list) else [item])]
+
+
+class SlimeRolloutFn:
+    """rollout.rollout_fn=slime:<path>, loaded once per rollout side."""
+
+    def __init__(self, spec: str, cfg, prompts, router_url: str, model_path: str | None):
+        from rlrun.agent import slime_compat
+        from rlrun.rollout.generate_api import load_object
+
+        self.fn = load_object(spec[len(sa.PREFIX):], "slime rollout function")
+        self.cfg = cfg
+        self.args = slime_rollout_args(cfg, router_url, model_path, sa.dotted_path(spec))
+        self.buffer = SlimeDataBuffer(prompts, cfg.rollout.n_samples_per_prompt, slime_compat.Sample)
+        if hasattr(slime_compat.GenerateState, "clear_instances"):  # one per process: this run's args
+            slime_compat.GenerateState.clear_instances()
+        slime_compat.ensure_client(self.args)
+        self.takes_evaluation = "evaluation" in inspect.signature(self.fn).parameters
+
+    def __call__(self, rollout_id: int) -> list[Sample]:
+        """One rollout: slime's groups as rlrun Samples (group ids in the order slime returned them)."""
+        out = self.fn(copy.copy(self.args), rollout_id, self.buffer)
+        groups = getattr(out, "samples", out)
+        if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
+            raise TypeError(f"slime rollout function {self.fn.__name__} returned {type(groups).__name__}; slime's "
+                            "contract is list[list[Sample]] (or an object with .samples)")
+        samples = []
+        for gid, group in enumerate(groups):
+            for s in _flatten(group):
+                target = Sample(prompt=s.prompt, label=s.label, group_id=gid,
+                                metadata=dict(s.metadata) if isinstance(s.metadata, dict) else {})
+                samples.append(sa.from_slime(s, target, self.args.reward_key))
+        return samples
