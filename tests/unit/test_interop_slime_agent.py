@@ -22,14 +22,18 @@ def test_rlrun_only_generate_functions_and_sources_are_comments_not_flags():
     assert "data.source=rlrun.agent.source:BufferedDataSource: not exported" in notes
 
 
-def test_slime_reward_and_data_source_paths_are_reported_with_what_to_port_them_to():
+def test_slime_data_source_paths_are_reported_with_what_to_port_them_to_and_the_reward_runs():
     d = decode(parse_args(("--custom-rm-path gen.reward_func --data-source-path my.Source --buffer-filter-path my.f "
-                           "--data-source-path slime.rollout.data_source.RolloutDataSourceWithBuffer").split()))
+                           "--data-source-path slime.rollout.data_source.RolloutDataSourceWithBuffer "
+                           "--rollout-function-path slime.rollout.fully_async_rollout.generate_rollout_fully_async "
+                           "--rollout-function-path slime.rollout.sglang_rollout.generate_rollout").split()))
     why = {o.flag: w for o, w in d.unknown}
-    assert "data.rm_type=module:function" in why["--custom-rm-path"]
+    assert d.values["data.rm_type"] == "slime:gen:reward_func"  # runs through the slime adapter
     assert "rlrun.agent.source.DataSource" in why["--data-source-path"]
     assert "buffer_filter" in why["--buffer-filter-path"]
-    assert len(d.unknown) == 3  # slime's own default data source is what rlrun does: nothing to report
+    assert len(d.unknown) == 2  # slime's own default data source is what rlrun does: nothing to report
+    # slime's default rollout function is rlrun's own rollout: the first one stays
+    assert d.values["rollout.rollout_fn"] == "slime:slime.rollout.fully_async_rollout:generate_rollout_fully_async"
 
 
 # ---------------------------------------------------------------- the adapter (rlrun.agent.slime_adapter)
