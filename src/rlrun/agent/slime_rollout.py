@@ -38,19 +38,17 @@ class SlimeDataBuffer:
 
     def get_samples(self, num_samples: int) -> list[list[Any]]:
         """num_samples groups: those handed back first (slime's buffer), then fresh prompts."""
-        from rlrun.parts.sampling import make_samples
+        from rlrun.data import make_group
 
         with self.lock:
             out, self.buffer = self.buffer[:num_samples], self.buffer[num_samples:]
-            items = self.prompts.next_batch(num_samples - len(out))
-            fresh = make_samples(items, self.n, self.groups)
-            self.groups += len(items)
-            for i in range(0, len(fresh), self.n):
+            for item in self.prompts.next_batch(num_samples - len(out)):
                 group = []
-                for s in fresh[i:i + self.n]:
+                for s in make_group(item, self.n, self.groups):
                     one = sa.to_slime(s, self.cls)
                     one.index, self.samples = self.samples, self.samples + 1
                     group.append(one)
+                self.groups += 1
                 out.append(group)
             return out
 

@@ -303,8 +303,10 @@ class _Decoder:
                   "--multi-latent-attention": (), "--use-rope-scaling": ()}
         if occ.flag not in fixed:
             return False
-        if not _same_values(occ.values, fixed[occ.flag]) and occ.flag not in FEATURE_OF and self.megatron_flag(occ):
-            pass  # another value of a megatron-core field rlrun fixes by default: passed through (train.megatron)
+        moe_runtime = {f for f, _ in MOE_FLAGS}
+        if (not _same_values(occ.values, fixed[occ.flag]) and occ.flag in moe_runtime and occ.flag not in FEATURE_OF
+                and self.megatron_flag(occ)):
+            pass  # another MoE runtime setting (dispatcher, router dtype, aux loss): passed through (train.megatron)
         elif not _same_values(occ.values, fixed[occ.flag]) and occ.flag in FEATURE_OF:
             self.unknown.append((occ, f"slime feature rlrun lacks: {FEATURE_OF[occ.flag]}"))
         elif not _same_values(occ.values, fixed[occ.flag]):
