@@ -229,3 +229,22 @@ def test_slimes_client_is_one_per_event_loop_also_for_two_loops_at_once():
     assert out == {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"]} and len(made) == 2
     asyncio.run(calls("c"))  # a later loop (the next rollout) gets its own; closed loops' clients are dropped
     assert len(made) == 3 and len(per_loop._clients) == 1
+
+
+def test_the_rollout_side_hands_a_rollout_to_the_slime_rollout_function():
+    """RolloutSide._collect with rollout.rollout_fn: the function's samples are the rollout (all kept); those it
+    left unscored get data.rm_type's reward."""
+    from rlrun.data.sample import Sample, Status
+    from rlrun.parts.rollout_side import RolloutSide
+
+    cfg = load(["data.rm_type=exact_match", "rollout.n_samples_per_prompt=2"])
+    side = object.__new__(RolloutSide)
+    side.cfg = cfg
+    made = [Sample(prompt="p", label="a", group_id=0, response="a", status=Status.COMPLETED),
+            Sample(prompt="p", label="a", group_id=0, response="b", status=Status.COMPLETED, reward=0.5)]
+    calls = []
+    side.rollout_fn = lambda rollout_id: calls.append(rollout_id) or made
+    samples, kept, info = side._collect(7, sampling=None)
+    assert calls == [7] and samples == kept == made
+    assert [s.reward for s in samples] == [1.0, 0.5]  # exact_match scored the first; the function's reward stays
+    assert info["time/rollout_fn_s"] >= 0.0

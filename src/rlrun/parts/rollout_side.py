@@ -132,8 +132,8 @@ class RolloutSide:
         samples = self.rollout_fn(rollout_id)
         info = {"rollout/retries": 0.0, "time/rollout_fn_s": time.perf_counter() - t0}
         if any(s.reward is None for s in samples):
-            info.update(steps.score(samples, self.cfg.data.rm_type, self.cfg.rollout.n_samples_per_prompt,
-                                    self.cfg.data.rm_url))
+            d, n = self.cfg.data, self.cfg.rollout.n_samples_per_prompt
+            info.update(steps.score(samples, d.rm_type, n, self.cfg.data.rm_url))
         return samples, samples, info
 
     def _draw(self, prompts: int, n: int, group_offset: int) -> list:
