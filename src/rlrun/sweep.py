@@ -197,8 +197,12 @@ def plan_table(planned: list[Planned]) -> list[dict]:
              f"DP{p.plan.dp}", "batch": f"{p.plan.samples_per_rollout}={p.plan.global_batch_size}x"
              f"{p.plan.steps_per_rollout}", "steps": p.plan.total_steps,
              "peak_gib": round(p.plan.memory_gib["peak"], 1), "fits": p.plan.fits,
-             "step_s": p.plan.cost.get("step_s"), "gpu_h": p.plan.cost.get("gpu_hours"),
+             "step_s": _sig(p.plan.cost.get("step_s")), "gpu_h": _sig(p.plan.cost.get("gpu_hours")),
              "basis": p.plan.cost.get("basis")} for p in planned]
+
+
+def _sig(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.3g}")
 
 
 def ranked(rows: list[dict]) -> list[dict]:

@@ -68,6 +68,33 @@ def test_default_job_end_to_end(default_job):
     assert json.loads((run_dir / "checkpoints/iter_0000004/driver.json").read_text())["next_rollout"] == 4
 
 
+def test_calibrated_plan_predicts_the_default_jobs_step(default_job, tmp_path):
+    """The issue-38 acceptance on the CPU: the cost model (rlrun.config.cost), calibrated from a short run (the first
+    two rollouts of the fixture's run, the first a warm-up that calibration leaves out), predicts the default job's
+    step time (without eval and save, which the two jobs schedule differently) within 30% of the step time measured
+    in the rollouts it did not see (the last two). 30%: the issue's tolerance; the machine is shared, so one step
+    varies by ~10-20% from the next (docs/benchmarks.md)."""
+    import shutil
+
+    from rlrun.config.calibrate import calibrate, write_overlay
+    from rlrun.config.cost import load_table, measured_phases, predict
+
+    _, _, run_dir, _ = default_job
+    short = tmp_path / "short"
+    short.mkdir()
+    for name in ("config.yaml", "plan.json"):
+        shutil.copy(run_dir / name, short / name)
+    rows = (run_dir / METRICS_FILE).read_text().splitlines()
+    (short / METRICS_FILE).write_text("\n".join(rows[:2]) + "\n")
+    overlay, _ = calibrate([short])
+    write_overlay(overlay, tmp_path / "fitted.yaml")
+    cfg = load([])  # the default job as `rlrun` runs it: 60 rollouts, save every 20, no eval
+    predicted = predict(cfg, make_plan(cfg).weight_sync, load_table(tmp_path / "fitted.yaml"))
+    assert predicted["basis"] == "measured" and predicted["hardware"] == "cpu"
+    held_out = measured_phases([{}] + [json.loads(r) for r in rows[2:]])["step_core"]
+    assert abs(predicted["step_core_s"] - held_out) <= 0.3 * held_out, (predicted["phases_s"], held_out)
+
+
 def test_offload_changes_no_metric(default_job, tmp_path):
     """train.offload=true rollout.offload=true (the cpu profile defaults both to false): the engines
     release their memory for every trainer phase and the trainer goes to host memory after each

@@ -277,10 +277,10 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
                         f"{phases['rollout']:.1f} s to {alt * scale['rollout']:.1f} s (predicted)")
     out.update({
         "hardware": k.hardware, "basis": k.basis, "note": "; ".join([k.note, *k.notes]),
-        "phases_s": {ph: round(s, 4) for ph, s in phases.items()}, "overhead_s": overhead,
-        "events_s": {ph: round(s, 4) for ph, s in events.items()}, "step_s": round(step, 4),
-        "step_core_s": round(core, 4),
-        "run_h": round(run_s / 3600, 4), "gpus": gpus, "gpu_hours": round(run_s * gpus / 3600, 3),
+        "phases_s": dict(phases), "overhead_s": overhead,
+        "events_s": dict(events), "step_s": step,
+        "step_core_s": core,
+        "run_h": run_s / 3600, "gpus": gpus, "gpu_hours": run_s * gpus / 3600,
         "generation": {k_: v for k_, v in gen.items() if k_ != "seconds"}, "weight_sync_gb": round(sync_bytes / 1e9, 3),
         "assumptions": assumptions, "warnings": warnings,
         "scale": {ph: s for ph, s in scale.items() if s != 1.0},
