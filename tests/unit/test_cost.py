@@ -227,9 +227,10 @@ def test_sweep_points_rank_by_predicted_gpu_hours():
 def test_measured_phases_leave_out_the_warm_up_and_count_events_per_event():
     rows = [{"time/rollout_s": 5.0, "time/step_s": 9.0},
             {"time/rollout_s": 1.0, "time/save_s": 4.0, "time/step_s": 6.0},
-            {"time/rollout_s": 3.0, "time/step_s": 3.5}]
+            {"time/rollout_s": 3.0, "time/step_s": 3.5},
+            {"time/rollout_s": 30.0, "time/step_s": 33.0}]  # a stalled step: the median does not follow it
     m = measured_phases(rows)
-    assert m == {"rollout": 2.0, "save": 4.0, "step_core": 2.75}  # (6 - 4 + 3.5) / 2
+    assert m == {"rollout": 3.0, "save": 4.0, "step_core": 3.5}  # medians of (1, 3, 30), (4), (6 - 4, 3.5, 33)
     assert math.isclose(measured_phases([{"time/produce_s": 2.0, "time/rollout_s": 0.1}])["rollout"], 2.0)
 
 

@@ -24,7 +24,7 @@ def load_run(run_dir: Path) -> tuple[RunConfig, dict, list[dict]]:
 
 def calibrate(run_dirs: list[Path], table: dict | None = None) -> tuple[dict, list[dict]]:
     """Refit, per hardware profile of the runs: scale[phase] = geometric mean over the runs of measured /
-    predicted with scale 1; step_overhead_s = mean measured step_core minus the measured phases;
+    predicted with scale 1; step_overhead_s = the median step_core minus the phases' medians;
     response_fraction = mean response / max_response_len. Returns (the fitted entries, an overlay that
     load_table merges over conf/calibration.yaml: a profile that was an estimate becomes measured, its source
     the runs; one report row per run and phase: predicted before, after, measured)."""

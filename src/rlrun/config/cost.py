@@ -51,10 +51,25 @@ def calibration_path() -> Path:
 
 @lru_cache(maxsize=8)
 def _read(path: str, mtime: float) -> dict:
+    """The parsed file; kept as JSON in the composition cache's dir keyed by path and mtime, so a cached
+    `rlrun plan` does not import PyYAML (~20 ms) for it."""
+    import hashlib
+    import json
+
+    from rlrun.config import cache
+
+    k = "calibration-" + hashlib.sha256(f"{path}:{mtime}".encode()).hexdigest()[:24]
+    if cache.enabled():
+        got = cache.get(k)
+        if got is not None:
+            return got["tree"]
     import yaml
 
     with open(path) as f:
-        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+        tree = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    if cache.enabled():
+        cache.put(k, tree, {})
+    return tree
 
 
 def _read_if(path: Path) -> dict:
@@ -355,22 +370,25 @@ def advise(cfg: RunConfig, transport: str, table: dict | None = None) -> list[di
 
 
 def measured_phases(rows: list[dict]) -> dict[str, float]:
-    """Mean seconds per phase of a run's metrics.jsonl rows, the first row left out (warm-up: first calls, compiles)
-    when there are more: rollout (the async producer's time when there is one), log_probs, train, weight_sync,
-    offload per step; eval and save per step that has them; step_core = step minus eval and save."""
+    """Median seconds per phase of a run's metrics.jsonl rows, the first row left out (warm-up: first calls,
+    compiles) when there are more: rollout (the async producer's time when there is one), log_probs, train,
+    weight_sync, offload per step; eval and save per step that has them; step_core = step minus eval and save.
+    The median, not the mean: one step stalled by another job on the machine must not move the fit."""
+    from statistics import median
+
     rows = rows[1:] if len(rows) > 1 else rows
     out: dict[str, float] = {}
     for ph in PHASES:
         key = "time/produce_s" if ph == "rollout" and any("time/produce_s" in r for r in rows) else f"time/{ph}_s"
         vals = [r[key] for r in rows if key in r]
         if vals:
-            out[ph] = sum(vals) / len(vals)
+            out[ph] = median(vals)
     cores = [r["time/step_s"] - r.get("time/eval_s", 0.0) - r.get("time/save_s", 0.0) for r in rows if "time/step_s" in r]
     if cores:
-        out["step_core"] = sum(cores) / len(cores)
+        out["step_core"] = median(cores)
     lens = [r["rollout/response_len_mean"] for r in rows if "rollout/response_len_mean" in r]
     if lens:
-        out["response_len"] = sum(lens) / len(lens)
+        out["response_len"] = median(lens)
     return out
 
 
