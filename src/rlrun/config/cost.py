@@ -72,18 +72,26 @@ def _read(path: str, mtime: float) -> dict:
     return tree
 
 
-def _read_if(path: Path) -> dict:
+def _mtime(path: str) -> float | None:
     try:
-        return _read(str(path), path.stat().st_mtime)
+        return os.stat(path).st_mtime
     except FileNotFoundError:
-        return {}
+        return None
+
+
+@lru_cache(maxsize=8)
+def _table(shipped: str, shipped_mtime: float | None, fitted: str, fitted_mtime: float | None) -> dict:
+    return _merge(_read(shipped, shipped_mtime) if shipped_mtime is not None else {},
+                  _read(fitted, fitted_mtime) if fitted_mtime is not None else {})
 
 
 def load_table(fitted: Path | None = None) -> dict:
-    """conf/calibration.yaml with the fitted overlay (calibration_path(), or `fitted`) merged over it."""
+    """conf/calibration.yaml with the fitted overlay (calibration_path(), or `fitted`) merged over it (one parse
+    per file version: a 1,000-point sweep plans every point). Shared: callers copy before changing it."""
     from rlrun.config.compose import CONF_DIR
 
-    return _merge(_read_if(CONF_DIR / CALIBRATION_FILE), _read_if(fitted or calibration_path()))
+    shipped, over = str(CONF_DIR / CALIBRATION_FILE), str(fitted or calibration_path())
+    return _table(shipped, _mtime(shipped), over, _mtime(over))
 
 
 def _merge(base: dict, over: dict) -> dict:
