@@ -215,7 +215,7 @@ def test_plan_shows_the_prediction(capsys):
     assert "basis: estimate: no measurement on mi300x" in out and out.count("advice:") == 1
     assert main(["plan", "--json"]) == 0
     cost = json.loads(capsys.readouterr().out)["cost"]
-    assert set(PHASES) == set(cost["phases_s"]) and cost["advice"][0]["layout"] == "colocated, 1 GPUs"
+    assert set(PHASES) == set(cost["phases_s"]) and cost["advice"][0]["layout"] == "colocated, 1 GPU"
 
 
 def test_sweep_points_rank_by_predicted_gpu_hours():

@@ -353,9 +353,12 @@ def advise(cfg: RunConfig, transport: str, table: dict | None = None) -> list[di
         nodes = layout(train_gpus)
         if nodes is None or train_gpus % unit or t.global_batch_size % (train_gpus // unit):
             return
+        same = colocate == t.colocate  # a changed placement takes the hardware's offload defaults (none apart)
+        d = cfg.hardware.defaults
         tr = t.model_copy(update={"num_nodes": nodes[0], "gpus_per_node": nodes[1], "colocate": colocate,
-                                  "async_train": async_train, "offload": t.offload and colocate})
-        ro = r.model_copy(update={"num_gpus": rollout_gpus, "offload": r.offload and colocate,
+                                  "async_train": async_train,
+                                  "offload": colocate and (t.offload if same else d.offload_train)})
+        ro = r.model_copy(update={"num_gpus": rollout_gpus, "offload": colocate and (r.offload if same else d.offload_rollout),
                                   "max_staleness": 1 if async_train else r.max_staleness})
         var = cfg.model_copy(update={"train": tr, "rollout": ro})
         mem = estimate(var)
@@ -366,7 +369,7 @@ def advise(cfg: RunConfig, transport: str, table: dict | None = None) -> list[di
                      "current": (colocate == t.colocate and async_train == t.async_train and train_gpus == t.num_gpus)})
 
     if gpus % g == 0:
-        add(f"colocated, {gpus} GPUs", gpus, True, gpus, False)
+        add(f"colocated, {gpus} GPU{'s' if gpus > 1 else ''}", gpus, True, gpus, False)
     for train_gpus in range(unit, gpus, unit):
         rollout = gpus - train_gpus
         if rollout % g:
