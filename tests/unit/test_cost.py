@@ -242,3 +242,25 @@ def test_report_puts_predicted_next_to_measured(tmp_path):
     rows = [{"step": s, "time/rollout_s": 2 * pred["rollout"], "time/step_s": 1.0} for s in range(3)]
     got = {r[0]: r for r in cost_rows(load_run(_fake_run(tmp_path, cfg, rows)))}
     assert got["rollout"][3] == "2"
+
+
+def test_the_device_comparison_tool_runs_leave_one_out(tmp_path):
+    """tools/device/predict_vs_measured.py (the GPU line's table) on two CPU run dirs: each predicted from the other."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    dirs = []
+    for i, (cfg, t) in enumerate([(load([]), 0.2), (load(["rollout.rollout_batch_size=8"]), 0.1)]):
+        rows = [{"step": s, "time/rollout_s": t, "time/train_s": 0.1, "time/step_s": t + 0.15} for s in range(3)]
+        sub = tmp_path / str(i)
+        sub.mkdir()
+        dirs.append(str(_fake_run(sub, cfg, rows)))
+    r = subprocess.run([sys.executable, str(root / "tools/device/predict_vs_measured.py"), *dirs, "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 0, r.stderr
+    table = (tmp_path / "predict.md").read_text()
+    assert table.count("| tiny 16x8x1 | rollout | 0.200 |") == 1 and "| tiny 8x8x1 | rollout | 0.100 |" in table
+    assert "worst leave-one-out error per phase" in table
+    assert yaml.safe_load((tmp_path / "calibration.fitted.yaml").read_text())["cpu"]["fitted_from"] == dirs
