@@ -18,8 +18,8 @@ response tokens (response_fraction x max_response_len), S = P + R, BW = HBM band
   offload    colocated: engine offload_s (rollout.offload) + 2 x trainer state bytes / host_gb_per_s (train.offload)
   eval, save per event, amortised over eval.interval / checkpoint.save_interval
 Each phase is multiplied by the profile's fitted `scale` (measured / predicted of the runs it was fitted to).
-Async (train.async_train): the producer generates while the trainer trains: step = max(rollout, trainer side),
-the bubble is the difference. Run: num_rollout steps + start-up + the final save; GPU-hours = run x GPUs."""
+Async (train.async_train): the producer generates while the trainer trains; both wait for the weight push (the
+engines pause for it): step = max(rollout + weight_sync, trainer side), the bubble is the difference. Run: num_rollout steps + start-up + the final save; GPU-hours = run x GPUs."""
 from __future__ import annotations
 
 import os
@@ -276,8 +276,8 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
     overhead = float(k.c.get("step_overhead_s", 0.0))
     trainer_side = phases["log_probs"] + phases["train"] + phases["weight_sync"] + phases["eval"] + phases["save"]
     out: dict[str, Any] = {}
-    if t.async_train:
-        producer = phases["rollout"]
+    if t.async_train:  # the engines pause for the push: the weight sync is on both sides, overlapped by neither
+        producer = phases["rollout"] + phases["weight_sync"]
         step = max(producer, trainer_side) + overhead
         out["async"] = {"producer_s": producer, "trainer_s": trainer_side, "bubble_s": abs(producer - trainer_side),
                         "waits": "trainer" if producer > trainer_side else "engines",
@@ -285,7 +285,7 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
     else:
         step = sum(phases.values()) + overhead
     core = step - phases["eval"] - phases["save"] if not t.async_train else \
-        max(phases["rollout"], trainer_side - phases["eval"] - phases["save"]) + overhead
+        max(producer, trainer_side - phases["eval"] - phases["save"]) + overhead
     gpus = t.num_gpus if t.colocate else t.num_gpus + r.num_gpus
     final_save = save_event * scale["save"] if not cfg.checkpoint.save_interval or r.num_rollout % cfg.checkpoint.save_interval else 0.0
     run_s = r.num_rollout * step + float(k.c.get("startup_s", 0.0)) + final_save
