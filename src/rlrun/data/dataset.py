@@ -33,7 +33,7 @@ class PromptItem:
     metadata: dict = field(default_factory=dict)
 
 
-def _read_rows(path: Path):
+def read_rows(path: Path):
     """Yield (location, row dict) pairs; location is `path:line` (JSONL) or `path:row N` (parquet)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -93,7 +93,7 @@ def check_file(path: str | Path, input_key: str, label_key: str | None, metadata
     bad one (`path:line`). What the preflight runs before any actor starts."""
     path = Path(path)
     n = 0
-    for n, (where, row) in enumerate(_read_rows(path), 1):
+    for n, (where, row) in enumerate(read_rows(path), 1):
         row_fields(where, row, input_key, label_key, metadata_key)
     if n == 0:
         raise DataError(f"{path}: no prompts (the file is empty)")
@@ -119,7 +119,7 @@ class PromptDataset:
         self.num_unk = 0  # prompts with characters the tokenizer does not know (<unk>): counted and logged
         unk = getattr(tokenizer, "unk_token_id", None)
         lengths = []
-        for i, (where, row) in enumerate(_read_rows(self.path)):
+        for i, (where, row) in enumerate(read_rows(self.path)):
             item = self._parse(i, where, row, input_key, label_key, metadata_key, tokenizer, apply_chat_template)
             lengths.append(len(item.tokens))
             self.num_unk += unk is not None and unk in item.tokens

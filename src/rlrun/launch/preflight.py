@@ -231,6 +231,97 @@ def _function(key: str, spec: str) -> Iterator[Problem]:
         yield Problem(key, message, f"{fix} ({key})", spec)
 
 
+REWARD_CALL_TIMEOUT_S = 30.0  # the preflight's one call of a custom reward; longer: a note, not a problem
+SLIME_PREFIX = "slime:"     # a slime function (rlrun.agent.slime_adapter): slime's own signature, not called here
+
+
+@check
+def reward_call(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """A custom reward (data.rm_type, an eval set's rm_type) is called once, as the run calls it, on the first
+    row of its data: a wrong signature or a function that raises fails here, not as 0 reward on every sample."""
+    d = cfg.data
+    targets = [("data.rm_type", d.rm_type, d.prompt_data)]
+    targets += [(f"eval.datasets.{i}.rm_type", ds.rm_type, ds.path) for i, ds in enumerate(cfg.eval.datasets)
+                if ds.rm_type != d.rm_type]
+    for key, spec, path in targets:
+        if isinstance(spec, str) and ":" in spec and not spec.startswith(SLIME_PREFIX) and not list(_function(key, spec)):
+            yield from _call_reward(cfg, key, spec, path)
+
+
+def _first_row(cfg: RunConfig, path: Optional[str]) -> Optional[tuple[str, Any, dict]]:
+    """(where, label, metadata) of the data's first row (the toy task's when path is None); None if unreadable."""
+    from rlrun.data.dataset import DataError, read_rows, row_fields
+
+    d = cfg.data
+    if path is None:
+        from rlrun.data.toy import toy_dataset
+
+        row = toy_dataset(1, cfg.run.seed, d.toy_task)[0]
+        return f"the toy task ({d.toy_task})", row["label"], row["metadata"]
+    try:
+        where, row = next(read_rows(Path(path).expanduser()))
+        _, metadata = row_fields(where, row, d.input_key, d.label_key, d.metadata_key)
+    except (DataError, OSError, StopIteration, UnicodeDecodeError, ValueError):
+        return None  # data_files reports it
+    return where, row.get(d.label_key) if d.label_key else None, dict(metadata or {})
+
+
+def _call_reward(cfg: RunConfig, key: str, spec: str, path: Optional[str]) -> Iterator[Problem]:
+    import inspect
+    import sys
+    import threading
+
+    from rlrun.reward import score
+    from rlrun.reward.custom import is_per_group, load_function
+
+    try:
+        fn = load_function(spec)
+    except Exception as exc:  # noqa: BLE001 - the user's module raised while it was imported
+        yield Problem(key, f"{spec}: importing it raised {type(exc).__name__}: {exc}", f"fix the module ({key})", spec)
+        return
+    call = fn.__call__ if isinstance(fn, type) else fn
+    names = "(responses, labels, metadatas)" if isinstance(fn, type) or is_per_group(fn) else \
+        "(response, label, metadata)"
+    try:
+        sig = inspect.signature(call)
+        (sig.bind(None, None, None, None) if isinstance(fn, type) else sig.bind(None, None, None))
+    except TypeError as exc:
+        params = ", ".join(p for p in sig.parameters if p != "self")
+        yield Problem(key, f"{spec} takes ({params}), but rlrun calls it as {spec.rpartition(':')[2]}{names}: {exc}",
+                      f"give it three parameters: def {spec.rpartition(':')[2]}{names[:-1]}=None) "
+                      "(docs/rewards.md)", spec)
+        return
+    except ValueError:  # no signature to read (a builtin): the call below tells
+        pass
+    if isinstance(fn, type):
+        return  # a reward class loads its model when built: the run builds it, not the preflight
+    row = _first_row(cfg, path)
+    if row is None:
+        return
+    where, label, metadata = row
+    response = "" if label is None else str(label)  # the answer itself: a correct response
+    box: dict[str, Any] = {}
+
+    def probe() -> None:
+        try:
+            box["value"] = score(spec, response, label, metadata, remote_url=cfg.data.rm_url)
+        except Exception as exc:  # noqa: BLE001 - reported as the problem
+            box["error"] = exc
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(REWARD_CALL_TIMEOUT_S)
+    if t.is_alive():
+        print(f"note: {key}: {spec} did not return within {REWARD_CALL_TIMEOUT_S:g} s on {where}; not checked "
+              "further (the run limits each sample's reward time)", file=sys.stderr)
+    elif "error" in box:
+        exc = box["error"]
+        yield Problem(key, f"{spec} raised {type(exc).__name__}: {exc} when called on {where} as "
+                      f"{spec.rpartition(':')[2]}(response={response!r}, label={label!r}, metadata={metadata!r})",
+                      "fix the function: it must return a number for every response (docs/rewards.md); the run "
+                      "would score every sample 0", spec)
+
+
 # ---- outputs -----------------------------------------------------------------------------------------------
 
 def _writable(key: str, path: str) -> Optional[Problem]:
