@@ -158,7 +158,7 @@ def test_checkpoint_load_without_a_complete_checkpoint(tmp_path):
 
 def test_custom_reward_module_must_be_importable(tmp_path):
     assert paths(preflight(cfg_with(tmp_path, "data.rm_type=no_such_pkg.rewards:score"))) == ["data.rm_type"]
-    assert preflight(cfg_with(tmp_path, "data.rm_type=json:loads")) == []
+    assert preflight(cfg_with(tmp_path, "data.rm_type=rlrun.reward.rules:exact_match")) == []
 
 
 def test_output_dir_under_a_file(tmp_path):
@@ -296,7 +296,9 @@ def test_preflight_time_on_the_seed_recipe(tmp_path):
     problems = preflight(cfg, plan)
     secs = time.process_time() - t
     assert problems == [], problems
-    assert secs < 2.0, secs
+    # the data is read with the run's tokenizer (labels vs rollout.max_response_len, <unk> prompts): importing
+    # transformers alone takes ~2.3 CPU s on this machine (2026-11-28); the rest of the preflight ~0.3 s
+    assert secs < 6.0, secs
 
 
 def test_a_sweep_checks_every_point_before_any_run_dir(tmp_path, data):

@@ -14,6 +14,7 @@ import netrc
 import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import urlparse
@@ -154,46 +155,91 @@ def _data_file(key: str, path: str, input_key: str, label_key: Optional[str],
         check_file(path, input_key, label_key, metadata_key)
     except DataError as exc:
         text = str(exc)
-        blamed = next((k for k in ("data.input_key", "data.label_key") if f"({k})" in text), key)
-        yield Problem(blamed, text, _data_fix(blamed, key), path)
+        for blamed in [k for k in ("data.input_key", "data.label_key") if f"({k})" in text] or [key]:
+            yield Problem(blamed, text, _data_fix(blamed, key), path)
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         yield Problem(key, f"{path}: cannot be read ({type(exc).__name__}: {exc})", f"fix the file or {key}", path)
 
 
 @check
 def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
-    """data.max_prompt_len drops longer prompts when the dataset loads (rlrun.data.dataset.PromptDataset); a
-    filter that leaves none stopped the run after Ray started. Counted here with the run's own tokenizer and
-    dataset class (a readable file only: data_files reports the others)."""
+    """The data against the run, with the run's own tokenizer and dataset class (rlrun.data.dataset.PromptDataset;
+    a readable file only: data_files reports the others): data.max_prompt_len drops longer prompts when the dataset
+    loads (a filter that leaves none stopped the run after Ray started); prompts the tokenizer reads as <unk>
+    (the toy tokenizer knows lower-case letters, digits and a few signs); labels that no response of
+    rollout.max_response_len tokens can hold, where the reward compares the response with the label."""
     d = cfg.data
     if cfg.checkpoint.hf and not Path(cfg.checkpoint.hf).expanduser().is_dir():
         return  # a hub id: its tokenizer is not fetched here (the checkpoint checks cover checkpoint.hf)
-    toy = cfg.checkpoint.hf is None  # the toy tokenizer: characters outside its vocabulary become <unk>
-    if d.prompt_data is None or (d.max_prompt_len is None and not toy) or list(
+    if d.prompt_data is None or list(
             _data_file("data.prompt_data", d.prompt_data, d.input_key, d.label_key, d.metadata_key)):
         return
     from rlrun.data.dataset import DataError, PromptDataset
     from rlrun.data.tokenizer import tokenizer_for
 
     try:
+        tokenizer = tokenizer_for(cfg)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a broken folder
+        if not cfg.checkpoint.hf:
+            raise
+        print(f"note: checkpoint.hf: its tokenizer does not load here ({type(exc).__name__}: {exc}); the data was "
+              "not checked against it", file=sys.stderr)
+        return
+    try:
         ds = PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
-                           tokenizer=tokenizer_for(cfg), apply_chat_template=d.apply_chat_template,
+                           tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
                            max_prompt_len=d.max_prompt_len, shuffle=False)
-        if ds.num_unk:  # valid, but not what the user meant: a note, counted (docs/data.md, the toy vocabulary)
-            import sys
-
-            print(f"note: data.prompt_data: {ds.num_unk} of {len(ds.items) + ds.num_filtered} prompts hold characters "
-                  "outside the toy tokenizer's vocabulary (digits, space, +-*=:?, a-z); they become <unk>",
-                  file=sys.stderr)
     except DataError as exc:
         shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
         fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
                if shortest else "fix the data file or the data.* keys")
         yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
-    except (OSError, ValueError) as exc:  # a tokenizer that cannot load: the checkpoint checks say why
-        if not cfg.checkpoint.hf:
-            yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
-                          "fix the file", d.prompt_data)
+        return
+    except (OSError, ValueError) as exc:
+        yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
+                      "fix the file", d.prompt_data)
+        return
+    vocab = ("the toy tokenizer's vocabulary (lower-case a-z, digits, space, +-*=:?; checkpoint.hf is null)"
+             if cfg.checkpoint.hf is None else f"the vocabulary of {cfg.checkpoint.hf}'s tokenizer")
+    total = len(ds.items) + ds.num_filtered
+    if ds.num_unk:
+        yield Problem("data.prompt_data", f"{ds.num_unk} of {total} prompts hold characters outside {vocab}: they "
+                      "become <unk>, which the policy cannot read", "keep the prompts inside the vocabulary (e.g. "
+                      "lower-case them) or set checkpoint.hf to a model whose tokenizer covers them", d.prompt_data)
+    yield from _labels_fit(cfg, ds, tokenizer, vocab)
+
+
+def _labels_fit(cfg: RunConfig, ds: Any, tokenizer: Any, vocab: str) -> Iterator[Problem]:
+    """Labels a response of rollout.max_response_len tokens cannot hold (or cannot spell: <unk>), for a reward that
+    compares the response with the label (rlrun.reward.rules.LABEL_IN_RESPONSE); for a custom reward a note."""
+    from rlrun.reward.rules import label_in_response
+
+    limit, unk = cfg.rollout.max_response_len, getattr(tokenizer, "unk_token_id", None)
+    labels = [str(it.label) for it in ds.items if it.label is not None]
+    lengths = [(len(ids), unk is not None and unk in ids, text) for text in dict.fromkeys(labels)
+               for ids in [tokenizer(text, add_special_tokens=False)["input_ids"]]]
+    long = {text: n for n, _, text in lengths if n > limit}
+    spelled = {text for _, has_unk, text in lengths if has_unk}
+    count = lambda texts: sum(label in texts for label in labels)  # noqa: E731 - rows, not distinct labels
+    rm_type, problems = cfg.data.rm_type, []
+    if long:
+        need, example = max((n, text) for text, n in long.items())
+        problems.append(Problem("rollout.max_response_len", f"{count(long)} of {len(labels)} labels (data.label_key="
+                                f"{cfg.data.label_key}) are longer than rollout.max_response_len={limit} tokens (the "
+                                f"longest, {example[:60]!r}, is {need}): no response can hold them, so data.rm_type="
+                                f"{rm_type} scores those prompts 0", f"raise rollout.max_response_len to at least "
+                                f"{need}, or drop those rows", limit))
+    if spelled:
+        problems.append(Problem("data.prompt_data", f"{count(spelled)} of {len(labels)} labels hold characters "
+                                f"outside {vocab}: no response can spell them, so data.rm_type={rm_type} scores those "
+                                "prompts 0", "keep the labels inside the vocabulary (e.g. lower-case them) or set "
+                                "checkpoint.hf to a model whose tokenizer covers them", cfg.data.prompt_data))
+    if label_in_response(rm_type):
+        yield from problems
+    elif problems and ":" in rm_type:  # a custom reward may not compare the response with the label: say so only
+        for p in problems:
+            print(f"note: {p.path}: {p.message.replace(f'so data.rm_type={rm_type} scores', 'so a reward that compares the response with the label scores')}",
+                  file=sys.stderr)
 
 
 def _data_fix(blamed: str, key: str) -> str:
@@ -268,7 +314,6 @@ def _first_row(cfg: RunConfig, path: Optional[str]) -> Optional[tuple[str, Any, 
 
 def _call_reward(cfg: RunConfig, key: str, spec: str, path: Optional[str]) -> Iterator[Problem]:
     import inspect
-    import sys
     import threading
 
     from rlrun.reward import score
