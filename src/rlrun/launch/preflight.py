@@ -451,6 +451,84 @@ def router_port(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
                           "choose a free port, or null to let rlrun pick one (check rollout.router.host too)", port)
 
 
+# ---- the embedded Ray ----------------------------------------------------------------------------------------
+
+def _visible(var_values: list[Optional[str]]) -> Optional[int]:
+    """Devices a *_VISIBLE_DEVICES variable leaves (the first one set), as Ray counts them; None when none is set."""
+    value = next((v for v in var_values if v is not None), None)
+    if value is None:
+        return None
+    return len([d for d in value.split(",") if d.strip() and d.strip() != "-1"])
+
+
+def _nvidia_gpus() -> int:
+    """What Ray's NVIDIA accelerator manager finds: CUDA_VISIBLE_DEVICES, else the driver's GPUs
+    (/proc/driver/nvidia/gpus holds one folder per GPU; no driver, no folder)."""
+    seen = _visible([os.environ.get("CUDA_VISIBLE_DEVICES")])
+    folder = Path("/proc/driver/nvidia/gpus")
+    found = len(list(folder.iterdir())) if folder.is_dir() else 0
+    return found if seen is None else min(seen, found)
+
+
+def _amd_gpus() -> int:
+    """What Ray's AMD accelerator manager finds: HIP/ROCR_VISIBLE_DEVICES, else the KFD topology's GPU nodes (a
+    node with SIMD units; the CPU nodes have none)."""
+    seen = _visible([os.environ.get("ROCR_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES")])
+    found = 0
+    for props in Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties"):
+        try:
+            found += any(line.split()[:1] == ["simd_count"] and line.split()[1] != "0"
+                         for line in props.read_text().splitlines())
+        except (OSError, IndexError):
+            continue
+    return found if seen is None else min(seen, found)
+
+
+GPU_COUNTERS: dict[str, Callable[[], int]] = {"cuda": _nvidia_gpus, "rocm": _amd_gpus}  # by hardware.vendor
+
+
+def importable(module: str) -> bool:
+    """Found by this Python's import system, without importing it (its parent packages are imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@check
+def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """Without cluster.address, `rlrun run` starts a one-node Ray on this machine: the plan's GPUs must be here (as
+    Ray will count them) and the engine's and the backend's Python modules importable (ENGINES / BACKENDS
+    `requires`); otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
+    is checked against its live nodes instead (rlrun.launch.cluster.check_resources)."""
+    from rlrun.config.kinds import ENGINES
+
+    if cfg.cluster.address is not None:
+        return
+    if plan is None:
+        from rlrun.config.plan import make_plan
+
+        plan = make_plan(cfg)
+    demand, counter = plan.devices_per_node(), GPU_COUNTERS.get(cfg.hardware.vendor)
+    if counter is not None:
+        have = counter()
+        if len(demand) > 1 or max(demand, default=0) > have:
+            where = f"{len(demand)} nodes with {demand} GPUs" if len(demand) > 1 else f"{demand[0]} GPUs"
+            yield Problem("hardware", f"the plan needs {where}; cluster.address is null, so the run would start Ray on "
+                          f"this machine, which has {have} {cfg.hardware.vendor} GPU(s) (as Ray counts them: "
+                          "*_VISIBLE_DEVICES, the driver)", "run on a machine that has them, set cluster.address to a "
+                          "Ray cluster that does (or `rlrun submit`, docs/cluster.md), or a smaller plan "
+                          "(train.gpus_per_node, rollout.num_gpus; `rlrun plan` shows the placement)",
+                          cfg.hardware.name)
+    for key, spec in (("rollout.engine", ENGINES[cfg.rollout.engine]), ("train.backend", BACKENDS[cfg.train.backend])):
+        for module, install in spec.requires:
+            if not importable(module):
+                yield Problem(key, f"{key}={spec.name} needs the Python module {module}, which this Python "
+                              f"({sys.executable}) cannot import", f"{install}, or choose another {key}", spec.name)
+
+
 # ---- credentials -------------------------------------------------------------------------------------------
 
 @check
