@@ -154,6 +154,30 @@ def test_rayjob_export_reports_every_missing_setting():
     assert r.returncode == 2 and "cluster.kuberay.image" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_rayjob_export_lists_every_path_problem_at_once_and_accepts_the_images_folders():
+    ckpt = ["checkpoint.hf=/models/qwen3", "checkpoint.load=/ckpt/run", "checkpoint.save=/ckpt/run"]
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", *ckpt])
+    with pytest.raises(ConfigError) as err:  # save = load (slime's --load/--save): both, not save after load is fixed
+        kuberay.manifest(cfg, plan, [], None)
+    problems = err.value.problems
+    assert [(p.path, p.value) for p in problems] == [("data.prompt_data", "/data/train.jsonl"),
+                                                      ("checkpoint.hf", "/models/qwen3"), ("checkpoint.load", "/ckpt/run"),
+                                                      ("checkpoint.save", "/ckpt/run")]  # (ref follows hf: not listed)
+    assert "(the same path as checkpoint.load)" in problems[3].message
+    assert "cluster.kuberay.image_paths" in problems[1].fix and "image_paths" not in problems[3].fix
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", *ckpt,
+                           "cluster.kuberay.image_paths=[/models,/data,/ckpt]"])
+    with pytest.raises(ConfigError) as err:  # the image holds the data and the weights; a save there would be lost
+        kuberay.manifest(cfg, plan, [], None)
+    assert [p.path for p in err.value.problems] == ["checkpoint.save"], err.value.problems
+    assert "lose what they write there" in err.value.problems[0].message
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", *ckpt[:2],
+                           "checkpoint.save=/mnt/rlrun/ckpt", "cluster.kuberay.image_paths=[/models,/data,/ckpt]"])
+    assert kuberay.manifest(cfg, plan, [], None)["kind"] == "RayJob"
+    with pytest.raises(ConfigError, match="cluster.kuberay.image_paths.0"):  # folders in the image: absolute
+        load(["cluster.kuberay.image_paths=[models]"])
+
+
 # -- submit: preparation and the live-cluster check ---------------------------------------------
 def test_submit_prepares_entrypoint_runtime_env_and_refuses_a_config_dir_outside(tmp_path):
     from rlrun.launch.jobs import EXCLUDES, SubmitError, prepare
