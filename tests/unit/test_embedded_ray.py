@@ -17,7 +17,11 @@ HEADLINE = ["model=qwen3-4b", "algo=grpo", "hardware=h100", "checkpoint.random_i
 
 @pytest.fixture(autouse=True)
 def this_machine():
-    if any(counter() for counter in pf.GPU_COUNTERS.values()) or pf.importable("sglang"):
+    import importlib.util
+    from pathlib import Path
+
+    if Path("/proc/driver/nvidia/gpus").is_dir() or Path("/sys/class/kfd").is_dir() or \
+            importlib.util.find_spec("sglang") is not None:
         pytest.skip("this test describes a machine without GPUs or sglang")
 
 
