@@ -61,6 +61,7 @@ def test_a_cpu_job_and_a_remote_cluster_are_not_checked_here(tmp_path):
     assert embedded(pf.preflight(load([f"run.output_dir={tmp_path}"]))) == []
     assert embedded(pf.preflight(load([*HEADLINE, "cluster.address=10.0.0.1:6379", f"run.output_dir={tmp_path}"]))) \
         == []
+    assert embedded(pf.preflight(load([*HEADLINE, "run.dry_run=true", f"run.output_dir={tmp_path}"]))) == []  # no Ray
     # two nodes of the cpu profile: bookkeeping bundles on one embedded Ray, as rlrun.launch.cluster.start makes it
     assert embedded(pf.preflight(load(["train.num_nodes=2", "cluster.num_nodes=2", f"run.output_dir={tmp_path}"]))) \
         == []

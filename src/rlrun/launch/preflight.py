@@ -505,7 +505,7 @@ def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     is checked against its live nodes instead (rlrun.launch.cluster.check_resources)."""
     from rlrun.config.kinds import ENGINES
 
-    if cfg.cluster.address is not None:
+    if cfg.cluster.address is not None or cfg.run.dry_run:  # a remote cluster, or no Ray at all (dry run)
         return
     if plan is None:
         from rlrun.config.plan import make_plan
