@@ -74,3 +74,18 @@ def test_the_preflight_calls_the_reward_once_on_a_data_row(tmp_path, rewards):
     assert p.path == "data.rm_type" and "raised ZeroDivisionError: division by zero" in p.message, p.message
     assert f"{data}:1" in p.message and "response='2', label='2', metadata={'src': 'a'}" in p.message, p.message
     assert preflight(cfg(tmp_path, f"data.rm_type={rewards}:picky", f"data.prompt_data={data}")) == []
+
+
+def test_a_failing_generate_function_names_the_sample_it_failed_on():
+    """The run stops at a generate function's first error, as before; the error now carries its sample (a note:
+    the exception keeps its type, so the rollout's fault handling sees what it saw before)."""
+    from rlrun.rollout.handle import PolicyVersion, generate_samples
+
+    async def broken(handle, sample, sampling):
+        raise KeyError("tool registry")
+
+    with pytest.raises(KeyError) as e:  # no request is sent: the function fails first
+        generate_samples("http://127.0.0.1:9", load([]).rollout, [Sample(prompt="1+1=", label="2", group_id=3)],
+                         None, [0], fn=broken, tokenizer=None, versions=PolicyVersion(), partial=False)
+    assert e.value.__notes__ == ["rlrun: the generate function (rollout.generate_fn) failed on the sample of group 3: "
+                                 "prompt='1+1=', label='2'"]
