@@ -185,39 +185,61 @@ def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         print(f"note: checkpoint.hf: its tokenizer does not load here ({type(exc).__name__}: {exc}); the data was "
               "not checked against it", file=sys.stderr)
         return
-    try:
-        ds = PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
-                           tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
-                           max_prompt_len=d.max_prompt_len, shuffle=False)
-    except DataError as exc:
-        shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
-        fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
-               if shortest else "fix the data file or the data.* keys")
-        yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
-        return
-    except (OSError, ValueError) as exc:
-        yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
-                      "fix the file", d.prompt_data)
-        return
+    if d.max_prompt_len is not None:  # the filter: the dataset class itself, chat template and all
+        try:
+            PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+                          tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
+                          max_prompt_len=d.max_prompt_len, shuffle=False)
+        except DataError as exc:
+            shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
+            fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
+                   if shortest else "fix the data file or the data.* keys")
+            yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
+            return
+        except (OSError, ValueError) as exc:
+            yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
+                          "fix the file", d.prompt_data)
+            return
+    prompts, labels = _texts(cfg)
     vocab = ("the toy tokenizer's vocabulary (lower-case a-z, digits, space, +-*=:?; checkpoint.hf is null)"
              if cfg.checkpoint.hf is None else f"the vocabulary of {cfg.checkpoint.hf}'s tokenizer")
-    total = len(ds.items) + ds.num_filtered
-    if ds.num_unk:
-        yield Problem("data.prompt_data", f"{ds.num_unk} of {total} prompts hold characters outside {vocab}: they "
+    unk = getattr(tokenizer, "unk_token_id", None)
+    # <unk> depends on the text only (a chat template adds known tokens): one batched call, no template
+    num_unk = 0 if unk is None else sum(unk in ids for ids in _ids(tokenizer, prompts))
+    if num_unk:
+        yield Problem("data.prompt_data", f"{num_unk} of {len(prompts)} prompts hold characters outside {vocab}: they "
                       "become <unk>, which the policy cannot read", "keep the prompts inside the vocabulary (e.g. "
                       "lower-case them) or set checkpoint.hf to a model whose tokenizer covers them", d.prompt_data)
-    yield from _labels_fit(cfg, ds, tokenizer, vocab)
+    yield from _labels_fit(cfg, labels, tokenizer, vocab)
 
 
-def _labels_fit(cfg: RunConfig, ds: Any, tokenizer: Any, vocab: str) -> Iterator[Problem]:
+def _texts(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """The prompts' text (a chat's contents joined) and the labels (as text) of data.prompt_data, as read by the
+    dataset class's row reader."""
+    from rlrun.data.dataset import read_rows, row_fields
+
+    d = cfg.data
+    prompts, labels = [], []
+    for where, row in read_rows(Path(d.prompt_data).expanduser()):
+        prompt, _ = row_fields(where, row, d.input_key, d.label_key, d.metadata_key)
+        prompts.append(prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt))
+        if d.label_key and row.get(d.label_key) is not None:
+            labels.append(str(row[d.label_key]))
+    return prompts, labels
+
+
+def _ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+
+def _labels_fit(cfg: RunConfig, labels: list[str], tokenizer: Any, vocab: str) -> Iterator[Problem]:
     """Labels a response of rollout.max_response_len tokens cannot hold (or cannot spell: <unk>), for a reward that
     compares the response with the label (rlrun.reward.rules.LABEL_IN_RESPONSE); for a custom reward a note."""
     from rlrun.reward.rules import label_in_response
 
     limit, unk = cfg.rollout.max_response_len, getattr(tokenizer, "unk_token_id", None)
-    labels = [str(it.label) for it in ds.items if it.label is not None]
-    lengths = [(len(ids), unk is not None and unk in ids, text) for text in dict.fromkeys(labels)
-               for ids in [tokenizer(text, add_special_tokens=False)["input_ids"]]]
+    distinct = list(dict.fromkeys(labels))
+    lengths = [(len(ids), unk is not None and unk in ids, text) for text, ids in zip(distinct, _ids(tokenizer, distinct))]
     long = {text: n for n, _, text in lengths if n > limit}
     spelled = {text for _, has_unk, text in lengths if has_unk}
     count = lambda texts: sum(label in texts for label in labels)  # noqa: E731 - rows, not distinct labels
