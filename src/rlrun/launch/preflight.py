@@ -1,8 +1,11 @@
 """The preflight: what `rlrun validate` cannot know from the config alone and a run would otherwise find out
 20-55 s later inside a Ray worker. Paths exist and are readable (checkpoints, data, eval sets, custom
-functions), data files parse (`file:line` of a bad row) and carry the configured keys, the HF config.json
-agrees with model.*, the output dir is writable, the disk holds the planned checkpoints, a fixed router port is
-free, and online wandb has credentials. Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
+functions), data files parse (`file:line` of a bad row) and carry the configured keys, the data fits the run
+(prompts without <unk>, labels within rollout.max_response_len), a custom reward takes (response, label,
+metadata) and returns a number on a real row, the HF config.json agrees with model.*, the output dir is
+writable, the disk holds the planned checkpoints, a fixed router port is free, online wandb has credentials,
+and without cluster.address the embedded Ray this machine would start holds the plan (GPUs, the engine's and
+backend's modules). Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
 
 Where it runs: `rlrun run` before the run dir is made and before Ray starts (local clusters), `rlrun validate
 --check-paths`, and on a remote cluster (cluster.address set) as a Ray task on the head node before
@@ -162,7 +165,7 @@ def _data_file(key: str, path: str, input_key: str, label_key: Optional[str],
 
 
 @check
-def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+def data_against_the_run(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     """The data against the run, with the run's own tokenizer and dataset class (rlrun.data.dataset.PromptDataset;
     a readable file only: data_files reports the others): data.max_prompt_len drops longer prompts when the dataset
     loads (a filter that leaves none stopped the run after Ray started); prompts the tokenizer reads as <unk>
