@@ -105,6 +105,9 @@ class EngineKind:
     memory: str = "per_sequence"
     # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
     factory: str = ""
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
     # NCCL settings the engine's processes run with whatever their env says; every rank of an NCCL weight-sync
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
@@ -122,7 +125,8 @@ ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checks
 ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
                             nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                             server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
-                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
+                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines",
+                            requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))
 
 
 # ---- trainer backends ------------------------------------------------------------------------------------
@@ -151,6 +155,9 @@ class BackendKind:
     passthrough_check: str = ""
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "distributed"))
@@ -170,7 +177,8 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
                               memory="distributed", activations_calibrated=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend",
-                              passthrough_check="rlrun.train.megatron.passthrough:check_config"))
+                              passthrough_check="rlrun.train.megatron.passthrough:check_config",
+                              requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 
 # ---- advantage estimators --------------------------------------------------------------------------------
