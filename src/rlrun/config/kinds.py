@@ -186,6 +186,27 @@ ESTIMATORS.register(EstimatorKind("reinforce_plus_plus_baseline", group_normalis
 ESTIMATORS.register(EstimatorKind("ppo", needs_critic=True))
 
 
+# ---- loss types (algo.loss_type; slime --loss-type) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class LossKind:
+    name: str
+    needs_rollout: bool = True       # samples come from the engines (False: from the dataset, no engines at all)
+    needs_advantages: bool = True    # the loop computes advantages from rewards (slime
+                                     # --disable-compute-advantages-and-returns is the False case)
+
+
+LOSS_TYPES: Kinds[LossKind] = Kinds("algo.loss_type")
+LOSS_TYPES.register(LossKind("policy_loss"))
+# SFT: -log p of the dataset's response tokens (slime sft_loss_function); trainer only (slime --debug-train-only)
+LOSS_TYPES.register(LossKind("sft_loss", needs_rollout=False, needs_advantages=False))
+
+
+def needs_rollout(cfg: Any) -> bool:
+    """Whether the run generates with engines: the one place "this loss trains on a dataset only" is decided."""
+    return LOSS_TYPES[cfg.algo.loss_type].needs_rollout
+
+
 def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:
     """Whether train.backend `backend` builds model family `family` (whose registry entry lists
     `family_backends`)."""

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
+from rlrun.config.kinds import needs_rollout
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -176,7 +177,11 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "was seen before" + (" in the same step: train.offload moves the buffers the graphs address, "
                                           "so they are dropped at every offload" if t.offload else "")
                      + "; a new shape runs eagerly")
-    placement = trainer_slots(cfg) + engine_slots(cfg)
+    engines = needs_rollout(cfg)  # algo.loss_type=sft_loss: the trainer alone, no engine is placed
+    if not engines:
+        notes.append(f"algo.loss_type={cfg.algo.loss_type}: trains on the data set only; no rollout engines are "
+                     "started (rollout.* sampling settings are unused)")
+    placement = trainer_slots(cfg) + (engine_slots(cfg) if engines else [])
     samples = r.rollout_batch_size * r.n_samples_per_prompt
     from rlrun.config.memory import estimate, lean_state_hint
     from rlrun.config.params import count_params
@@ -190,7 +195,8 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
-        trainer_gpus=world, rollout_gpus=r.num_gpus, num_engines=r.num_engines, gpus_per_engine=r.gpus_per_engine,
+        trainer_gpus=world, rollout_gpus=r.num_gpus if engines else 0, num_engines=r.num_engines if engines else 0,
+        gpus_per_engine=r.gpus_per_engine,
         nodes_per_engine=nodes_per_engine(placement),
         prompts_per_rollout=r.rollout_batch_size, samples_per_rollout=samples,
         steps_per_rollout=t.num_steps_per_rollout, global_batch_size=t.global_batch_size,

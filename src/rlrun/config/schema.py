@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -264,6 +264,7 @@ class DataSection(Section):
 
 class AlgoSection(Section):
     name: str
+    loss_type: _kind(LOSS_TYPES)  # type: ignore[valid-type]  # policy_loss | sft_loss (slime --loss-type)
     advantage_estimator: _kind(ESTIMATORS)  # type: ignore[valid-type]
     normalize_std: bool                             # derived: forced off when n_samples_per_prompt == 1
     normalize_advantages: bool

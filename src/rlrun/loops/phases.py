@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from rlrun.config.kinds import use_critic
+import torch
+
+from rlrun.config.kinds import LOSS_TYPES, use_critic
 from rlrun.loops import steps
 
 
@@ -51,8 +53,11 @@ def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]
             if use_critic(cfg):  # GAE needs the critic's values
                 batch = batch.with_(values=p.trainer.compute_values(batch))
         # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
-        batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,
-                                    [s.group_id for s in kept])  # each group over its members
+        if LOSS_TYPES[cfg.algo.loss_type].needs_advantages:
+            batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,
+                                        [s.group_id for s in kept])  # each group over its members
+        else:  # the loss reads no advantages (sft_loss; slime --disable-compute-advantages-and-returns)
+            batch = batch.with_(advantages=[torch.zeros(int(m.numel())) for m in batch.loss_mask])
         p.invariants.batch(version - 1, batch.advantages)
         with t("train"):
             per_step = [p.trainer.train_step(batch.shard(k, plan.steps_per_rollout))

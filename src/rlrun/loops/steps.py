@@ -32,7 +32,8 @@ def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
         loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],
-        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
+        rollout_logp=None if any(s.rollout_logprobs is None for s in samples) else  # none: SFT's data samples
+        [torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
 
 
 def _pad(xs: list[torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,46 @@
+"""Rules of the training modes beside RL (docs/algorithms.md "SFT"): settings a mode cannot use are refused,
+never ignored."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from rlrun.config.errors import Problem
+from rlrun.config.kinds import LOSS_TYPES, use_critic
+from rlrun.config.registry import RULES
+from rlrun.config.schema import RunConfig
+
+
+@RULES
+def dataset_loss(cfg: RunConfig) -> Iterator[Problem]:
+    """A loss that trains on the data set (sft_loss): no engines, rewards or advantages, so every setting that
+    only shapes those would be ignored."""
+    a, r, d = cfg.algo, cfg.rollout, cfg.data
+    kind = LOSS_TYPES[a.loss_type]
+    if kind.needs_rollout:
+        return
+    mode = f"algo.loss_type={a.loss_type} trains on the data set's responses without engines"
+    fix = "drop it (algo=sft), or train with RL (algo=grpo)"
+    if r.n_samples_per_prompt != 1:
+        yield Problem("rollout.n_samples_per_prompt", f"{mode}: each data row is one sample, so {r.n_samples_per_prompt} "
+                      "samples per prompt would train every row that many times in one step",
+                      "set rollout.n_samples_per_prompt=1 (algo=sft does)", r.n_samples_per_prompt)
+    ignored = [("algo.use_kl_loss", a.use_kl_loss, False), ("algo.kl_coef", a.kl_coef, 0.0),
+               ("algo.entropy_coef", a.entropy_coef, 0.0), ("algo.use_tis", a.use_tis, False),
+               ("algo.use_opsm", a.use_opsm, False), ("algo.normalize_advantages", a.normalize_advantages, False),
+               ("algo.use_rollout_logprobs", a.use_rollout_logprobs, False),
+               ("train.async_train", cfg.train.async_train, False), ("debug.rollout_only", cfg.debug.rollout_only, False),
+               ("eval.interval", cfg.eval.interval, None), ("rollout.generate_fn", r.generate_fn, None),
+               ("rollout.dynamic_sampling", r.dynamic_sampling, None), ("data.source", d.source, None)]
+    for key, value, off in ignored:
+        if value != off:
+            yield Problem(key, f"{mode}; it applies to generated samples, rewards or the policy loss only and "
+                          "would be ignored", fix if off is None or off is False else f"set {key}={off}", value)
+    if use_critic(cfg):
+        yield Problem("algo.advantage_estimator", f"{mode}; {a.advantage_estimator} trains a critic on returns, "
+                      "which an SFT run has none of", "use algo=sft (advantage_estimator grpo is unused)",
+                      a.advantage_estimator)
+    if d.label_key is None and not d.apply_chat_template:
+        yield Problem("data.label_key", f"{mode}: a row's response is its label (data.label_key) or the assistant "
+                      "messages of a conversation (data.apply_chat_template=true); with neither there is nothing "
+                      "to train on", "set data.label_key to the response's key, or data.input_key to a list of "
+                      "messages with data.apply_chat_template=true", None)
