@@ -96,6 +96,8 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
     leaves free, node by node (hardware.gpus_per_node, not an assumed 8: slime's gap), never splitting an
     engine that fits a node across nodes; an engine wider than a node takes g / gpus_per_node whole free nodes
     (SGLang runs it as one process per node with --nnodes, as slime does)."""
+    if not needs_rollout(cfg):
+        return []  # algo.loss_type=sft_loss: the trainer alone
     g = cfg.rollout.gpus_per_engine
     if cfg.train.colocate:
         return [Slot(s.node, s.gpu, "engine", s.rank // g) for s in trainer_slots(cfg)[: cfg.rollout.num_gpus]]
@@ -181,7 +183,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     if not engines:
         notes.append(f"algo.loss_type={cfg.algo.loss_type}: trains on the data set only; no rollout engines are "
                      "started (rollout.* sampling settings are unused)")
-    placement = trainer_slots(cfg) + (engine_slots(cfg) if engines else [])
+    placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
     from rlrun.config.memory import estimate, lean_state_hint
     from rlrun.config.params import count_params

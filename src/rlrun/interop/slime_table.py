@@ -230,6 +230,8 @@ ROWS: tuple[Row, ...] = (
     Row("algo.use_opsm", "--use-opsm", "GRPO_ARGS", "true", default=False),
     Row("algo.opsm_delta", "--opsm-delta", "GRPO_ARGS", type=float, default=1e-4),
     Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
+    Row("algo.loss_type", "--loss-type", "GRPO_ARGS", default="policy_loss",
+        values=(("policy_loss", "policy_loss"), ("sft_loss", "sft_loss"))),  # custom_loss: refused (no rlrun form)
     # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
     Row("optim.optimizer", "--optimizer", "OPTIMIZER_ARGS", default="adam", always=True),
     Row("optim.lr", "--lr", "OPTIMIZER_ARGS", type=float, default=1e-6, always=True),
@@ -503,11 +505,8 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "uneven pipeline stages": ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"),
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
-    "SFT (supervised fine-tuning loss)": ("--loss-type", "--debug-train-only", "--disable-compute-advantages-and-returns",
-                                          "--loss-mask-type"),
     "on-policy distillation": ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load"),
     "vision-language models": ("--multimodal-keys",),
-    "custom rollout functions (slime's rollout-function API)": ("--rollout-function-path",),
     "slime's custom reward hooks": ("--custom-rm-path", "--custom-reward-post-process-path", "--reward-key"),
     "eval config files and per-eval top-k": ("--eval-config", "--eval-top-k"),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
