@@ -143,6 +143,7 @@ class BackendKind:
     factory: str = ""                        # "module:Class", the TrainerBackend subclass
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
+    teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "distributed"))
@@ -154,7 +155,7 @@ BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
 # torch: fp32 HF weights 4 + Adam m and v 8 = 12 B/param in a checkpoint
 BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                               bf16_grads=False, cuda_graphs=False, sliding_window=True,
-                              checkpoint_bytes={"fp32": 12}, memory="fp32",
+                              checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True,
                               factory="rlrun.train.torch_backend:TorchBackend"))
 # megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16)
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
@@ -211,6 +212,11 @@ def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:
     """Whether train.backend `backend` builds model family `family` (whose registry entry lists
     `family_backends`)."""
     return backend in family_backends or family in BACKENDS[backend].families
+
+
+def use_teacher(cfg: Any) -> bool:
+    """Whether the run distils from a teacher (algo.distill.teacher set): the one place it is decided."""
+    return cfg.algo.distill.teacher is not None
 
 
 def use_critic(cfg: Any) -> bool:

@@ -1,11 +1,11 @@
-"""Rules of the training modes beside RL (docs/algorithms.md "SFT"): settings a mode cannot use are refused,
-never ignored."""
+"""Rules of the training modes beside plain RL (docs/algorithms.md "SFT", "On-policy distillation"): settings a mode
+cannot use are refused, never ignored."""
 from __future__ import annotations
 
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import LOSS_TYPES, use_critic
+from rlrun.config.kinds import BACKENDS, ESTIMATORS, LOSS_TYPES, use_critic
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
 
@@ -44,3 +44,33 @@ def dataset_loss(cfg: RunConfig) -> Iterator[Problem]:
                       "messages of a conversation (data.apply_chat_template=true); with neither there is nothing "
                       "to train on", "set data.label_key to the response's key, or data.input_key to a list of "
                       "messages with data.apply_chat_template=true", None)
+
+
+@RULES
+def distillation(cfg: RunConfig) -> Iterator[Problem]:
+    """algo.distill (on-policy distillation): a teacher the trainer can run, and nothing set that it would ignore."""
+    a, d = cfg.algo, cfg.algo.distill
+    if d.teacher is None:
+        defaults = {"coef": 1.0, "where": "trainer", "reward": "add"}
+        for key, off in defaults.items():
+            if getattr(d, key) != off:
+                yield Problem(f"algo.distill.{key}", "is set but algo.distill.teacher is null, so nothing is distilled "
+                              "and it would be ignored", f"set algo.distill.teacher to the teacher's HF dir, or drop "
+                              f"algo.distill.{key}", getattr(d, key))
+        return
+    if not LOSS_TYPES[a.loss_type].needs_rollout:
+        yield Problem("algo.distill.teacher", f"on-policy distillation scores the student's own samples; "
+                      f"algo.loss_type={a.loss_type} generates none", "drop algo.distill.teacher, or use "
+                      "algo.loss_type=policy_loss", d.teacher)
+    if d.where == "trainer" and not BACKENDS[cfg.train.backend].teacher:
+        can = [b for b, spec in BACKENDS.items() if spec.teacher]
+        yield Problem("algo.distill.where", f"the teacher's forward on the trainer ranks is built by the "
+                      f"{' and '.join(can)} backend; train.backend is {cfg.train.backend}",
+                      f"set train.backend={' or '.join(can)}", d.where)
+    if d.coef == 0:
+        yield Problem("algo.distill.coef", "is 0: the teacher would run and change nothing",
+                      "set algo.distill.coef > 0 (slime's default 1.0), or algo.distill.teacher=null", d.coef)
+    if d.reward == "replace" and not ESTIMATORS[a.advantage_estimator].group_normalised:
+        yield Problem("algo.distill.reward", f"replace sets every reward to 0, which leaves a 0 reward advantage only "
+                      f"for group-normalised estimators; {a.advantage_estimator} would still see the KL and values",
+                      "use a group-normalised estimator (algo=grpo), or algo.distill.reward=add", d.reward)

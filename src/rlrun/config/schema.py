@@ -262,6 +262,13 @@ class DataSection(Section):
     source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
+class DistillSection(Section):
+    teacher: Optional[str]                 # null = no distillation
+    coef: NonNegFloat
+    where: Literal["trainer"]              # the teacher's forward on the trainer ranks (slime --opd-type megatron)
+    reward: Literal["add", "replace"]
+
+
 class AlgoSection(Section):
     name: str
     loss_type: _kind(LOSS_TYPES)  # type: ignore[valid-type]  # policy_loss | sft_loss (slime --loss-type)
@@ -296,6 +303,7 @@ class AlgoSection(Section):
     opsm_reference: Literal["rollout", "old"]
     use_unbiased_kl: bool
     use_rollout_logprobs: bool
+    distill: DistillSection
 
 
 class OptimSection(Section):

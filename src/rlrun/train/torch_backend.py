@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
 from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
-from rlrun.config.kinds import use_critic
+from rlrun.config.kinds import use_critic, use_teacher
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
@@ -52,6 +52,7 @@ class TorchBackend(TrainerBackend):
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
         self.needs_critic = use_critic(cfg)
+        self.needs_teacher = use_teacher(cfg)
         self.step = 0
         self.offloaded = False  # train.offload: state in host memory between train phases
         self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse
@@ -85,6 +86,11 @@ class TorchBackend(TrainerBackend):
                 logging.getLogger(__name__).warning(note)  # said once, when the reference model is built
             self.ref = build_causal_lm(self.cfg.model, ref_dir, self.cfg.run.seed).to(self.device).eval()
             self.ref.requires_grad_(False)
+        self.teacher = None
+        if self.needs_teacher:  # on-policy distillation: the teacher's forward on the student's samples
+            self.teacher = build_causal_lm(self.cfg.model, self.cfg.algo.distill.teacher, self.cfg.run.seed)
+            self.teacher = self.teacher.to(self.device).eval()
+            self.teacher.requires_grad_(False)
         self.opt = self._adamw(self.model)
         self.critic = self.critic_opt = None
         if self.needs_critic:  # PPO: the critic shares the actor's device (slime's layout)
@@ -110,7 +116,7 @@ class TorchBackend(TrainerBackend):
     # -- offload ----------------------------------------------------------------------------
     def _state(self):
         """(modules, optimizers) that offload moves: actor, reference, critic and their AdamWs."""
-        modules = [m for m in (self.model, self.ref, self.critic) if m is not None]
+        modules = [m for m in (self.model, self.ref, self.teacher, self.critic) if m is not None]
         return modules, [o for o in (self.opt, self.critic_opt) if o is not None]
 
     def _move(self, device: torch.device) -> None:
@@ -180,12 +186,14 @@ class TorchBackend(TrainerBackend):
 
     @torch.no_grad()
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
-        if which not in ("actor", "ref"):
-            raise ValueError(f"which={which!r}: use 'actor' or 'ref'")
+        models = {"actor": self.model, "ref": self.ref, "teacher": self.teacher}
+        if which not in models:
+            raise ValueError(f"which={which!r}: use 'actor', 'ref' or 'teacher'")
         self.onload()
-        model = self.model if which == "actor" else self.ref
+        model = models[which]
         if model is None:
-            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
+            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0"
+                               if which == "ref" else "no teacher: it is built only when algo.distill.teacher is set")
         model.eval()
 
         return self._per_sample(batch, lambda idx: self._forward(model, batch, idx, entropy_grad=False)[0])
