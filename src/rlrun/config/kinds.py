@@ -161,7 +161,7 @@ BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, cr
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
-                              memory="distributed", activations_calibrated=True,
+                              memory="distributed", activations_calibrated=True, teacher=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend"))
 
 

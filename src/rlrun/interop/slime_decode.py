@@ -120,6 +120,7 @@ class _Decoder:
         self.datasets: list[dict] = []
         self.mis: Occ | None = None  # --custom-tis-function-path of slime's MIS example
         self.custom_config: Occ | None = None
+        self.opd: list[Occ] = []  # --use-opd, --opd-type (slime_modes)
         self.modes: list[Occ] = []  # SFT's implied flags (slime_modes), checked against --loss-type at the end
 
     def set(self, path: str, value: Any, occ: Occ) -> None:

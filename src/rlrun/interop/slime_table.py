@@ -230,6 +230,8 @@ ROWS: tuple[Row, ...] = (
     Row("algo.use_opsm", "--use-opsm", "GRPO_ARGS", "true", default=False),
     Row("algo.opsm_delta", "--opsm-delta", "GRPO_ARGS", type=float, default=1e-4),
     Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
+    Row("algo.distill.coef", "--opd-kl-coef", "GRPO_ARGS", type=float, default=1.0),
+    Row("algo.distill.teacher", "--opd-teacher-load", "GRPO_ARGS", default=None, path_like=True),
     Row("algo.loss_type", "--loss-type", "GRPO_ARGS", default="policy_loss",
         values=(("policy_loss", "policy_loss"), ("sft_loss", "sft_loss"))),  # custom_loss: refused (no rlrun form)
     # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
@@ -274,6 +276,12 @@ SPECIAL: dict[str, str] = {
     "no flag (slime's built-in TIS); slime's MIS example (`--custom-tis-function-path ...mis.compute_mis_weights_with_cp` "
     "and a `--custom-config-path` YAML) is read on import (slime_mis.py); the export writes a comment for it and for "
     "reject",
+    "algo.distill.where": "trainer is `--use-opd --opd-type megatron` (the teacher's forward on the trainer ranks; "
+    "the export writes both with algo.distill.teacher set); `--opd-type sglang` (teacher log-probs from a server) is "
+    "refused on import: rlrun has no teacher server yet (slime_modes.py)",
+    "algo.distill.reward": "slime always adds the distillation term to the reward advantage (add); replace is what "
+    "its --opd-type sglang example gets from a post-process function returning 0 rewards: no flag, the export "
+    "writes a comment",
     "algo.opsm_reference": "slime has no flag: it always measures OPSM against old_log_probs; the import sets `old` "
     "with --use-opsm, the export of `rollout` writes a comment",
     "algo.tis_reject_scope": "`all` is what slime does when its MIS function rejects (mask mode, use_rs, veto); "
@@ -505,7 +513,6 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "uneven pipeline stages": ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"),
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
-    "on-policy distillation": ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load"),
     "vision-language models": ("--multimodal-keys",),
     "slime's custom reward hooks": ("--custom-rm-path", "--custom-reward-post-process-path", "--reward-key"),
     "eval config files and per-eval top-k": ("--eval-config", "--eval-top-k"),

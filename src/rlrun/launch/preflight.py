@@ -119,6 +119,15 @@ def _teacher(cfg: RunConfig) -> Iterator[Problem]:
     if bad:
         yield bad
         return
+    from rlrun.config.torch_dist import dist_checkpoint_dir
+
+    if dist_checkpoint_dir(teacher) is not None:  # slime's --opd-teacher-load form
+        if cfg.train.backend != "megatron":
+            yield Problem("algo.distill.teacher", f"{teacher} is a Megatron torch_dist checkpoint; the "
+                          f"{cfg.train.backend} backend builds the teacher from Hugging Face weights",
+                          "point algo.distill.teacher at the HF dir it was converted from, or train.backend=megatron",
+                          teacher)
+        return
     hf = read_hf_config(teacher)
     if hf is None:
         yield Problem("algo.distill.teacher", f"{teacher} has no config.json", "point algo.distill.teacher at a "
