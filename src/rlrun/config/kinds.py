@@ -105,6 +105,7 @@ class EngineKind:
     memory: str = "per_sequence"
     # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
     factory: str = ""
+    lora: bool = False                       # serves a LoRA run (takes the merged weights at each sync)
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
@@ -113,7 +114,7 @@ class EngineKind:
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
-ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True,
+ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True,
                             memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
 ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
                             server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
@@ -144,6 +145,7 @@ class BackendKind:
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
     teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
+    lora: bool = False                       # trains a LoRA adapter (model.lora.rank > 0)
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "distributed"))
@@ -155,7 +157,7 @@ BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
 # torch: fp32 HF weights 4 + Adam m and v 8 = 12 B/param in a checkpoint
 BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                               bf16_grads=False, cuda_graphs=False, sliding_window=True,
-                              checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True,
+                              checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True, lora=True,
                               factory="rlrun.train.torch_backend:TorchBackend"))
 # megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16)
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,

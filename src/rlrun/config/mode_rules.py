@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import BACKENDS, ESTIMATORS, LOSS_TYPES, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, use_critic
+from rlrun.config.params import lora_shapes
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
 
@@ -74,3 +75,40 @@ def distillation(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("algo.distill.reward", f"replace sets every reward to 0, which leaves a 0 reward advantage only "
                       f"for group-normalised estimators; {a.advantage_estimator} would still see the KL and values",
                       "use a group-normalised estimator (algo=grpo), or algo.distill.reward=add", d.reward)
+
+
+@RULES
+def lora(cfg: RunConfig) -> Iterator[Problem]:
+    """model.lora: a backend that trains an adapter, an engine that serves it, layers it can target."""
+    lo, m = cfg.model.lora, cfg.model
+    if lo.rank == 0:
+        defaults = {"alpha": 16.0, "dropout": 0.0,
+                    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+        for key, off in defaults.items():
+            if getattr(lo, key) != off:
+                yield Problem(f"model.lora.{key}", "is set but model.lora.rank is 0 (full fine-tuning), so it would "
+                              "be ignored", f"set model.lora.rank > 0 (8 or 16 are usual), or drop model.lora.{key}",
+                              getattr(lo, key))
+        return
+    if not BACKENDS[cfg.train.backend].lora:
+        can = [b for b, spec in BACKENDS.items() if spec.lora]
+        yield Problem("model.lora.rank", f"the {cfg.train.backend} backend trains no LoRA adapter yet (the route is "
+                      f"in docs/algorithms.md \"LoRA\"); {' and '.join(can)} does", f"set train.backend="
+                      f"{' or '.join(can)}, or model.lora.rank=0", lo.rank)
+    if not ENGINES[cfg.rollout.engine].lora and LOSS_TYPES[cfg.algo.loss_type].needs_rollout:
+        can = [e for e, spec in ENGINES.items() if spec.lora]
+        yield Problem("rollout.engine", f"a LoRA run's weight sync to {cfg.rollout.engine} engines is not built yet "
+                      f"(docs/algorithms.md \"LoRA\"); {' and '.join(can)} takes the merged weights",
+                      f"set rollout.engine={' or '.join(can)}, or model.lora.rank=0", cfg.rollout.engine)
+    if m.moe is not None or m.mla is not None:
+        yield Problem("model.lora.rank", "LoRA targets the dense attention and MLP layers; this model has "
+                      + ("experts" if m.moe is not None else "multi-latent attention"), "model.lora.rank=0", lo.rank)
+    known = lora_shapes(m)
+    for t in lo.target_modules:
+        if t not in known:
+            yield Problem("model.lora.target_modules", f"{t!r} is not a linear layer of {m.family} that LoRA can "
+                          f"target", f"use some of {', '.join(known)}", lo.target_modules)
+    if use_critic(cfg):
+        yield Problem("model.lora.rank", f"{cfg.algo.advantage_estimator}'s critic would train in full beside the "
+                      "adapter (and the memory estimate counts it as an adapter)", "use a critic-free algo "
+                      "(algo=grpo), or model.lora.rank=0", lo.rank)

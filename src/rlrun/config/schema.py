@@ -108,6 +108,13 @@ class MLASection(Section):
     v_head_dim: PosInt
 
 
+class LoraSection(Section):
+    rank: NonNegInt                          # 0 = off
+    alpha: PosFloat
+    dropout: Annotated[float, Field(ge=0, lt=1)]
+    target_modules: Annotated[list[str], Field(min_length=1)]
+
+
 class ModelSection(Section):
     hub_id: Optional[str] = None   # the HF repo of the real weights (rlrun.config.hub); null: random init only
     name: str
@@ -131,6 +138,7 @@ class ModelSection(Section):
     post_norms: bool
     moe: Optional[MoESection]
     mla: Optional[MLASection]
+    lora: LoraSection
 
 
 class CheckpointSection(Section):

@@ -28,7 +28,7 @@ from rlrun.config.kinds import use_critic, use_teacher
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
-from rlrun.train import offload as off
+from rlrun.train import lora, offload as off
 from rlrun.train.critic import build_value_model
 from rlrun.train.dist import all_reduce_sum, barrier, join_process_group
 from rlrun.train.hf_model import build_causal_lm
@@ -75,6 +75,8 @@ class TorchBackend(TrainerBackend):
         ck = self.cfg.checkpoint
         self.model = build_causal_lm(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
         self.model.config.use_cache = False
+        if self.cfg.model.lora.rank:  # LoRA: the base frozen, the adapter trains (rlrun.train.lora)
+            self.model = lora.wrap(self.model, self.cfg.model.lora)
         self._recompute(self.model)
         self.ref = None
         if self.needs_ref:  # the reference policy: checkpoint.ref, else the initial weights
@@ -110,7 +112,7 @@ class TorchBackend(TrainerBackend):
 
     def _adamw(self, model) -> torch.optim.AdamW:
         o = self.cfg.optim
-        return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                  eps=o.adam_eps, weight_decay=o.weight_decay)
 
     # -- offload ----------------------------------------------------------------------------
@@ -312,13 +314,15 @@ class TorchBackend(TrainerBackend):
 
     # -- weights and checkpoints ------------------------------------------------------------
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        if lora.is_lora(self.model):  # the engines take the merged weights under the HF names
+            return lora.merged_state_dict(self.model)
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save(self, path: str) -> None:
         out = Path(path)
         if self.rank == 0:  # ranks hold identical replicas: one writer
             out.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(out / _MODEL_DIR)
+            self.model.save_pretrained(out / _MODEL_DIR)  # LoRA: the adapter only (peft's save_pretrained)
             state = {"optimizer": self.opt.state_dict(), "step": self.step}
             if self.critic is not None:
                 save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()}, str(out / _CRITIC_FILE))
@@ -329,9 +333,13 @@ class TorchBackend(TrainerBackend):
 
     def load(self, path: str) -> None:
         src = Path(path)
-        weights = dict(load_hf_dir(src / _MODEL_DIR))  # one file or save_pretrained's shards
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if lora.is_lora(self.model):
+            lora.load_adapter(self.model, src / _MODEL_DIR)
+            missing, unexpected, tied = [], [], set()
+        else:
+            weights = dict(load_hf_dir(src / _MODEL_DIR))  # one file or save_pretrained's shards
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
         if set(missing) - tied or unexpected:
             raise RuntimeError(f"{src / _MODEL_DIR}: checkpoint does not match model.* (missing {missing}, "
                                f"unexpected {unexpected}); resume with the config the run was started with")
