@@ -318,6 +318,8 @@ SPECIAL: dict[str, str] = {
 
 # Settings slime has no flag for: printed as comments by the export, left to rlrun's groups on import.
 NO_FLAG: dict[str, str] = {
+    "model.lora": "slime has no LoRA (its pull request is open at 624b824a): an exported LoRA run would fine-tune "
+    "the whole model; the import leaves model.lora.rank 0",
     "run.name": "slime names runs through wandb (--wandb-group)",
     "run.output_dir": "slime writes to --save and wandb",
     "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
