@@ -74,6 +74,7 @@ class Plan:
     memory: dict[str, Any] = field(default_factory=dict)        # the full estimate (rlrun.config.memory.Memory)
     choices: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)          # predicted time and cost (rlrun.config.cost)
 
     def engine_slots(self, engine: int) -> list[Slot]:
         return [s for s in self.placement if s.role == "engine" and s.rank == engine]
@@ -193,6 +194,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "started (rollout.* sampling settings are unused)")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
+    from rlrun.config.cost import predict
     from rlrun.config.memory import estimate, lean_state_hint
     from rlrun.config.params import count_params
 
@@ -202,6 +204,8 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append(f"memory: estimated peak {mem.peak:.1f} GiB per GPU exceeds {mem.available:.1f} GiB "
                      "(more GPUs, TP/PP/EP, offload, recompute or a smaller max_tokens_per_gpu help)"
                      + lean_state_hint(cfg, mem))
+    cost = predict(cfg, weight_sync(cfg), mem=mem)
+    notes += cost.get("warnings", [])
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
@@ -217,5 +221,5 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
-        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,
+        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes, cost=cost,
     )
