@@ -350,20 +350,34 @@ def cmd_run(a: Args) -> int:
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
     from rlrun.guard.invariants import InvariantError
     from rlrun.guard.watchdog import StallError
+    from rlrun.launch.cluster import ResourceError
+    from rlrun.reward import RewardError
 
     try:
         result = runner.run(cfg, plan, run_dir)
-    except (InvariantError, StallError) as e:  # a run invariant or the watchdog stopped it: the cause, no traceback
-        _record_failure(run_dir, e)
-        print(f"rlrun: the run stopped: {e}", file=sys.stderr)
-        return 3
     except BaseException as exc:  # the run dir keeps a record of why it ended (rlrun show reads it)
         _record_failure(run_dir, exc)
-        raise
+        # a run invariant, the watchdog, a reward that failed on every sample or a cluster too small stopped
+        # it: the cause, no traceback (also when the async loop's producer thread raised it)
+        stop = next((e for e in _causes(exc) if isinstance(e, (InvariantError, StallError, RewardError,
+                                                                ResourceError))), None)
+        if stop is None:
+            raise
+        print(f"rlrun: the run stopped: {stop}", file=sys.stderr)
+        return 3
     if isinstance(result, dict) and result:
         print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in result.items() if isinstance(v, (int, float, str))))
     return 0
+
+
+def _causes(exc: BaseException | None):
+    """exc and the exceptions it was raised from."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def _record_failure(run_dir, exc: BaseException) -> None:

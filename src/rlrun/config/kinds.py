@@ -106,6 +106,9 @@ class EngineKind:
     # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
     factory: str = ""
     lora: bool = False                       # serves a LoRA run (takes the merged weights at each sync)
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
     # NCCL settings the engine's processes run with whatever their env says; every rank of an NCCL weight-sync
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
@@ -123,7 +126,8 @@ ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checks
 ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
                             nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                             server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
-                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
+                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines",
+                            requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))
 
 
 # ---- trainer backends ------------------------------------------------------------------------------------
@@ -151,6 +155,9 @@ class BackendKind:
     families: tuple[str, ...] = ()
     teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
     lora: bool = False                       # trains a LoRA adapter (model.lora.rank > 0)
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "distributed"))
@@ -169,7 +176,8 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
                               memory="distributed", activations_calibrated=True, teacher=True,
-                              factory="rlrun.train.megatron_backend:MegatronBackend"))
+                              factory="rlrun.train.megatron_backend:MegatronBackend",
+                              requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 
 # ---- advantage estimators --------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ before a GPU is taken: batch math, rank layout, placement of trainer ranks and e
 env. Pure arithmetic (no torch, no ray): `rlrun plan` prints it and every run dir saves it."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
@@ -78,6 +79,11 @@ class Plan:
 
     def engine_slots(self, engine: int) -> list[Slot]:
         return [s for s in self.placement if s.role == "engine" and s.rank == engine]
+
+    def devices_per_node(self) -> list[int]:
+        """Devices (GPU or CPU bundles) the placement puts on each of its nodes, node 0 first."""
+        per_node = Counter(node for node, _ in {(s.node, s.gpu) for s in self.placement})
+        return [per_node[n] for n in sorted(per_node)]
 
     def trainer_slot(self, rank: int) -> Slot:
         return next(s for s in self.placement if s.role == "trainer" and s.rank == rank)
