@@ -115,10 +115,16 @@ class Constants:
         got = self.c.get(group, {}).get(name)
         if got is not None:
             return got
-        ref = table.get(table.get("fallback", "h100"), {}).get(group, {}).get(name) or {}
+        fallback = table.get("fallback", "h100")
+        measured = table.get(fallback, {}).get(group, {})
         self.basis = "estimate"
-        self.notes.append(f"no {name} measurement on {self.hardware}: {table.get('fallback', 'h100')}'s {group} constants")
-        return ref
+        if name in measured:
+            self.notes.append(f"no {name} measurement on {self.hardware}: {fallback}'s {group} constants")
+            return measured[name]
+        # a kind measured nowhere (a plugin's): the first measured kind of its group stands in, said so
+        other = next(iter(measured), None)
+        self.notes.append(f"no {name} measurement anywhere: {fallback}'s {other} constants stand in")
+        return measured.get(other, {})
 
 
 def constants(cfg: RunConfig, table: dict) -> Constants:

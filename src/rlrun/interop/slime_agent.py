@@ -28,7 +28,7 @@ PORT = {
     "--buffer-filter-path": "set buffer_filter(buffer, n) on a BufferedDataSource subclass named by data.source "
                             "(docs/agents.md)",
 }
-FLAGS = (GENERATE_FLAG, RM_FLAG, ROLLOUT_FLAG, *PORT)
+FLAGS = (GENERATE_FLAG, RM_FLAG, *PORT)  # ROLLOUT_FLAG: slime_modes (SFT's rollout) calls decode_rollout_fn
 # slime's default rollout function (slime/utils/arguments.py --rollout-function-path): rlrun's own rollout
 SLIME_DEFAULT_ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
 
@@ -58,13 +58,17 @@ def decode(dec, occ) -> None:
     value = occ.values[0]
     if occ.flag == GENERATE_FLAG:
         dec.set("rollout.generate_fn", to_rlrun(value), occ)
-    elif occ.flag == ROLLOUT_FLAG:
-        if value != SLIME_DEFAULT_ROLLOUT:
-            dec.set("rollout.rollout_fn", to_rlrun(value), occ)
     elif occ.flag == RM_FLAG:
         dec.custom_rm = (to_rlrun(value), occ)  # applied after every flag: it beats --rm-type wherever that is
     elif not (occ.flag == "--data-source-path" and value == SLIME_DEFAULT_SOURCE):
         dec.unknown.append((occ, PORT[occ.flag]))
+
+
+def decode_rollout_fn(dec, occ) -> None:
+    """--rollout-function-path a.b.f (not slime's SFT rollout: slime_modes) -> rollout.rollout_fn=slime:a.b:f;
+    slime's default rollout function is rlrun's own rollout (null)."""
+    if occ.values[0] != SLIME_DEFAULT_ROLLOUT:
+        dec.set("rollout.rollout_fn", to_rlrun(occ.values[0]), occ)
 
 
 def encode(cfg: dict, arrays: dict, comments: dict) -> None:
