@@ -133,10 +133,15 @@ def test_slimes_sft_flags_import():
 
 @pytest.mark.parametrize("flag", ["--debug-train-only", "--disable-compute-advantages-and-returns",
                                   "--loss-mask-type qwen", "--rollout-function-path slime.rollout.sft_rollout.generate_rollout",
-                                  "--rollout-function-path my.rollout.fn", "--loss-type custom_loss"])
+                                  "--loss-type custom_loss"])
 def test_sft_flags_without_sft_loss_are_refused(flag):
     d = _decode(flag)
     assert [o.flag for o, _ in d.unknown] == [flag.split()[0]]
+
+
+def test_another_rollout_function_runs_through_rollout_fn():
+    d = _decode("--rollout-function-path my.rollout.fn")  # slime's rollout-function API (rlrun.agent.slime_rollout)
+    assert not d.unknown and d.values["rollout.rollout_fn"] == "slime:my.rollout:fn"
 
 
 def test_sft_exports_slimes_sft_flags():
