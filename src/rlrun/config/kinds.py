@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 K = TypeVar("K")
 
@@ -46,25 +46,55 @@ class Kinds(Generic[K]):
             self.unregister(spec.name)  # type: ignore[attr-defined]
 
     def names(self) -> tuple[str, ...]:
+        discover()
         return tuple(self._specs)
 
     def __getitem__(self, name: str) -> K:
+        discover()
         try:
             return self._specs[name]
         except KeyError:
             raise ValueError(f"{self.what}={name!r} is unknown; use one of {', '.join(self._specs)}") from None
 
     def __contains__(self, name: object) -> bool:
+        discover()
         return name in self._specs
 
     def __iter__(self) -> Iterator[str]:
+        discover()
         return iter(self._specs)
 
     def __len__(self) -> int:
+        discover()
         return len(self._specs)
 
     def items(self):
+        discover()
         return self._specs.items()
+
+    def values(self):
+        discover()
+        return self._specs.values()
+
+
+# ---- discovery -------------------------------------------------------------------------------------------
+# The one mechanism that finds the kinds and rules outside this package: the modules below register theirs
+# (ENGINES, TRANSPORTS, @RULES, ...) when imported, and every registry imports them on first use, so that
+# config imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun
+# plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+PLUGINS: list[str] = [
+    "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
+]
+_discovered: list[bool] = [False]
+
+
+def discover() -> None:
+    """Import PLUGINS once (each registers its kinds and rules)."""
+    if _discovered[0]:
+        return
+    _discovered[0] = True
+    for name in PLUGINS:
+        importlib.import_module(name)
 
 
 def resolve(path: str) -> Any:
@@ -82,15 +112,49 @@ def _one_of(spec: Any, key: str, allowed: tuple[str, ...], value: Any = None) ->
 
 # ---- rollout engines -------------------------------------------------------------------------------------
 
-TRANSPORTS = ("tensor", "distributed", "disk")  # rollout.weight_sync's transports (besides auto)
+@dataclass(frozen=True)
+class TransportKind:
+    """A weight transport (rollout.weight_sync): one module of rlrun.rollout.transports owns both ends and
+    registers this spec. The plan picks it (`auto`), the rules ask it (`rules`), the weight sync part
+    drives it (rlrun.parts.weight_sync), the trainer's lead rank runs its push (rlrun.launch.train_group)."""
+    name: str
+    # rollout.weight_sync=auto picks the first registered transport whose auto(cfg) is true
+    auto: Callable[[Any], bool]
+    # its plan rule: cfg -> Problems (run by rlrun validate when the run's transport is this one)
+    rules: Callable[[Any], Iterable[Any]]
+    # "fingerprint": the trainer pushes from its memory and fingerprints what it sent (rlrun.rollout.weights);
+    # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
+    check: str = "fingerprint"
+    # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
+    # backend=, resume=) -> bytes pushed per engine; None: the trainer writes a file (`write`)
+    push: Callable[..., int] | None = None
+    # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
+    # version, urls) making each engine at urls load it (rlrun.rollout.engines.EngineGroup)
+    write: Callable[..., None] | None = None
+    receive: Callable[..., None] | None = None
+    # its metrics for the step's row: (bytes per engine, seconds) -> {name: value}
+    metrics: Callable[[int, float], dict] = field(default=lambda nbytes, seconds: {})
+
+    @property
+    def file(self) -> bool:
+        return self.push is None
+
+    def __post_init__(self) -> None:
+        _one_of(self, "check", ("fingerprint", "sha256"))
+        if (self.push is None) == (self.write is None or self.receive is None):
+            raise ValueError(f"TransportKind({self.name!r}): give push (from the trainer's memory) or write + "
+                             "receive (a file), not both")
+
+
+TRANSPORTS: Kinds[TransportKind] = Kinds("rollout.weight_sync")
 
 
 @dataclass(frozen=True)
 class EngineKind:
     name: str
     needs_gpu: bool
-    # rollout.weight_sync transports the engine accepts (auto picks among them: rlrun.config.plan.weight_sync)
-    weight_sync: tuple[str, ...] = TRANSPORTS
+    # rollout.weight_sync transports the engine accepts (None: every registered one; rlrun.config.plan.weight_sync)
+    weight_sync: tuple[str, ...] | None = None
     max_gpus_per_engine: int | None = None   # None: any rollout.gpus_per_engine (tensor parallel engines)
     # one engine may span several nodes (one server process per node: SGLang's --nnodes/--node-rank)
     multi_node: bool = False
@@ -108,8 +172,12 @@ class EngineKind:
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
-        for t in self.weight_sync:
-            _one_of(self, "weight_sync", TRANSPORTS, t)
+        for t in self.weight_sync or ():
+            _one_of(self, "weight_sync", TRANSPORTS.names(), t)
+
+    def transports(self) -> tuple[str, ...]:
+        """The transports it accepts, of those registered."""
+        return tuple(t for t in TRANSPORTS if self.weight_sync is None or t in self.weight_sync)
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
@@ -135,7 +203,7 @@ class BackendKind:
     # bytes a checkpoint holds per parameter, by optim.state_dtype (rlrun.checkpoint's layout)
     checkpoint_bytes: Mapping[str, int] = field(default_factory=dict)
     # trainer memory per parameter (rlrun.config.memory): "fp32" = fp32 weights, grads and Adam moments
-    # replicated per DP rank; "distributed" = bf16 weights, fp32/bf16 grads, fp32 master + moments over DP
+    # replicated per DP rank; "sharded" = bf16 weights, fp32/bf16 grads, fp32 master + moments over DP
     memory: str = "fp32"
     # its activation terms were checked against measured peaks (docs/benchmarks.md, "Memory"); otherwise the gate
     # refuses a config for memory only when the rest (weights, grads, optimizer, engine) already overflows
@@ -145,7 +213,7 @@ class BackendKind:
     families: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _one_of(self, "memory", ("fp32", "distributed"))
+        _one_of(self, "memory", ("fp32", "sharded"))
         for d in self.state_dtypes:
             _one_of(self, "state_dtypes", ("fp32", "bf16"), d)
 
@@ -160,7 +228,7 @@ BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, cr
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
-                              memory="distributed", activations_calibrated=True,
+                              memory="sharded", activations_calibrated=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend"))
 
 

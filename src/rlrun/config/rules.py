@@ -8,7 +8,7 @@ from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, resolve, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, TRANSPORTS, resolve, use_critic
 from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
 from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES, load_rule_modules
@@ -322,30 +322,14 @@ def _sglang_dp(r) -> Iterator[Problem]:
 
 @rule
 def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
-    r, t = cfg.rollout, cfg.train
-    takes, transport = ENGINES[r.engine].weight_sync, transport_of(cfg)
+    """The engine takes the run's transport, and the transport's own rule (rlrun.rollout.transports)."""
+    r = cfg.rollout
+    takes, transport = ENGINES[r.engine].transports(), transport_of(cfg)
     if transport not in takes:
         yield Problem("rollout.weight_sync", f"the {r.engine} engine takes weights by {' or '.join(takes)}; this run's "
                       f"transport is {transport}" + (" (auto)" if r.weight_sync == "auto" else ""),
                       f"set rollout.weight_sync={takes[0]}", r.weight_sync)
-    if r.weight_sync == "tensor" and not t.colocate:
-        yield Problem("rollout.weight_sync", "weight_sync=tensor hands the engines CUDA IPC handles (shared "
-                      "memory on the CPU) of the trainer's tensors, so trainer and engines must share GPUs, but "
-                      "train.colocate is false",
-                      "set rollout.weight_sync=distributed (or auto), or train.colocate=true",
-                      r.weight_sync)
-    elif r.weight_sync == "tensor" and t.num_nodes > 1:
-        spans = r.gpus_per_engine > t.gpus_per_node
-        yield Problem("rollout.weight_sync", f"weight_sync=tensor is pushed by trainer rank 0 to every engine through "
-                      f"CUDA IPC, which does not cross nodes, but train.num_nodes={t.num_nodes}"
-                      + ("; colocated engines spanning nodes need the feature rlrun lacks: slime gathers each "
-                         "engine's per-GPU CUDA-IPC payloads from the trainer ranks on that engine's GPUs, on every "
-                         "node (update_weight_from_tensor.py, _send_to_colocated_engine)" if spans else ""),
-                      "set rollout.weight_sync=disk (a run dir on a shared filesystem) or use one node", r.weight_sync)
-    if r.weight_sync == "distributed" and t.colocate and cfg.hardware.vendor != "cpu":
-        yield Problem("rollout.weight_sync", "weight_sync=distributed broadcasts over NCCL from trainer rank 0, and "
-                      "NCCL refuses two ranks of one group on one GPU, which colocated engine 0 and trainer rank 0 "
-                      "are", "set rollout.weight_sync=tensor (or auto) for colocated runs", r.weight_sync)
+    yield from TRANSPORTS[transport].rules(cfg)
 
 
 # ---- data, rewards, eval, checkpoints --------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, TRANSPORTS, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -21,16 +21,21 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
-def _kind(kinds: Kinds) -> Any:
+def _kind(kinds: Kinds, also: tuple[str, ...] = ()) -> Any:
     """A name from a kind registry (rlrun.config.kinds), read when a config is validated, so that a kind
-    registered later is allowed; an unknown name is reported as pydantic reports a Literal."""
+    registered later is allowed; an unknown name is reported as pydantic reports a Literal. also: names
+    allowed besides the kinds (rollout.weight_sync's auto)."""
     def known(name: str) -> str:
-        if name not in kinds:
-            names = [repr(n) for n in kinds.names()]
+        if name not in kinds and name not in also:
+            names = [repr(n) for n in (*also, *kinds.names())]
             expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
             raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
         return name
-    return Annotated[str, AfterValidator(known), kinds]  # kinds: read by rlrun.config.contract_docs
+    return Annotated[str, AfterValidator(known), kinds, KindNames(also)]  # read by rlrun.config.contract_docs
+
+
+class KindNames(tuple):
+    """Names a kind field allows besides its registry's (metadata for rlrun.config.contract_docs)."""
 
 
 class Section(BaseModel):
@@ -220,8 +225,8 @@ class RolloutSection(Section):
     balance_data: bool
     max_turns: PosInt
     tool_timeout_s: PosFloat
-    weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
-    weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
+    weight_sync: _kind(TRANSPORTS, also=("auto",))  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
+    weight_sync_bucket_mb: PosInt             # bucket size of the pushes from the trainer's memory
     router: RouterSection
     sglang: dict[str, Any]
 

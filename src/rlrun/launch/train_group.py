@@ -6,12 +6,15 @@ gathers the results back in sample order.
 """
 from __future__ import annotations
 
+import time
+
 import ray
 import torch
 
-from rlrun.config.kinds import BACKENDS, resolve
+from rlrun.config.kinds import BACKENDS, TRANSPORTS, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
+from rlrun.rollout import weights as W
 from rlrun.train.base import TrainBatch
 
 
@@ -23,24 +26,14 @@ def backend_class(name: str):
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True) -> dict:
-    """The lead rank's push of its sync state to the engines at `urls`; returns the state's
-    fingerprint in the engines' dtype (W.Fingerprint), the bytes pushed per engine and the push's
-    seconds. No urls: only the fingerprint.
+    """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
+    (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
+    the bytes pushed per engine and the push's seconds. No urls: only the fingerprint.
 
     Each bucket is moved to `device` (the rank's GPU: CUDA IPC handles / NCCL need device memory)
     and fingerprinted there just before it is sent, so one bucket at a time is staged. `tied`: names
     the engine's model ties to another tensor it receives (lm_head.weight with tied embeddings; SGLang
-    skips loading it): fingerprinted, since the engine's state holds them, but not sent.
-      tensor       /update_weights_from_tensor with SGLang's IPC payload (CUDA IPC on a GPU,
-                   shared-memory files on the CPU): engines on this host, i.e. colocated
-      distributed  /init_weights_update_group + /update_weights_from_distributed, a broadcast from
-                   here (rank 0 of a fresh group; master = this node's IP, a free port)
-    """
-    import time
-
-    from rlrun.rollout import engines as E
-    from rlrun.rollout import weights as W
-
+    skips loading it): fingerprinted, since the engine's state holds them, but not sent."""
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 
     def prepare(bucket: list) -> list:
@@ -51,24 +44,16 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     named = [(n, t) for n, t in state.items() if n not in tied]
     fp.add([(n, state[n].to(device)) for n in tied if n in state])
     t0, nbytes = time.perf_counter(), 0
+    kind = TRANSPORTS[transport]
     if not urls:
         for bucket in W.buckets(named, bucket_bytes):
             prepare(bucket)
-    elif transport == "tensor":
-        nbytes = E.push_tensors(urls, named, str(version), transport="ipc", bucket_bytes=bucket_bytes,
-                                prepare=prepare, copies=copies, resume=resume)
-    elif transport == "distributed":
-        import ray
-
-        from rlrun.rollout.process import free_port
-
-        host = ray.util.get_node_ip_address()
-        nbytes = E.broadcast_weights(urls, named, str(version), master_address=host, master_port=free_port(host),
-                                     backend=backend, bucket_bytes=bucket_bytes, prepare=prepare,
-                                     group_name=f"rlrun_sync_{version}", ranks_per_engine=copies)["bytes"]
+    elif kind.push is None:
+        raise ValueError(f"rollout.weight_sync={transport!r} is a file the trainer writes (export_weights), "
+                         "not a push from its memory")
     else:
-        raise ValueError(f"rollout.weight_sync={transport!r}: the trainer pushes tensor or distributed "
-                         "(disk goes through export_weights)")
+        nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
+                           copies=copies, backend=backend, resume=resume)
     return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
 
 
@@ -111,30 +96,21 @@ class _Rank:
 
         return self.profiler.stop(trace_path(self.run_dir or ".", rollout_id, self.rank))
 
-    def export_weights(self, path: str | None, lead: bool) -> str | None:
+    def export_weights(self, path: str | None, lead: bool, transport: str | None = None) -> str | None:
         """On the lead rank: checksum of the sync state and, with `path`, the state written there
-        as an HF safetensors file. Other ranks only take part (state_dict_for_sync may be a
+        by the file transport `transport`'s trainer end (an HF safetensors file). Other ranks only take part (state_dict_for_sync may be a
         collective, e.g. a TP gather) and return None.
 
         The weights go from this actor to the engines through the local disk: they never pass
         through the driver, and safetensors is what update_weights_from_disk reads. The checksum
         is taken in the engines' dtype (the hf engine holds fp32), so a bf16 export still matches.
         """
-        from pathlib import Path
-
-        from safetensors.torch import save_file
-
-        from rlrun.rollout.weights import checksum
-
         state = self.impl.state_dict_for_sync()
         if not lead:
             return None
         if path is not None:
-            Path(path).mkdir(parents=True, exist_ok=True)
-            tmp = Path(path) / "model.safetensors.tmp"
-            save_file(state, str(tmp))
-            tmp.replace(Path(path) / "model.safetensors")  # engines never read a half-written file
-        return checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+            TRANSPORTS[transport].write(state, path)
+        return W.checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
 
 
     def push_weights(self, urls: list[str], lead: bool, how: dict) -> dict | None:
@@ -185,13 +161,14 @@ class TrainGroup:
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         return self._all("state_dict_for_sync")[0]  # a collective for some backends: every rank calls
 
-    def export_weights(self, path: str | None) -> str:
-        """Rank 0 writes the sync state under `path` (None: only checksum it); returns its checksum.
+    def export_weights(self, path: str | None, transport: str | None = None) -> str:
+        """Rank 0 writes the sync state under `path` by the file transport `transport` (path None: only
+        checksum it); returns its checksum.
 
         Backends whose export is a collective (megatron: TP gather, PP exchange) run it on every
         rank; the torch backend's replicas are identical, so rank 0 alone exports.
         """
-        return ray.get([a.export_weights.remote(path, i == 0) for i, a in enumerate(self._sync_ranks())])[0]
+        return ray.get([a.export_weights.remote(path, i == 0, transport) for i, a in enumerate(self._sync_ranks())])[0]
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
