@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
 
 
 def test_nccl_broadcast_from_the_trainer_to_an_sglang_engine(tmp_path):
-    from rlrun.rollout.engines import broadcast_weights
+    from rlrun.rollout.engines.group import broadcast_weights
     from rlrun.rollout.process import free_port
-    from rlrun.rollout.sglang_engine import SGLangEngine
+    from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     cfg = _cfg(tmp_path)
     _save(cfg, 0, tmp_path / "m0")

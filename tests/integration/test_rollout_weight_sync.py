@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlrun.rollout import weights as W
-from rlrun.rollout.engines import broadcast_weights, local_engine_group
+from rlrun.rollout.engines.group import broadcast_weights, local_engine_group
 from rlrun.rollout.process import free_port
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 
@@ -86,7 +86,7 @@ def test_sglang_ipc_payload_between_processes(group):
 def test_buckets_between_pause_and_continue_and_the_version_comes_last(group, monkeypatch, path):
     """Several buckets: each is prepared (the trainer's hook) just before it is sent; only the last
     request carries the version and flush_cache, all of them between pause(in_place) and continue."""
-    from rlrun.rollout import engines as E
+    from rlrun.rollout.engines import group as E
 
     calls, prepared = [], []
     real_post = E._post

@@ -14,7 +14,7 @@ from rlrun.config.registry import Checks
 
 # a CPU engine kind that pushes to every GPU of a multi-GPU engine, with a static memory pool
 TOY_ENGINE = EngineKind("toy_engine", needs_gpu=False, sharded_weights=True, memory="static_pool",
-                        factory="rlrun.launch.engines:start_hf_engines")
+                        start="rlrun.rollout.engines.hf.engine:start")
 # a data-parallel backend with a critic that builds qwen3 (the tiny model's family)
 TOY_BACKEND = BackendKind("toy_backend", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                           bf16_grads=False, cuda_graphs=False, sliding_window=True, checkpoint_bytes={"fp32": 12},

@@ -50,7 +50,8 @@ def config_tree() -> str:
     for section, field in RunConfig.model_fields.items():
         model = _model(field.annotation)
         assert model is not None, section
-        body = ", ".join(f"{name}{_describe(f.annotation, f.metadata)}" for name, f in model.model_fields.items())
+        body = ", ".join([f"{name}{_describe(f.annotation, f.metadata)}" for name, f in model.model_fields.items()]
+                         + list(getattr(model, "extra_keys", list)()))
         head = f"    {section + ':':<13}"
         lines += textwrap.wrap(body, WIDTH, initial_indent=head, subsequent_indent=" " * len(head),
                                break_on_hyphens=False, break_long_words=False)

@@ -6,7 +6,7 @@ no torch and no ray (`rlrun plan` reads it). Kinds registered at run time (a plu
 everything that reads the registries: nothing copies their names.
 
     from rlrun.config.kinds import ENGINES, BACKENDS, ESTIMATORS
-    ENGINES["sglang"].needs_gpu                     # True
+    ENGINES["hf"].needs_gpu                         # False
     ESTIMATORS.register(EstimatorKind("my_est", group_normalised=True))
 """
 from __future__ import annotations
@@ -84,6 +84,7 @@ class Kinds(Generic[K]):
 # plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
 PLUGINS: list[str] = [
     "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
+    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
 ]
 _discovered: list[bool] = [False]
 
@@ -151,24 +152,32 @@ TRANSPORTS: Kinds[TransportKind] = Kinds("rollout.weight_sync")
 
 @dataclass(frozen=True)
 class EngineKind:
+    """A rollout engine kind: one package rlrun.rollout.engines.<kind>/ whose pure spec.py registers this (its
+    arguments, rules and capabilities) and whose engine.py holds its Ray actor and RolloutEngine adapter
+    (rlrun.rollout.engines.protocol)."""
     name: str
     needs_gpu: bool
     # rollout.weight_sync transports the engine accepts (None: every registered one; rlrun.config.plan.weight_sync)
     weight_sync: tuple[str, ...] | None = None
     max_gpus_per_engine: int | None = None   # None: any rollout.gpus_per_engine (tensor parallel engines)
-    # one engine may span several nodes (one server process per node: SGLang's --nnodes/--node-rank)
+    # one engine may span several nodes (one server process per node)
     multi_node: bool = False
-    server_args: bool = False                # reads rollout.sglang (SGLang ServerArgs); else they are refused
-    server_args_check: str = ""              # "module:function"(args dict) -> Problems, run by rlrun validate
+    # its own arguments: the rollout key that holds them (free-form, passed through to the engine; another kind
+    # refuses them) and their check (args dict -> Problems, run by rlrun validate); "": it takes none
+    args_key: str = ""
+    args_check: Callable[[dict], Iterable[Any]] | None = None
+    rules: Callable[[Any], Iterable[Any]] | None = None  # its plan rules (cfg -> Problems) when it is the engine
     # the engine answers a checksum of the weights it holds (a push is verified against the trainer's);
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
     sharded_weights: bool = False            # each of the engine's GPUs takes its own copy of a push
     # memory model (rlrun.config.memory): "static_pool" = mem_fraction_static of the GPU is reserved for
-    # weights + KV (SGLang); "per_sequence" = weights + the KV of the sequences it runs
+    # weights + KV; "per_sequence" = weights + the KV of the sequences it runs
     memory: str = "per_sequence"
-    # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
-    factory: str = ""
+    # "module:function"(cfg, plan, placement, runtime_env, model_dir, log_dir) -> (engines, restart(i))
+    # (rlrun.rollout.engines.protocol), imported when a run starts its engines
+    start: str = ""
+    packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
@@ -181,11 +190,6 @@ class EngineKind:
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
-ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True,
-                            memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
-ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
-                            server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
-                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
 
 
 # ---- trainer backends ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
@@ -228,7 +228,40 @@ class RolloutSection(Section):
     weight_sync: _kind(TRANSPORTS, also=("auto",))  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
     weight_sync_bucket_mb: PosInt             # bucket size of the pushes from the trainer's memory
     router: RouterSection
-    sglang: dict[str, Any]
+    # + one free-form section per engine kind that takes arguments (rollout.<EngineKind.args_key>, e.g. the
+    # SGLang server args): read by that kind's spec (rlrun.config.kinds.engine_args), refused by the others
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _engine_args(cls, data: Any, handler: Any) -> Any:
+        """The engine kinds' argument sections are kept aside (every other unknown key stays an error)."""
+        args = {}
+        if isinstance(data, dict):
+            keys = set(cls.extra_keys())
+            args = {k: v for k, v in data.items() if k in keys}
+            data = {k: v for k, v in data.items() if k not in keys}
+            for k, v in args.items():
+                if not isinstance(v, dict):
+                    raise PydanticCustomError("dict_type", "rollout.{key} should be a mapping of the engine's "
+                                              "arguments, got {value!r}", {"key": k, "value": v})
+        self = handler(data)
+        if args:
+            object.__setattr__(self, "__pydantic_extra__", {**(self.__pydantic_extra__ or {}), **args})
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump_engine_args(self, handler: Any) -> dict:
+        return {**handler(self), **(self.__pydantic_extra__ or {})}
+
+    @classmethod
+    def extra_keys(cls) -> list[str]:
+        """The engine kinds' argument sections, in registration order (rlrun.config.contract_docs lists them)."""
+        return list(dict.fromkeys(spec.args_key for spec in ENGINES.values() if spec.args_key))
+
+    def args_of(self, engine: str | None = None) -> dict:
+        """The arguments rollout.<args_key> holds for engine kind `engine` (default: this run's)."""
+        key = ENGINES[engine or self.engine].args_key
+        return dict((self.__pydantic_extra__ or {}).get(key) or {}) if key else {}
 
     @property
     def num_engines(self) -> int:

@@ -9,11 +9,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rlrun.agent.resolve import load_generate_fn
+from rlrun.config.kinds import ENGINES, resolve
 from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
 from rlrun.metrics import BOARD
 from rlrun.parts import sampling as steps
+from rlrun.launch.env import runtime_env
+from rlrun.rollout.engines.group import EngineGroup
 from rlrun.rollout.handle import PolicyVersion, generate_samples
+from rlrun.rollout.router import Router
 
 MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
 
@@ -32,11 +36,8 @@ class RolloutSide:
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
         """Engines (Ray actors) -> sglang-router -> the engines registered and watched; each
         stopped by `stack` in reverse order."""
-        from rlrun.launch.engines import start_engines
-        from rlrun.rollout.engines import EngineGroup
-        from rlrun.rollout.router import Router
-
-        engines, restart = start_engines(cfg, plan, placement, env, model_dir, str(Path(run_dir) / "logs"))
+        engines, restart = resolve(ENGINES[cfg.rollout.engine].start)(cfg, plan, placement, runtime_env(env), model_dir,
+                                                                      str(Path(run_dir) / "logs"))
         router = Router.from_config(cfg.rollout, Path(run_dir) / "logs")
         stack.callback(router.stop)
         router.start()

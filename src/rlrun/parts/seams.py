@@ -9,16 +9,6 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 
-class EngineHandle(Protocol):
-    """One rollout engine as rlrun.rollout.engines.EngineGroup drives it: the url it serves (for the router),
-    whether it is alive, and stop. An engine kind's factory (rlrun.config.kinds.EngineKind.factory) returns
-    these: rlrun.launch.engines.RayEngine (hf), rlrun.rollout.sglang_engine.RaySGLangEngine, HFEngineProcess."""
-    @property
-    def url(self) -> str | None: ...  # None only before it started (HFEngineProcess); EngineGroup gets started ones
-    def alive(self) -> bool: ...
-    def stop(self) -> None: ...
-
-
 class PromptState(Protocol):
     """The data position a checkpoint saves (rlrun.data.PromptDataset)."""
     def state_dict(self) -> dict: ...

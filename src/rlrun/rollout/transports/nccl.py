@@ -31,7 +31,7 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
     /update_weights_from_distributed), then the group is destroyed."""
     import ray
 
-    from rlrun.rollout.engines import broadcast_weights
+    from rlrun.rollout.engines.group import broadcast_weights
     from rlrun.rollout.process import free_port
 
     host = ray.util.get_node_ip_address()

@@ -38,7 +38,7 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
          backend: str = "gloo", resume: bool = True) -> int:
     """Trainer end: bucket by bucket, pause (in place) -> /update_weights_from_tensor -> continue (the engine
     end is SGLang's own endpoint, or the hf engine's reading of the same payload)."""
-    from rlrun.rollout.engines import push_tensors
+    from rlrun.rollout.engines.group import push_tensors
 
     return push_tensors(urls, named, version, transport="ipc", bucket_bytes=bucket_bytes, prepare=prepare,
                         copies=copies, resume=resume)

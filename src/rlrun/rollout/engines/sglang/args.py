@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.rollout.sglang_schema import server_args_schema
+from rlrun.rollout.engines.sglang.schema import server_args_schema
 
 # ServerArgs fields that rlrun sets from typed config; setting them in rollout.sglang is an error
 # because two sources of truth for one value drift apart.
@@ -23,7 +23,7 @@ TYPED_FIELDS = {
     "enable_memory_saver": "rollout.offload", "host": "(the engine node's address, chosen by rlrun)",
     "port": "(chosen by rlrun per engine)", "nccl_port": "(chosen by rlrun per engine)",
     "base_gpu_id": "(from the placement plan)", "dist_init_addr": "(chosen by rlrun per engine)",
-    # an engine wider than a node: one process per node (rlrun.rollout.sglang_engine.RaySGLangEngine)
+    # an engine wider than a node: one process per node (rlrun.rollout.engines.sglang.engine.RaySGLangEngine)
     "nnodes": "rollout.gpus_per_engine / hardware.gpus_per_node", "node_rank": "(one per node of the engine)",
 }
 
