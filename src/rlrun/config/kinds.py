@@ -127,7 +127,7 @@ class TransportKind:
     # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
-    # backend=, resume=) -> bytes pushed per engine; None: the trainer writes a file (`write`)
+    # backend=, resume=, timeout_s=, engine_env=) -> bytes pushed per engine; None: the trainer writes a file
     push: Callable[..., int] | None = None
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.EngineGroup)
@@ -178,6 +178,10 @@ class EngineKind:
     # (rlrun.rollout.engines.protocol), imported when a run starts its engines
     start: str = ""
     packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
+    # NCCL settings the engine's processes run with whatever their env says; every rank of an NCCL weight-sync
+    # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
+    # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
+    nccl_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))

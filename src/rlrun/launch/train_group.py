@@ -25,7 +25,8 @@ def backend_class(name: str):
 
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
-               copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True) -> dict:
+               copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
+               nccl_env: dict[str, str] | None = None) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint.
@@ -33,7 +34,10 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     Each bucket is moved to `device` (the rank's GPU: CUDA IPC handles / NCCL need device memory)
     and fingerprinted there just before it is sent, so one bucket at a time is staged. `tied`: names
     the engine's model ties to another tensor it receives (lm_head.weight with tied embeddings; SGLang
-    skips loading it): fingerprinted, since the engine's state holds them, but not sent."""
+    skips loading it): fingerprinted, since the engine's state holds them, but not sent.
+    Every step is bounded by timeout_s (rollout.weight_sync_timeout_s); nccl_env: the engines' NCCL settings,
+    which this rank must share (rlrun.rollout.engines.group.check_nccl_env).
+    """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 
     def prepare(bucket: list) -> list:
@@ -53,7 +57,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
                          "not a push from its memory")
     else:
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
-                           copies=copies, backend=backend, resume=resume)
+                           copies=copies, backend=backend, resume=resume, timeout_s=timeout_s,
+                           engine_env=nccl_env)
     return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
 
 
@@ -172,12 +177,12 @@ class TrainGroup:
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
-                     resume: bool = True) -> dict:
+                     resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
         how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
-                   backend=backend, copies=copies, tied=tied, resume=resume)
+                   backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:

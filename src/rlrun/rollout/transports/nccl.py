@@ -25,10 +25,11 @@ def rules(cfg) -> Iterator[Problem]:
 
 
 def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepare, copies: int = 1,
-         backend: str = "nccl", resume: bool = True) -> int:
+         backend: str = "nccl", resume: bool = True, timeout_s: float = 180.0, engine_env: dict | None = None) -> int:
     """Trainer end: a fresh group {trainer rank 0, every engine's ranks} (master = this node's IP, a free
     port), one broadcast per bucket while every engine receives it (engine end: its
-    /update_weights_from_distributed), then the group is destroyed."""
+    /update_weights_from_distributed), then the group is destroyed. Each step is bounded by timeout_s;
+    engine_env: the engines' NCCL settings, which this rank must share (group.check_nccl_env)."""
     import ray
 
     from rlrun.rollout.engines.group import broadcast_weights
@@ -37,7 +38,7 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
     host = ray.util.get_node_ip_address()
     return broadcast_weights(urls, named, version, master_address=host, master_port=free_port(host), backend=backend,
                              bucket_bytes=bucket_bytes, prepare=prepare, group_name=f"rlrun_sync_{version}",
-                             ranks_per_engine=copies)["bytes"]
+                             ranks_per_engine=copies, timeout_s=timeout_s, engine_env=engine_env)["bytes"]
 
 
 SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth))
