@@ -24,8 +24,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from rlrun.algo.kl import kl as kl_estimate
-from rlrun.config.kinds import ESTIMATORS
-from rlrun.algo.losses import aggregate, policy_loss
+from rlrun.config.kinds import ESTIMATORS, resolve
+from rlrun.algo.losses import aggregate
 from rlrun.algo.offpolicy import Rejection, masked_max, opsm_keep, rollout_correction, rollout_kl, seq_max
 from rlrun.algo.packing import seq_broadcast, seq_sum
 
@@ -88,8 +88,9 @@ class AlgoParams:
         return cls(**values)
 
     @property
-    def policy_loss_kind(self) -> str:
-        return ESTIMATORS[self.advantage_estimator].policy_loss
+    def policy_loss(self):
+        """The estimator's per-token policy loss (EstimatorKind.policy_loss, rlrun.algo.losses)."""
+        return resolve(ESTIMATORS[self.advantage_estimator].policy_loss)
 
     @property
     def rejection(self) -> Rejection | None:
@@ -148,8 +149,8 @@ def compute_loss(
     advantages = neutral(advantages, torch.zeros_like(cur))
     reduce = lambda x: aggregate(x, loss_mask, p.calculate_per_token_loss, cu_seqlens, normalizer)  # noqa: E731
     reduce_kept = reduce  # the terms a rejected token leaves (tis_reject_scope=all): numerators only
-    pg_tok, clipfrac, ppo_kl = policy_loss(
-        p.policy_loss_kind, logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
+    pg_tok, clipfrac, ppo_kl = p.policy_loss(
+        logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
     )
     metrics = {"ois": reduce(torch.exp(-ppo_kl))}  # mean pi_theta / pi_old (slime's `ois`)
     if rollout is not None:  # the engines' log-probs vs the trainer's: always reported when known

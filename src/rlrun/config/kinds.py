@@ -85,6 +85,9 @@ class Kinds(Generic[K]):
 PLUGINS: list[str] = [
     "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
     "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
+    # rule modules (@RULES): config's own and the packages above it
+    "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
+    "rlrun.config.check_rules", "rlrun.agent.rules",
 ]
 _discovered: list[bool] = [False]
 
@@ -98,10 +101,19 @@ def discover() -> None:
         importlib.import_module(name)
 
 
-def resolve(path: str) -> Any:
-    """"package.module:attr" -> the object (a kind's factory, imported only when a run builds it)."""
+def resolve(path: Any) -> Any:
+    """"package.module:attr" -> the object (a kind's start, backend class, token rule, policy loss: imported only
+    when a run uses it, so that config imports no other rlrun package). The one way a spec names code; a spec may
+    also hold the object itself (a kind registered at run time by code that has it)."""
+    if not isinstance(path, str):
+        return path
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def paths(spec: Any) -> dict[str, str]:
+    """The "module:attr" fields of a spec (tests/unit/test_discovery.py resolves every one)."""
+    return {k: v for k, v in vars(spec).items() if isinstance(v, str) and ":" in v and "." in v.partition(":")[0]}
 
 
 def _one_of(spec: Any, key: str, allowed: tuple[str, ...], value: Any = None) -> None:
@@ -244,22 +256,31 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
 
 @dataclass(frozen=True)
 class EstimatorKind:
+    """An advantage estimator: its whole behaviour is here (the token rule and policy loss by path)."""
     name: str
+    # rewards after the group normalisation -> (advantages, returns) per token: "module:function"(r, lmask, rmask,
+    # tok_kl, values, kl_coef=, gamma=, lambd=) (rlrun.algo.advantages)
+    token_rule: Any = ""
     group_normalised: bool = False           # rewards normalised within each prompt's group (needs n >= 2)
     std_normalised: bool = True              # with group_normalised: also / group std (algo.normalize_std)
     needs_critic: bool = False               # a value model (GAE): the backend must build a critic
     needs_whitening: bool = False            # algo.normalize_advantages must be on
-    policy_loss: str = "ppo"                 # rlrun.algo.losses kind used by default
+    # per-token policy loss: "module:function"(logp, old_logp, advantages, mask, eps_clip, eps_clip_high,
+    # dual_clip_c, cu_seqlens) -> (loss, clipfrac, ppo_kl) (rlrun.algo.losses)
+    policy_loss: Any = "rlrun.algo.losses:ppo_policy_loss"
 
 
+_ADV = "rlrun.algo.advantages:"
 ESTIMATORS: Kinds[EstimatorKind] = Kinds("algo.advantage_estimator")
-ESTIMATORS.register(EstimatorKind("grpo", group_normalised=True))
-ESTIMATORS.register(EstimatorKind("gspo", group_normalised=True, policy_loss="gspo"))
-ESTIMATORS.register(EstimatorKind("cispo", group_normalised=True, policy_loss="cispo"))
-ESTIMATORS.register(EstimatorKind("reinforce_plus_plus", needs_whitening=True))
-ESTIMATORS.register(EstimatorKind("reinforce_plus_plus_baseline", group_normalised=True, std_normalised=False,
-                                  needs_whitening=True))
-ESTIMATORS.register(EstimatorKind("ppo", needs_critic=True))
+ESTIMATORS.register(EstimatorKind("grpo", _ADV + "group_reward", group_normalised=True))
+ESTIMATORS.register(EstimatorKind("gspo", _ADV + "group_reward", group_normalised=True,
+                                  policy_loss="rlrun.algo.losses:gspo_policy_loss"))
+ESTIMATORS.register(EstimatorKind("cispo", _ADV + "group_reward", group_normalised=True,
+                                  policy_loss="rlrun.algo.losses:cispo_policy_loss"))
+ESTIMATORS.register(EstimatorKind("reinforce_plus_plus", _ADV + "reinforce", needs_whitening=True))
+ESTIMATORS.register(EstimatorKind("reinforce_plus_plus_baseline", _ADV + "reinforce_baseline", group_normalised=True,
+                                  std_normalised=False, needs_whitening=True))
+ESTIMATORS.register(EstimatorKind("ppo", _ADV + "gae_rule", needs_critic=True))
 
 
 def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:

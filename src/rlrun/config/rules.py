@@ -8,10 +8,10 @@ from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, TRANSPORTS, resolve, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, TRANSPORTS, discover, use_critic
 from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
 from rlrun.config.plan import weight_sync as transport_of
-from rlrun.config.registry import RULES, load_rule_modules
+from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size as dp_ranks, known_sample_tokens, sample_tokens
 
@@ -19,7 +19,7 @@ rule = RULES  # the decorator; rules of other modules register through rlrun.con
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    load_rule_modules()
+    discover()  # every plugin's rules
     return RULES.run(cfg)
 
 

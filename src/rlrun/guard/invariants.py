@@ -26,7 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Optional
 
-GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")  # as rlrun.config.rules
+from rlrun.config.kinds import ESTIMATORS
+
 MISMATCH = "train/train_rollout_logp_abs_diff"  # mean |train - rollout| log-prob per loss token
 # truncation_reward judges a rollout only with at least this many truncated AND this many complete
 # samples. The correlation is highest when the k samples of the rarer kind all score on one side of
@@ -135,7 +136,7 @@ def broken_groups(samples: list, estimator: str, n: int, one_prompt: bool = True
         seen.add(gid)
         if one_prompt and len({tuple(s.prompt_tokens) for s in g}) > 1:
             out.append(f"group {gid} holds samples of {len({tuple(s.prompt_tokens) for s in g})} different prompts")
-        elif estimator in GROUP_ESTIMATORS and n > 1 and len(g) == 1:
+        elif estimator in ESTIMATORS and ESTIMATORS[estimator].group_normalised and n > 1 and len(g) == 1:
             out.append(f"group {gid} has 1 sample: its {estimator} advantage is 0 (n_samples_per_prompt={n})")
     return out
 
