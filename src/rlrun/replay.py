@@ -25,6 +25,7 @@ from rlrun.parts import Parts
 from rlrun.parts.checkpoints import Checkpoints
 from rlrun.parts.run_metrics import RunMetrics
 from rlrun.records import read_rollout, record_files, recorded_mode, to_samples
+from rlrun.rollout.handle import PolicyVersion
 from rlrun.runner import start_trainer
 
 REPLAY_DIR = "replay"
@@ -96,6 +97,7 @@ class RecordedRollouts:
 
     def __init__(self, source: Path):
         self.source, self.prompts = Path(source), _NoPrompts()
+        self.versions, self.engines = PolicyVersion(), NoEngines()  # the async loop's gate and fleet: idle
 
     def collect(self, rollout_id: int, sampling):
         """The recorded samples of `rollout_id`; kept = the trained ones in their trained order."""
@@ -113,6 +115,12 @@ class NoEngines:
     """Weight sync, offload and eval of a replay: there are no engines to push to or evaluate on."""
 
     def sync(self, version: int, only_if_stale: bool = False) -> None:
+        pass
+
+    def push_all(self, version: int, want: str | None = None, resume: bool = True) -> None:
+        pass
+
+    def abort_all(self) -> None:
         pass
 
     def pop_metrics(self) -> dict:

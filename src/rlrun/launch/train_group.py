@@ -7,6 +7,7 @@ gathers the results back in sample order.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import ray
 import torch
@@ -15,7 +16,7 @@ from rlrun.config.kinds import BACKENDS, TRANSPORTS, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
 from rlrun.rollout import weights as W
-from rlrun.train.base import TrainBatch
+from rlrun.train.base import TrainBatch, TrainerBackend as B
 
 
 def backend_class(name: str):
@@ -142,29 +143,31 @@ class TrainGroup:
             self.actors.append(actor.options(**opts, runtime_env=runtime_env(env)).remote(
                 cfg.train.backend, cfg, rank, self.world, gpus[0] if gpus else None, plan.total_steps,
                 run_dir, plan.memory_gib.get("trainer")))
-        addr, port = ray.get(self.actors[0].call.remote("master_address"))
-        self._all("init", addr, port)
+        addr, port = ray.get(self.actors[0].call.remote(B.master_address.__name__))
+        self._all(B.init, addr, port)
 
-    def _all(self, method: str, *args) -> list:
-        return ray.get([a.call.remote(method, *args) for a in self.actors])
+    def _all(self, method: Callable, *args) -> list:
+        """TrainerBackend `method` on every rank (named by the contract's own function: a rename fails here)."""
+        return ray.get([a.call.remote(method.__name__, *args) for a in self.actors])
 
-    def _sharded(self, method: str, batch: TrainBatch, *args) -> list:
-        return ray.get([a.call.remote(method, batch.shard(r, self.world), *args) for r, a in enumerate(self.actors)])
+    def _sharded(self, method: Callable, batch: TrainBatch, *args) -> list:
+        return ray.get([a.call.remote(method.__name__, batch.shard(r, self.world), *args)
+                        for r, a in enumerate(self.actors)])
 
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
-        return [lp for shard in self._sharded("compute_log_probs", batch, which) for lp in shard]
+        return [lp for shard in self._sharded(B.compute_log_probs, batch, which) for lp in shard]
 
     def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
-        return [v for shard in self._sharded("compute_values", batch) for v in shard]
+        return [v for shard in self._sharded(B.compute_values, batch) for v in shard]
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         if len(batch) < self.world:
             raise ValueError(f"a step of {len(batch)} samples cannot feed {self.world} DP ranks; "
                              f"raise train.global_batch_size")
-        return self._sharded("train_step", batch)[0]  # metrics are all-reduced: every rank agrees
+        return self._sharded(B.train_step, batch)[0]  # metrics are all-reduced: every rank agrees
 
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
-        return self._all("state_dict_for_sync")[0]  # a collective for some backends: every rank calls
+        return self._all(B.state_dict_for_sync)[0]  # a collective for some backends: every rank calls
 
     def export_weights(self, path: str | None, transport: str | None = None) -> str:
         """Rank 0 writes the sync state under `path` by the file transport `transport` (path None: only
@@ -186,7 +189,7 @@ class TrainGroup:
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:
-        return self.actors if getattr(self._cls, "sync_is_collective", True) else self.actors[:1]
+        return self.actors if self._cls.sync_is_collective else self.actors[:1]
 
     def start_profile(self) -> None:
         ray.get([a.start_profile.remote() for a in self.actors])
@@ -197,16 +200,16 @@ class TrainGroup:
 
     def offload(self) -> None:
         """train.offload: every rank's parameters, grads and optimizer state to host memory."""
-        self._all("offload")
+        self._all(B.offload)
 
     def onload(self) -> None:
-        self._all("onload")
+        self._all(B.onload)
 
     def save(self, path: str) -> None:
-        self._all("save", path)
+        self._all(B.save, path)
 
     def load(self, path: str) -> None:
-        self._all("load", path)
+        self._all(B.load, path)
 
     def shutdown(self) -> None:
         for a in self.actors:

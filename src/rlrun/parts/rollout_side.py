@@ -7,6 +7,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.config.kinds import ENGINES, resolve
@@ -23,6 +24,8 @@ MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on 
 
 
 class RolloutSide:
+    placement: Any = None  # which nodes carry only engines (rlrun.launch.faults.engines_only); set by start()
+
     def __init__(self, cfg, tokenizer, run_dir: Path, router, engines, model_dir: str | None = None):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.router, self.engines, self.model_dir = router, engines, model_dir
@@ -45,7 +48,7 @@ class RolloutSide:
         stack.callback(group.stop)
         group.start()
         side = cls(cfg, tokenizer, run_dir, router, group, model_dir)
-        side.placement = placement  # which nodes carry only engines (rlrun.launch.faults.engines_only)
+        side.placement = placement
         return side
 
     def generate(self, samples: list, sampling, seeds: list[int], evaluation: bool = False) -> tuple[list, dict]:
@@ -95,7 +98,8 @@ class RolloutSide:
         n = r.n_samples_per_prompt
         collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
         per_round = r.rollout_batch_size if r.dynamic_sampling is None else r.over_sampling_batch_size
-        samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
+        samples: list = []
+        info = {"rollout/retries": 0.0, "time/reward_s": 0.0}
         while not collector.done and collector.rounds < MAX_DRAWS:
             new = self._draw(collector.prompts_to_request(per_round), n, collector.generated)
             if self.source is not None:  # a data source's buffered groups, not generated again

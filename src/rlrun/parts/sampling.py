@@ -53,7 +53,7 @@ def group_filter(mode: str | None):
     return None if mode is None else reward_std_nonzero
 
 
-def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, train: bool = True):
+def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | Path | None = None, train: bool = True):
     """The training prompts (data.*) or an eval set (`path`) as a PromptDataset.
 
     data.prompt_data=null means the packaged toy task: it is written once into the run dir, so
@@ -66,9 +66,10 @@ def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, trai
     if path is None:
         path = d.prompt_data
         if path is None:
-            path = run_dir / "data" / "toy.jsonl"
-            if not path.exists():
-                write_toy_jsonl(path, TOY_PROMPTS, cfg.run.seed, d.toy_task)
+            toy = run_dir / "data" / "toy.jsonl"
+            if not toy.exists():
+                write_toy_jsonl(toy, TOY_PROMPTS, cfg.run.seed, d.toy_task)
+            path = toy
     return PromptDataset(path, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
                          tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
                          max_prompt_len=d.max_prompt_len, shuffle=d.shuffle and train, seed=cfg.run.seed,

@@ -83,6 +83,8 @@ class WeightSync:
         """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
         the export's checksum (the file is already written). resume: see push_all."""
         if self.transport.receive is not None:  # the file is written: the engines' end
+            if want is None:
+                raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")
             self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
         else:
             out = self.trainer.push_weights(urls, **self.push_args(version, resume))
