@@ -1,5 +1,5 @@
 """The disaggregated weight sync to the real SGLang (0.5.16): the trainer (this process, GPU 0) broadcasts over
-NCCL to an SGLang engine on GPU 1 through rlrun.rollout.engines.broadcast_weights (/init_weights_update_group,
+NCCL to an SGLang engine on GPU 1 through rlrun.rollout.engines.group.broadcast_weights (/init_weights_update_group,
 /update_weights_from_distributed with SGLang's flattened buckets, /destroy_weights_update_group), twice (a second
 sync builds a new group), and the engine then generates with the pushed weights' log-probs.
 

@@ -142,7 +142,7 @@ class TransportKind:
     # backend=, resume=, timeout_s=, engine_env=) -> bytes pushed per engine; None: the trainer writes a file
     push: Callable[..., int] | None = None
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
-    # version, urls) making each engine at urls load it (rlrun.rollout.engines.EngineGroup)
+    # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
     write: Callable[..., None] | None = None
     receive: Callable[..., None] | None = None
     # its metrics for the step's row: (bytes per engine, seconds) -> {name: value}

@@ -2,7 +2,7 @@
 
 Pure Python (no torch/ray/sglang): the config layer calls check_sglang_mapping() at validation
 time, long before a GPU is touched. Field names, types, CLI flags and argparse actions come from
-the pinned sglang's ServerArgs (sglang_server_args.json, see sglang_schema.py).
+the pinned sglang's ServerArgs (server_args.json, see schema.py).
 """
 from __future__ import annotations
 
