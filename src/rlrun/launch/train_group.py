@@ -17,6 +17,8 @@ from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
 from rlrun.rollout import weights as W
 from rlrun.train.base import TrainBatch, TrainerBackend as B
+from rlrun.train.profile import StepProfiler, dump_oom_snapshot, oom_message, trace_path
+from rlrun.train.torch_backend import set_cpu_threads
 
 
 def backend_class(name: str):
@@ -68,9 +70,6 @@ class _Rank:
 
     def __init__(self, backend: str, cfg, rank: int, world_size: int, gpu_id: int | None, total_steps: int,
                  run_dir: str | None = None, memory_estimate_gib: float | None = None):
-        from rlrun.train.profile import StepProfiler
-        from rlrun.train.torch_backend import set_cpu_threads
-
         set_cpu_threads()
         self.rank = rank
         self.device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
@@ -86,8 +85,6 @@ class _Rank:
         try:
             return getattr(self.impl, method)(*args, **kwargs)
         except torch.cuda.OutOfMemoryError as e:
-            from rlrun.train.profile import dump_oom_snapshot, oom_message
-
             snapshot = dump_oom_snapshot(self.run_dir, self.rank)
             gib = 2**30
             total = torch.cuda.get_device_properties(self.device).total_memory / gib
@@ -98,8 +95,6 @@ class _Rank:
         self.profiler.start()
 
     def stop_profile(self, rollout_id: int) -> str:
-        from rlrun.train.profile import trace_path
-
         return self.profiler.stop(trace_path(self.run_dir or ".", rollout_id, self.rank))
 
     def export_weights(self, path: str | None, lead: bool, transport: str | None = None) -> str | None:

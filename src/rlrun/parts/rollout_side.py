@@ -11,6 +11,7 @@ from typing import Any
 
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.config.kinds import ENGINES, resolve
+from rlrun.data import GroupCollector
 from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
 from rlrun.metrics import BOARD
@@ -19,6 +20,7 @@ from rlrun.launch.env import runtime_env
 from rlrun.rollout.engines.group import EngineGroup
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 from rlrun.rollout.router import Router
+from rlrun.train.profile import trace_path
 
 MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
 
@@ -67,8 +69,6 @@ class RolloutSide:
         if not (d.profile_engines and rollout_id in d.profile_steps):
             yield
             return
-        from rlrun.train.profile import trace_path
-
         out = trace_path(self.run_dir, rollout_id, 0).parent / "engines"
         cannot = self.engines.start_profile(str(out.resolve()))
         if cannot:
@@ -92,8 +92,6 @@ class RolloutSide:
             return self._collect(rollout_id, sampling)
 
     def _collect(self, rollout_id: int, sampling):
-        from rlrun.data import GroupCollector
-
         r = self.cfg.rollout
         n = r.n_samples_per_prompt
         collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
