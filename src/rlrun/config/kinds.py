@@ -139,7 +139,8 @@ class TransportKind:
     # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
-    # backend=, resume=, timeout_s=, engine_env=) -> bytes pushed per engine; None: the trainer writes a file
+    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=) -> bytes pushed per engine (keep: a dict the
+    # transport keeps across the rank's pushes, e.g. its process group); None: the trainer writes a file
     push: Callable[..., int] | None = None
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)

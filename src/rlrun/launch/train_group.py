@@ -29,7 +29,7 @@ def backend_class(name: str):
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None) -> dict:
+               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint.
@@ -39,7 +39,9 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     the engine's model ties to another tensor it receives (lm_head.weight with tied embeddings; SGLang
     skips loading it): fingerprinted, since the engine's state holds them, but not sent.
     Every step is bounded by timeout_s (rollout.weight_sync_timeout_s); nccl_env: the engines' NCCL settings,
-    which this rank must share (rlrun.rollout.engines.group.check_nccl_env).
+    which this rank must share (rlrun.rollout.engines.group.check_nccl_env). flush_cache: the engines flush their
+    prefix cache with the last bucket (rlrun.config.sizes.push_flushes_cache). keep: what the transport keeps
+    across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept.
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 
@@ -61,7 +63,7 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     else:
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
                            copies=copies, backend=backend, resume=resume, timeout_s=timeout_s,
-                           engine_env=nccl_env)
+                           engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep)
     return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
 
 
@@ -75,6 +77,7 @@ class _Rank:
         self.device = torch.device("cpu") if gpu_id is None else torch.device("cuda", gpu_id)
         self.rank, self.run_dir, self.memory_estimate_gib = rank, run_dir, memory_estimate_gib
         self.profiler = StepProfiler()
+        self.transport_state: dict[str, dict] = {}  # push_weights: each transport's state across pushes
         self.impl = backend_class(backend)(cfg, rank=rank, world_size=world_size, gpu_id=gpu_id,
                                            total_steps=total_steps)
 
@@ -120,7 +123,9 @@ class _Rank:
         state = self.impl.state_dict_for_sync()
         if not lead:
             return None
-        return push_state(state, urls, device=self.device, **how)
+        # what the transport keeps across this rank's pushes (the NCCL group: rebuilt only when the engines change)
+        keep = self.transport_state.setdefault(how["transport"], {})
+        return push_state(state, urls, device=self.device, keep=keep, **how)
 
 
 class TrainGroup:
@@ -175,12 +180,14 @@ class TrainGroup:
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
-                     resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None) -> dict:
+                     resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
+                     flush_cache: bool = True) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
         how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
-                   backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env)
+                   backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env,
+                   flush_cache=flush_cache)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:

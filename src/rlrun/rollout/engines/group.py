@@ -124,7 +124,8 @@ Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before 
 
 def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
                  bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
-                 pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0) -> int:
+                 pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
+                 flush_cache: bool = True) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
     (in_place) and continue; returns the bytes pushed (per engine).
 
@@ -133,7 +134,8 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
     last bucket carries `version` and flush_cache: engines tag samples with the new version only
     once the whole state is in. copies: payloads per request (SGLang wants one per TP rank).
     resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
-    (a timeout names the bucket and the engine)."""
+    (a timeout names the bucket and the engine). flush_cache=False: requests may be running (paused in place, the
+    async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler."""
     parts = list(W.buckets(named, bucket_bytes))
     nbytes = 0
     with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
@@ -142,7 +144,7 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
             payload, keepalive = _payload(bucket, transport)
             last = i == len(parts) - 1
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
-                                                       flush_cache=last)
+                                                       flush_cache=last and flush_cache)
             posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
                                               f"{len(bucket)} tensors from {bucket[0][0]}; {transport} push)", posts)
@@ -497,11 +499,62 @@ def _bounded(fn: Callable[[], object], timeout_s: float, step: str, requests_: d
     return out.get("value")
 
 
+class BroadcastGroup:
+    """The trainer's end of an NCCL/gloo weight-sync group, kept across pushes (as slime keeps its group): building
+    one costs the engines' /init_weights_update_group and a new communicator, ~1 s per push on two H200s
+    (docs/benchmarks.md), more than the copy task's whole transfer. `ensure` rebuilds it only when the engines
+    change (a restart, a push to a subset), `drop` forgets it after a failure (the engines' side may be stuck)."""
+
+    def __init__(self, master_address: str, port: Callable[[], int], backend: str, ranks_per_engine: int = 1):
+        self.master_address, self.port, self.backend = master_address, port, backend
+        self.ranks_per_engine = ranks_per_engine
+        self.urls: tuple[str, ...] = ()
+        self.group = None
+        self.name = ""
+        self.builds = 0
+
+    def ensure(self, urls: list[str], timeout_s: float) -> None:
+        if self.group is not None and tuple(urls) == self.urls:
+            return
+        self.close(timeout_s)
+        world, port = 1 + len(urls) * self.ranks_per_engine, self.port()
+        self.builds += 1
+        name = f"rlrun_weight_sync_{os.getpid()}_{self.builds}"
+        with _executor(None, len(urls)) as pool:
+            joins = {url: pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
+                self.master_address, port, 1 + i * self.ranks_per_engine, world, group_name=name,
+                backend=self.backend), timeout_s) for i, url in enumerate(urls)}
+            self.group = _bounded(lambda: W.new_broadcast_group(self.master_address, port, 0, world, name,
+                                                                self.backend, timeout_s=timeout_s),
+                                  timeout_s, f"joining the {self.backend} group {name!r} (world {world}, "
+                                             f"{self.master_address}:{port})", joins)
+        self.urls, self.name = tuple(urls), name
+
+    def drop(self) -> None:
+        """After a failed push: abort the local end; the engines' ends are left to their restart or teardown."""
+        if self.group is not None:
+            W.abort_broadcast_group(self.group)
+        self.group, self.urls = None, ()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Frees both ends (engines that no longer answer are skipped: they are dead or restarting)."""
+        if self.group is None:
+            return
+        for url in self.urls:
+            try:
+                _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(self.name), timeout_s)
+            except Exception:  # noqa: BLE001 - a dead engine took its end of the group with it
+                pass
+        W.destroy_broadcast_group(self.group)
+        self.group, self.urls = None, ()
+
+
 def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
-                      master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
-                      group_name: str = "weight_update_group", prepare: Prepare | None = None,
+                      master_address: str, master_port: int | Callable[[], int], backend: str,
+                      bucket_bytes: int = 256 << 20, prepare: Prepare | None = None,
                       ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
-                      timeout_s: float = 180.0, engine_env: dict[str, str] | None = None) -> dict:
+                      timeout_s: float = 180.0, engine_env: dict[str, str] | None = None,
+                      flush_cache: bool = True, group: BroadcastGroup | None = None) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
     1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
     per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
@@ -510,47 +563,44 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
     between pause (in_place) and continue. `prepare` and the
     version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports.
 
+    group: a BroadcastGroup kept by the caller across pushes (reused while the engines are the same); None: a group
+    for this push only (master_port: a port, or a callable that picks one).
     Bounded: joining the group and each bucket (the collective and the engines' answers) get timeout_s each; past
     it, or when an engine's request fails, the group is aborted and WeightSyncStuck names the step and every
-    engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts)."""
+    engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts).
+    flush_cache: as in push_tensors."""
     if backend == "nccl":
         check_nccl_env(engine_env)
-    world = 1 + len(engine_urls) * ranks_per_engine
+    own = group is None
+    if own:
+        group = BroadcastGroup(master_address, master_port if callable(master_port) else lambda: master_port,
+                               backend, ranks_per_engine)
     parts = list(W.buckets(named, bucket_bytes))
-    group = None
-
-    def abort() -> None:
-        if group is not None:
-            W.abort_broadcast_group(group)
-
-    with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
-        joins = {url: pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
-            master_address, master_port, 1 + i * ranks_per_engine, world, group_name=group_name, backend=backend),
-            timeout_s) for i, url in enumerate(engine_urls)}
-        group = _bounded(lambda: W.new_broadcast_group(master_address, master_port, 0, world, group_name, backend,
-                                                       timeout_s=timeout_s),
-                         timeout_s, f"joining the {backend} group {group_name!r} (world {world}, "
-                                    f"{master_address}:{master_port})", joins)
-        t0, nbytes = time.perf_counter(), 0
-        for i, bucket in enumerate(parts):
-            bucket = prepare(bucket) if prepare else bucket
-            last = i == len(parts) - 1
-            body = api.update_weights_from_distributed_body(
-                [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
-                [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group_name,
-                flush_cache=last, load_format=load_format)
-            posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
-                     for url in engine_urls}
-            tensors = [t.contiguous() for _, t in bucket]
-            sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
-            _bounded(lambda: W.broadcast_tensors(group, sent), timeout_s,
-                     f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors from "
-                     f"{bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, abort)
-            nbytes += _nbytes(bucket)
-        seconds = time.perf_counter() - t0
-        for url in engine_urls:
-            _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name), timeout_s)
-        W.destroy_broadcast_group(group)
+    try:
+        with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
+            group.ensure(engine_urls, timeout_s)
+            t0, nbytes = time.perf_counter(), 0
+            for i, bucket in enumerate(parts):
+                bucket = prepare(bucket) if prepare else bucket
+                last = i == len(parts) - 1
+                body = api.update_weights_from_distributed_body(
+                    [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
+                    [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group.name,
+                    flush_cache=last and flush_cache, load_format=load_format)
+                posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
+                         for url in engine_urls}
+                tensors = [t.contiguous() for _, t in bucket]
+                sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
+                _bounded(lambda: W.broadcast_tensors(group.group, sent), timeout_s,
+                         f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
+                         f"from {bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, group.drop)
+                nbytes += _nbytes(bucket)
+            seconds = time.perf_counter() - t0
+            if own:
+                group.close(timeout_s)
+    except BaseException:
+        group.drop()
+        raise
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}
 
 

@@ -25,20 +25,26 @@ def rules(cfg) -> Iterator[Problem]:
 
 
 def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepare, copies: int = 1,
-         backend: str = "nccl", resume: bool = True, timeout_s: float = 180.0, engine_env: dict | None = None) -> int:
-    """Trainer end: a fresh group {trainer rank 0, every engine's ranks} (master = this node's IP, a free
-    port), one broadcast per bucket while every engine receives it (engine end: its
-    /update_weights_from_distributed), then the group is destroyed. Each step is bounded by timeout_s;
-    engine_env: the engines' NCCL settings, which this rank must share (group.check_nccl_env)."""
+         backend: str = "nccl", resume: bool = True, timeout_s: float = 180.0, engine_env: dict | None = None,
+         flush_cache: bool = True, keep: dict | None = None) -> int:
+    """Trainer end: a group {trainer rank 0, every engine's ranks} (master = this node's IP, a free port), one
+    broadcast per bucket while every engine receives it (engine end: its /update_weights_from_distributed).
+    keep: this rank's state across pushes, where the group stays (BroadcastGroup: rebuilt only when the engines
+    change, dropped after a failure; building one cost ~1 s per push on two H200s); None: a group for this push
+    only. Each step is bounded by timeout_s; engine_env: the engines' NCCL settings, which this rank must share
+    (group.check_nccl_env)."""
     import ray
 
-    from rlrun.rollout.engines.group import broadcast_weights
+    from rlrun.rollout.engines.group import BroadcastGroup, broadcast_weights
     from rlrun.rollout.process import free_port
 
     host = ray.util.get_node_ip_address()
-    return broadcast_weights(urls, named, version, master_address=host, master_port=free_port(host), backend=backend,
-                             bucket_bytes=bucket_bytes, prepare=prepare, group_name=f"rlrun_sync_{version}",
-                             ranks_per_engine=copies, timeout_s=timeout_s, engine_env=engine_env)["bytes"]
+    keep = {} if keep is None else keep
+    if keep.get("group") is None:
+        keep["group"] = BroadcastGroup(host, lambda: free_port(host), backend, copies)
+    return broadcast_weights(urls, named, version, master_address=host, master_port=0, backend=backend,
+                             bucket_bytes=bucket_bytes, prepare=prepare, ranks_per_engine=copies, timeout_s=timeout_s,
+                             engine_env=engine_env, flush_cache=flush_cache, group=keep["group"])["bytes"]
 
 
 SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth))
