@@ -163,6 +163,11 @@ class TransportKind:
 TRANSPORTS: Kinds[TransportKind] = Kinds("rollout.weight_sync")
 
 
+def auto_transport(cfg: Any) -> str:
+    """The transport rollout.weight_sync=auto picks for cfg's layout: the first registered whose auto(cfg) holds."""
+    return next(t.name for t in TRANSPORTS.values() if t.auto(cfg))
+
+
 @dataclass(frozen=True)
 class EngineKind:
     """A rollout engine kind: one package rlrun.rollout.engines.<kind>/ whose pure spec.py registers this (its
@@ -191,6 +196,9 @@ class EngineKind:
     # (rlrun.rollout.engines.protocol), imported when a run starts its engines
     start: str = ""
     packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
     # NCCL settings the engine's processes run with whatever their env says; every rank of an NCCL weight-sync
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
@@ -232,6 +240,9 @@ class BackendKind:
     factory: str = ""                        # "module:Class", the TrainerBackend subclass
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "sharded"))
@@ -250,7 +261,8 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
                               memory="sharded", activations_calibrated=True,
-                              factory="rlrun.train.megatron_backend:MegatronBackend"))
+                              factory="rlrun.train.megatron_backend:MegatronBackend",
+                              requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 
 # ---- advantage estimators --------------------------------------------------------------------------------

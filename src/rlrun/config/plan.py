@@ -3,11 +3,12 @@ before a GPU is taken: batch math, rank layout, placement of trainer ranks and e
 env. Pure arithmetic (no torch, no ray): `rlrun plan` prints it and every run dir saves it."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
-from rlrun.config.kinds import ENGINES, TRANSPORTS
+from rlrun.config.kinds import ENGINES, auto_transport
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -74,9 +75,15 @@ class Plan:
     memory: dict[str, Any] = field(default_factory=dict)        # the full estimate (rlrun.config.memory.Memory)
     choices: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)          # predicted time and cost (rlrun.config.cost)
 
     def engine_slots(self, engine: int) -> list[Slot]:
         return [s for s in self.placement if s.role == "engine" and s.rank == engine]
+
+    def devices_per_node(self) -> list[int]:
+        """Devices (GPU or CPU bundles) the placement puts on each of its nodes, node 0 first."""
+        per_node = Counter(node for node, _ in {(s.node, s.gpu) for s in self.placement})
+        return [per_node[n] for n in sorted(per_node)]
 
     def trainer_slot(self, rank: int) -> Slot:
         return next(s for s in self.placement if s.role == "trainer" and s.rank == rank)
@@ -133,7 +140,7 @@ def weight_sync(cfg: RunConfig) -> str:
     across nodes."""
     if cfg.rollout.weight_sync != "auto":
         return cfg.rollout.weight_sync
-    return next(t.name for t in TRANSPORTS.values() if t.auto(cfg))
+    return auto_transport(cfg)
 
 
 def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:
@@ -185,6 +192,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      + "; a new shape runs eagerly")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
+    from rlrun.config.cost import predict
     from rlrun.config.memory import estimate, lean_state_hint
     from rlrun.config.params import count_params
 
@@ -194,6 +202,8 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append(f"memory: estimated peak {mem.peak:.1f} GiB per GPU exceeds {mem.available:.1f} GiB "
                      "(more GPUs, TP/PP/EP, offload, recompute or a smaller max_tokens_per_gpu help)"
                      + lean_state_hint(cfg, mem))
+    cost = predict(cfg, weight_sync(cfg), mem=mem)
+    notes += cost.get("warnings", [])
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
@@ -208,5 +218,5 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
-        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,
+        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes, cost=cost,
     )

@@ -63,6 +63,7 @@ class KubeRaySection(Section):
     memory_per_node: Annotated[str, Field(pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")]  # a k8s quantity
     pvc: Optional[str]
     mount_path: Annotated[str, Field(pattern=r"^/")]
+    image_paths: list[Annotated[str, Field(pattern=r"^/")]]  # absolute folders the image holds (model weights...)
 
 
 class ClusterSection(Section):

@@ -60,14 +60,14 @@ class Check:
     name: str
     events: tuple[str, ...]
     fn: Callable[["Invariants", SimpleNamespace], Verdict]
-    fix: str
+    fix: str | Callable[["Invariants", SimpleNamespace], str]  # a callable words the fix for the event at hand
     error: type = InvariantError
 
 
 CHECKS: dict[str, Check] = {}
 
 
-def check(name: str, *events: str, fix: str, error: type = InvariantError):
+def check(name: str, *events: str, fix, error: type = InvariantError):
     def register(fn):
         CHECKS[name] = Check(name, events, fn, fix, error)
         return fn
@@ -195,8 +195,23 @@ def logprob_jump(inv, ev) -> Verdict:
         f"{len(history)} earlier rollouts{after} (checks.logprob_jump_factor={c.logprob_jump_factor})")
 
 
-@check("zero_variance", "samples", fix="the task is too easy or too hard for the policy: rollout.dynamic_sampling="
-       "nonzero_std drops these groups, or change the data")
+def _zero_variance_fix(inv, ev) -> str:
+    """The response length, where the agreeing groups' samples were all cut at it (the labels may not fit)."""
+    from rlrun.data.groups import groups_of
+
+    base = "the task is too easy or too hard for the policy: rollout.dynamic_sampling=nonzero_std drops these " \
+           "groups, or change the data"
+    flat = [g for g in groups_of(ev.kept) if len(g) > 1 and len({s.reward for s in g}) == 1]
+    cut = sum(all(str(getattr(s.status, "value", s.status)) == "truncated" for s in g) for g in flat)
+    if not cut:
+        return base
+    limit = inv.cfg.rollout.max_response_len
+    return (f"every sample of {cut} of these {len(flat)} groups was cut at rollout.max_response_len={limit} tokens: "
+            f"raise rollout.max_response_len if the answers need more (`rlrun validate --check-paths` counts the "
+            f"labels longer than it); else {base}")
+
+
+@check("zero_variance", "samples", fix=_zero_variance_fix)
 def zero_variance(inv, ev) -> Verdict:
     from rlrun.data.groups import groups_of
 
@@ -265,7 +280,8 @@ class Invariants:
             if problem is None:
                 continue
             where = f"at rollout {rollout_id}" if rollout_id is not None else f"({kind})"
-            line = f"run invariant {c.name!r} failed {where}: {problem}. Fix: {c.fix}"
+            fix = c.fix(self, ev) if callable(c.fix) else c.fix
+            line = f"run invariant {c.name!r} failed {where}: {problem}. Fix: {fix}"
             if sev == "stop":
                 line += f" (checks.severity.{c.name}=warn lets the run go on)"
                 print(f"[rlrun] STOP: {line}", file=self.out, flush=True)
