@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlrun.rollout import weights as W  # noqa: E402
-from rlrun.rollout.engines import broadcast_weights, local_engine_group  # noqa: E402
+from rlrun.rollout.engines.group import broadcast_weights, local_engine_group  # noqa: E402
 from rlrun.rollout.process import free_port  # noqa: E402
 from rlrun.rollout.tiny_model import build_tokenizer  # noqa: E402
 
