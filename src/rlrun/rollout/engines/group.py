@@ -487,7 +487,8 @@ def _bounded(fn: Callable[[], object], timeout_s: float, step: str, requests_: d
             raise fail(f"the trainer's side did not finish within {timeout_s:g} s")
     if "error" in out:
         abort()
-        raise WeightSyncStuck(f"weight sync failed at {step}: {out['error']!r}; engines: {_state(requests_)}") \
+        raise WeightSyncStuck(f"weight sync failed at {step}: {out['error']!r} (rollout.weight_sync_timeout_s="
+                              f"{timeout_s:g} also bounds the group's own waits); engines: {_state(requests_)}") \
             from out["error"]
     for f in requests_.values():
         try:
