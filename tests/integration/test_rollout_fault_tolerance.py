@@ -10,6 +10,7 @@ import requests
 from rlrun.rollout import weights as W
 from rlrun.rollout.client import RolloutClient, Sampling
 from rlrun.rollout.engines.group import local_engine_group
+from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -90,8 +91,8 @@ def test_rollout_survives_an_engine_killed_mid_way(cluster):
     assert r.json()["meta_info"]["weight_version"] == "1"
 
 
-class _InProcessEngine:
-    """An hf engine served from this process, in the shape EngineGroup drives."""
+class _InProcessEngine(HTTPEngine):
+    """An hf engine served from this process: a RolloutEngine (HTTPEngine's control plane + alive/stop)."""
 
     def __init__(self, model_dir):
         from rlrun.rollout.hf_engine import HFEngine

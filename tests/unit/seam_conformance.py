@@ -14,7 +14,7 @@ from rlrun.parts.seams import (CheckpointsPart, EvaluatorPart, MetricsPart, Offl
 from rlrun.parts.weight_sync import WeightSync
 from rlrun.replay import NoEngines, RecordedRollouts, ReplayCheckpoints
 from rlrun.rollout.engines.group import HFEngineProcess
-from rlrun.rollout.engines.sglang.engine import RaySGLangEngine
+from rlrun.rollout.engines.sglang.engine import RaySGLangEngine, SGLangEngine
 from test_loop import _Run, _Trainer
 
 Seams = tuple[RolloutPart, TrainerPart, WeightSyncPart, OffloadPart, CheckpointsPart, EvaluatorPart, MetricsPart]
@@ -33,5 +33,6 @@ def loop_doubles(run: _Run, t: _Trainer) -> Seams:
     return run, t, run, run, run, run, run
 
 
-def engines(hf: RayEngine, sglang: RaySGLangEngine, local: HFEngineProcess) -> tuple[RolloutEngine, ...]:
-    return hf, sglang, local
+def engines(hf: RayEngine, sglang: RaySGLangEngine, server: SGLangEngine, local: HFEngineProcess
+            ) -> tuple[RolloutEngine, ...]:
+    return hf, sglang, server, local

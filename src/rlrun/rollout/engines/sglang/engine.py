@@ -50,7 +50,7 @@ def pick_dist_init_addr(node_ip: str, dp_size: int = 1) -> str:
     return f"{node_ip}:{free_port_range(DIST_INIT_PORTS + dp_size, node_ip)}"
 
 
-class SGLangEngine:
+class SGLangEngine(HTTPEngine):
     def __init__(self, args: dict, *, log_dir: str | Path, env: dict[str, str] | None = None,
                  launcher: tuple[str, ...] = LAUNCHER):
         self.args = dict(args)
