@@ -111,20 +111,20 @@ class Constants:
 
     def kind(self, group: str, name: str, table: dict) -> dict:
         """The constants of an engine / backend kind; a kind without its own measurement on this profile
-        borrows the fallback profile's, and a kind measured nowhere (a plugin kind) this profile's first kind of
-        its group; the basis becomes an estimate."""
+        borrows the fallback profile's and the basis becomes an estimate."""
         got = self.c.get(group, {}).get(name)
         if got is not None:
             return got
         fallback = table.get("fallback", "h100")
-        ref = table.get(fallback, {}).get(group, {}).get(name)
+        measured = table.get(fallback, {}).get(group, {})
         self.basis = "estimate"
-        if ref is not None:
+        if name in measured:
             self.notes.append(f"no {name} measurement on {self.hardware}: {fallback}'s {group} constants")
-            return ref
-        other, ref = next(iter((self.c.get(group) or table.get(fallback, {}).get(group) or {"": {}}).items()))
-        self.notes.append(f"no {name} measurement anywhere: {other}'s {group} constants")
-        return ref
+            return measured[name]
+        # a kind measured nowhere (a plugin's): the first measured kind of its group stands in, said so
+        other = next(iter(measured), None)
+        self.notes.append(f"no {name} measurement anywhere: {fallback}'s {other} constants stand in")
+        return measured.get(other, {})
 
 
 def constants(cfg: RunConfig, table: dict) -> Constants:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
-from rlrun.config.kinds import ENGINES, auto_transport
+from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -103,6 +103,8 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
     leaves free, node by node (hardware.gpus_per_node, not an assumed 8: slime's gap), never splitting an
     engine that fits a node across nodes; an engine wider than a node takes g / gpus_per_node whole free nodes
     (SGLang runs it as one process per node with --nnodes, as slime does)."""
+    if not needs_rollout(cfg):
+        return []  # algo.loss_type=sft_loss: the trainer alone
     g = cfg.rollout.gpus_per_engine
     if cfg.train.colocate:
         return [Slot(s.node, s.gpu, "engine", s.rank // g) for s in trainer_slots(cfg)[: cfg.rollout.num_gpus]]
@@ -190,6 +192,10 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "was seen before" + (" in the same step: train.offload moves the buffers the graphs address, "
                                           "so they are dropped at every offload" if t.offload else "")
                      + "; a new shape runs eagerly")
+    engines = needs_rollout(cfg)  # algo.loss_type=sft_loss: the trainer alone, no engine is placed
+    if not engines:
+        notes.append(f"algo.loss_type={cfg.algo.loss_type}: trains on the data set only; no rollout engines are "
+                     "started (rollout.* sampling settings are unused)")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
     from rlrun.config.cost import predict
@@ -207,7 +213,8 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
-        trainer_gpus=world, rollout_gpus=r.num_gpus, num_engines=r.num_engines, gpus_per_engine=r.gpus_per_engine,
+        trainer_gpus=world, rollout_gpus=r.num_gpus if engines else 0, num_engines=r.num_engines if engines else 0,
+        gpus_per_engine=r.gpus_per_engine,
         nodes_per_engine=nodes_per_engine(placement),
         prompts_per_rollout=r.rollout_batch_size, samples_per_rollout=samples,
         steps_per_rollout=t.num_steps_per_rollout, global_batch_size=t.global_batch_size,

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, TRANSPORTS, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TRANSPORTS, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -114,6 +114,13 @@ class MLASection(Section):
     v_head_dim: PosInt
 
 
+class LoraSection(Section):
+    rank: NonNegInt                          # 0 = off
+    alpha: PosFloat
+    dropout: Annotated[float, Field(ge=0, lt=1)]
+    target_modules: Annotated[list[str], Field(min_length=1)]
+
+
 class ModelSection(Section):
     hub_id: Optional[str] = None   # the HF repo of the real weights (rlrun.config.hub); null: random init only
     name: str
@@ -137,6 +144,7 @@ class ModelSection(Section):
     post_norms: bool
     moe: Optional[MoESection]
     mla: Optional[MLASection]
+    lora: LoraSection
 
 
 class CheckpointSection(Section):
@@ -302,8 +310,16 @@ class DataSection(Section):
     source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
+class DistillSection(Section):
+    teacher: Optional[str]                 # null = no distillation
+    coef: NonNegFloat
+    where: Literal["trainer"]              # the teacher's forward on the trainer ranks (slime --opd-type megatron)
+    reward: Literal["add", "replace"]
+
+
 class AlgoSection(Section):
     name: str
+    loss_type: _kind(LOSS_TYPES)  # type: ignore[valid-type]  # policy_loss | sft_loss (slime --loss-type)
     advantage_estimator: _kind(ESTIMATORS)  # type: ignore[valid-type]
     normalize_std: bool                             # derived: forced off when n_samples_per_prompt == 1
     normalize_advantages: bool
@@ -335,6 +351,7 @@ class AlgoSection(Section):
     opsm_reference: Literal["rollout", "old"]
     use_unbiased_kl: bool
     use_rollout_logprobs: bool
+    distill: DistillSection
 
 
 class OptimSection(Section):

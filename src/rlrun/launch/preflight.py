@@ -107,6 +107,41 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
             yield from _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
+    yield from _teacher(cfg)
+
+
+def _teacher(cfg: RunConfig) -> Iterator[Problem]:
+    """algo.distill.teacher: an HF model folder of model.*'s architecture (the trainer builds it from model.*)."""
+    from rlrun.config.hfcheck import compare, read_hf_config
+
+    teacher = cfg.algo.distill.teacher
+    if teacher is None:
+        return
+    bad = _unreadable("algo.distill.teacher", teacher, True, "the teacher's Hugging Face model folder",
+                      "point algo.distill.teacher at a folder with config.json and *.safetensors (an rlrun "
+                      "checkpoint's iter_N/trainer/model is one)")
+    if bad:
+        yield bad
+        return
+    from rlrun.config.torch_dist import dist_checkpoint_dir
+
+    if dist_checkpoint_dir(teacher) is not None:  # slime's --opd-teacher-load form
+        if cfg.train.backend != "megatron":
+            yield Problem("algo.distill.teacher", f"{teacher} is a Megatron torch_dist checkpoint; the "
+                          f"{cfg.train.backend} backend builds the teacher from Hugging Face weights",
+                          "point algo.distill.teacher at the HF dir it was converted from, or train.backend=megatron",
+                          teacher)
+        return
+    hf = read_hf_config(teacher)
+    if hf is None:
+        yield Problem("algo.distill.teacher", f"{teacher} has no config.json", "point algo.distill.teacher at a "
+                      "Hugging Face model folder", teacher)
+        return
+    for p in compare(cfg, hf, f"{teacher}/config.json"):  # the teacher is built from model.*, as the student
+        yield Problem("algo.distill.teacher", f"the teacher's architecture differs from the student's: {p.path} "
+                      f"{p.message}", "distil from a teacher of the student's model.* (same sizes and tokenizer)",
+                      teacher)
+    yield from _holds("algo.distill.teacher", teacher, (WEIGHTS,))
 
 
 def _holds(key: str, path: str, wanted: tuple[tuple[str, tuple[str, ...]], ...]) -> Iterator[Problem]:
