@@ -87,9 +87,11 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     if refused or result.fails:  # --allow-unknown does not change what slime would stop on (result.fails)
         err.write(result.report(written=False) + "\n")
     if refused:
+        hint = "see the did-you-mean above" if any("did you mean" in why for _, why in refused) else \
+            "as each line above says"
         err.write(f"rlrun import slime: nothing written: {len(refused)} flag(s) would be left out, so the experiment "
                   f"would not run what the script runs: {', '.join(o.flag for o, _ in refused)}. Fix the script "
-                  "(see the did-you-mean above) or pass --allow-unknown to import without them\n")
+                  f"({hint}) or pass --allow-unknown to import without them\n")
     if result.fails:
         err.write(f"rlrun import slime: nothing written: slime would not run this script ({len(result.fails)} "
                   f"problem(s) above: {', '.join(p.path for p in result.fails)}). Fix the script as each fix says\n")
