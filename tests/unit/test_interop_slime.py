@@ -1,5 +1,5 @@
-"""slime interop: the flag codec, export, import and round trips on the seed recipe (REFERENCE.md §3), a
-disaggregated H100 variant and a script written the way the seed tutorial shows."""
+"""slime interop: the flag codec, export, import and round trips on the seed recipe (slime's
+scripts/run-qwen3-4B-amd.sh), a disaggregated H100 variant and a script written the way the seed tutorial shows."""
 
 import io
 from pathlib import Path
