@@ -22,11 +22,17 @@ pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                  reason="needs two GPUs: the trainer on GPU 0, the engine on GPU 1")]
 
 
-def test_nccl_broadcast_from_the_trainer_to_an_sglang_engine(tmp_path):
+@pytest.mark.parametrize("load_format", ["flattened_bucket", None])
+def test_nccl_broadcast_from_the_trainer_to_an_sglang_engine(tmp_path, monkeypatch, load_format):
+    from rlrun.config.kinds import ENGINES
     from rlrun.rollout.engines import broadcast_weights
     from rlrun.rollout.process import free_port
     from rlrun.rollout.sglang_engine import SGLangEngine
 
+    # This process is the trainer: it must run with the engines' NCCL settings (SGLang sets NCCL_CUMEM_ENABLE=0;
+    # rlrun's trainer actors get it from the plan's env). With NCCL's default (cuMem on) here, the first broadcast
+    # never completed (2026-11-28, two H100s: the 420 s watchdog); now check_nccl_env refuses that at once.
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", ENGINES["sglang"].nccl_env["NCCL_CUMEM_ENABLE"])
     cfg = _cfg(tmp_path)
     _save(cfg, 0, tmp_path / "m0")
     engine = SGLangEngine.from_config(cfg, rank=0, gpus=[1], log_dir=tmp_path, model_path=str(tmp_path / "m0"))
@@ -37,11 +43,13 @@ def test_nccl_broadcast_from_the_trainer_to_an_sglang_engine(tmp_path):
             named = [(n, p.detach()) for n, p in new.state_dict().items() if n != "lm_head.weight"]
             t0 = time.perf_counter()
             stats = broadcast_weights([engine.url], named, version, master_address="127.0.0.1",
-                                      master_port=free_port(), backend="nccl", bucket_bytes=4 << 20)
+                                      master_port=free_port(), backend="nccl", bucket_bytes=4 << 20,
+                                      load_format=load_format, timeout_s=120,
+                                      engine_env=dict(ENGINES["sglang"].nccl_env))
             dt = time.perf_counter() - t0
             assert stats["bytes"] == sum(t.numel() * t.element_size() for _, t in named)
             gap, _ = _check_matches(engine.url, new)
-            print(f"SGLANG NCCL sync v{version}: {stats['bytes'] / 1e6:.1f} MB in {dt:.3f} s "
+            print(f"SGLANG NCCL sync ({load_format}) v{version}: {stats['bytes'] / 1e6:.1f} MB in {dt:.3f} s "
                   f"({stats['gb_per_s']:.2f} GB/s in the broadcasts); then max gap {gap:.4f}")
     finally:
         engine.stop()

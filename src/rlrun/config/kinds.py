@@ -105,6 +105,10 @@ class EngineKind:
     memory: str = "per_sequence"
     # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
     factory: str = ""
+    # NCCL settings the engine's processes run with whatever their env says; every rank of an NCCL weight-sync
+    # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
+    # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
+    nccl_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
@@ -116,6 +120,7 @@ ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
 ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True,
                             memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
 ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
+                            nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                             server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
                             memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
+from rlrun.config.kinds import ENGINES
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -147,6 +148,14 @@ def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:
     return out
 
 
+def actor_env_vars(cfg: RunConfig) -> dict[str, str]:
+    """The env the plan adds to every trainer and engine actor: on GPUs the NCCL settings the engine kind runs with
+    when unset (every rank of an NCCL weight-sync group must agree: EngineKind.nccl_env), then hardware.env, which
+    wins (an engine keeps a value its env already has)."""
+    base = dict(ENGINES[cfg.rollout.engine].nccl_env) if cfg.hardware.vendor != "cpu" else {}
+    return {**base, **{str(k): str(v) for k, v in cfg.hardware.env.items()}}
+
+
 def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     p, t, r = cfg.parallelism, cfg.train, cfg.rollout
     world, dp = t.num_gpus, dp_size(cfg)
@@ -198,7 +207,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
         offload_train=t.offload, offload_rollout=r.offload, weight_sync=weight_sync(cfg),
-        weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=dict(cfg.hardware.env),
+        weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,

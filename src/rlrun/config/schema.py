@@ -222,6 +222,7 @@ class RolloutSection(Section):
     tool_timeout_s: PosFloat
     weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
     weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
+    weight_sync_timeout_s: PosFloat           # bound of each step of a push (group join, a bucket, a request)
     router: RouterSection
     sglang: dict[str, Any]
 

@@ -68,6 +68,8 @@ class WeightSync:
                     bucket_bytes=r.weight_sync_bucket_mb << 20,
                     engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
                     copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
+                    timeout_s=r.weight_sync_timeout_s,
+                    nccl_env={k: self.plan.env.get(k, v) for k, v in self.kind.nccl_env.items()},
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
                     tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
 

@@ -22,7 +22,8 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -113,18 +114,19 @@ def _executor(pool: ThreadPoolExecutor | None, n: int) -> Iterator[ThreadPoolExe
 
 
 @contextmanager
-def _paused(urls: list[str], pool: ThreadPoolExecutor, resume: bool = True) -> Iterator[None]:
+def _paused(urls: list[str], pool: ThreadPoolExecutor, resume: bool = True,
+            timeout_s: float = 600.0) -> Iterator[None]:
     """pause_generation(in_place) -> body -> continue_generation on every engine: running requests
-    wait between decode steps while the weights change and then go on (none is lost).
+    wait between decode steps while the weights change and then go on (none is lost); a push that fails leaves
+    them paused (half-replaced weights must not generate; the caller stops the run or pushes again).
     resume=False leaves them paused: the caller continues them once their KV cache is back (a
     request scheduled into released KV memory crashes SGLang 0.5.16's scheduler)."""
     body = api.pause_generation_body("in_place")
-    list(pool.map(lambda url: _post(url, "/pause_generation", body), urls))
-    try:
-        yield
-    finally:
-        if resume:
-            list(pool.map(lambda url: _post(url, "/continue_generation", {}), urls))
+    list(pool.map(lambda url: _post(url, "/pause_generation", body, timeout_s), urls))
+    yield
+    # only after a complete push: engines whose weights are half replaced (a failed push) must not generate
+    if resume:
+        list(pool.map(lambda url: _post(url, "/continue_generation", {}, timeout_s), urls))
 
 
 def _payload(bucket: list, transport: str) -> tuple[str, list]:
@@ -142,7 +144,7 @@ Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before 
 
 def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
                  bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
-                 pool: ThreadPoolExecutor | None = None, resume: bool = True) -> int:
+                 pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
     (in_place) and continue; returns the bytes pushed (per engine).
 
@@ -150,17 +152,20 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
     payload, one request per engine, then the next bucket, so at most one bucket is staged. The
     last bucket carries `version` and flush_cache: engines tag samples with the new version only
     once the whole state is in. copies: payloads per request (SGLang wants one per TP rank).
-    resume=False: the engines stay paused afterwards (see _paused)."""
+    resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
+    (a timeout names the bucket and the engine)."""
     parts = list(W.buckets(named, bucket_bytes))
     nbytes = 0
-    with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume):
+    with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
         for i, bucket in enumerate(parts):
             bucket = prepare(bucket) if prepare else bucket
             payload, keepalive = _payload(bucket, transport)
             last = i == len(parts) - 1
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
                                                        flush_cache=last)
-            list(ex.map(lambda url: _post(url, "/update_weights_from_tensor", body), urls))
+            posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
+            _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
+                                              f"{len(bucket)} tensors from {bucket[0][0]}; {transport} push)", posts)
             nbytes += _nbytes(bucket)
             del keepalive, bucket  # every engine has copied it: free it before staging the next one
     return nbytes
@@ -444,26 +449,116 @@ class EngineGroup:
         return [self.engines[i].url for i in sorted(self._held)]
 
 
+class WeightSyncStuck(RuntimeError):
+    """A weight push that could not complete within its bound (rollout.weight_sync_timeout_s), or an engine that
+    gave up on its side of a collective: the message names the transport, the step (group join or bucket) and what
+    each engine did, so a stuck sync ends with a diagnosis instead of a silent wait."""
+
+
+NCCL_DEFAULTS = {"NCCL_CUMEM_ENABLE": "1"}  # NCCL's own value when the variable is unset (cuMem on, NCCL >= 2.19)
+
+
+def check_nccl_env(engine_env: dict[str, str] | None) -> None:
+    """Every rank of an NCCL group must run with the same NCCL_CUMEM_ENABLE: a trainer with NCCL's cuMem allocator
+    on and an SGLang engine with it off (SGLang sets 0 unless --enable-symm-mem) never finish their first
+    collective. engine_env: the values the engines run with (EngineKind.nccl_env under the plan's env)."""
+    bad = {k: (os.environ.get(k), v) for k, v in (engine_env or {}).items()
+           if os.environ.get(k, NCCL_DEFAULTS.get(k)) != v}
+    if bad:
+        detail = "; ".join(f"{k}={'unset (NCCL default ' + NCCL_DEFAULTS.get(k, '?') + ')' if mine is None else mine} "
+                           f"here, {theirs} in the engines" for k, (mine, theirs) in bad.items())
+        raise WeightSyncStuck(f"NCCL weight sync refused before it could hang: {detail}. Every rank of the weight-sync "
+                              f"group must agree: set {', '.join(f'{k}={v[1]}' for k, v in bad.items())} in the "
+                              f"trainer's environment before its first NCCL communicator (rlrun's actors get it from "
+                              f"the plan's env; hardware.env sets it for trainer and engines alike)")
+
+
+def _state(futures: dict[str, Future]) -> str:
+    """What each engine's request did so far: answered, failed (why) or still pending."""
+    def one(f: Future) -> str:
+        if not f.done():
+            return "pending"
+        return "answered" if f.exception() is None else f"failed: {str(f.exception())[:300]}"
+    return "; ".join(f"{url}: {one(f)}" for url, f in futures.items())
+
+
+def _bounded(fn: Callable[[], object], timeout_s: float, step: str, requests_: dict[str, Future],
+             abort: Callable[[], None] = lambda: None) -> object:
+    """fn() (a collective: it may block in NCCL's communicator set-up) in a daemon thread, bounded: raises
+    WeightSyncStuck when it is not done within timeout_s, or as soon as an engine's request for this step fails
+    (that engine will never post its side). Then waits for the engines' answers within the same bound.
+    abort() runs before raising (frees the group so that the blocked thread can return)."""
+    done, out = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            out["error"] = exc
+        finally:
+            done.set()
+
+    deadline = time.monotonic() + timeout_s
+    threading.Thread(target=run, name=f"weight-sync {step}", daemon=True).start()
+
+    def fail(why: str) -> WeightSyncStuck:
+        abort()
+        return WeightSyncStuck(f"weight sync stuck at {step}: {why} (rollout.weight_sync_timeout_s={timeout_s:g}); "
+                               f"engines: {_state(requests_)}")
+
+    while not done.wait(0.05):
+        if any(f.done() and f.exception() is not None for f in requests_.values()):
+            raise fail("an engine's request failed, so its side of the collective will never come")
+        if time.monotonic() > deadline:
+            raise fail(f"the trainer's side did not finish within {timeout_s:g} s")
+    if "error" in out:
+        abort()
+        raise WeightSyncStuck(f"weight sync failed at {step}: {out['error']!r}; engines: {_state(requests_)}") \
+            from out["error"]
+    for f in requests_.values():
+        try:
+            f.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            raise fail(f"the engines did not answer within {timeout_s:g} s") from None
+        except Exception:  # noqa: BLE001 - named per engine by fail()
+            raise fail("an engine's request failed") from None
+    return out.get("value")
+
+
 def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
                       master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
                       group_name: str = "weight_update_group", prepare: Prepare | None = None,
-                      ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET) -> dict:
+                      ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
+                      timeout_s: float = 180.0, engine_env: dict[str, str] | None = None) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
     1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
     per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
     bucket as one flattened uint8 buffer (SGLang's load_format="flattened_bucket": one collective
     per bucket, not one per tensor; load_format=None: one per tensor, SGLang's other format),
     between pause (in_place) and continue. `prepare` and the
-    version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports."""
+    version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports.
+
+    Bounded: joining the group and each bucket (the collective and the engines' answers) get timeout_s each; past
+    it, or when an engine's request fails, the group is aborted and WeightSyncStuck names the step and every
+    engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts)."""
+    if backend == "nccl":
+        check_nccl_env(engine_env)
     world = 1 + len(engine_urls) * ranks_per_engine
     parts = list(W.buckets(named, bucket_bytes))
-    with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool):
-        joins = [pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
-            master_address, master_port, 1 + i * ranks_per_engine, world, group_name=group_name, backend=backend))
-            for i, url in enumerate(engine_urls)]
-        group = W.new_broadcast_group(master_address, master_port, 0, world, group_name, backend)
-        for j in joins:
-            j.result()
+    group = None
+
+    def abort() -> None:
+        if group is not None:
+            W.abort_broadcast_group(group)
+
+    with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
+        joins = {url: pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
+            master_address, master_port, 1 + i * ranks_per_engine, world, group_name=group_name, backend=backend),
+            timeout_s) for i, url in enumerate(engine_urls)}
+        group = _bounded(lambda: W.new_broadcast_group(master_address, master_port, 0, world, group_name, backend,
+                                                       timeout_s=timeout_s),
+                         timeout_s, f"joining the {backend} group {group_name!r} (world {world}, "
+                                    f"{master_address}:{master_port})", joins)
         t0, nbytes = time.perf_counter(), 0
         for i, bucket in enumerate(parts):
             bucket = prepare(bucket) if prepare else bucket
@@ -472,15 +567,17 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
                 [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
                 [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group_name,
                 flush_cache=last, load_format=load_format)
-            posts = [pool.submit(_post, url, "/update_weights_from_distributed", body) for url in engine_urls]
+            posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
+                     for url in engine_urls}
             tensors = [t.contiguous() for _, t in bucket]
-            W.broadcast_tensors(group, [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors)
-            for p in posts:
-                p.result()
+            sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
+            _bounded(lambda: W.broadcast_tensors(group, sent), timeout_s,
+                     f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors from "
+                     f"{bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, abort)
             nbytes += _nbytes(bucket)
         seconds = time.perf_counter() - t0
         for url in engine_urls:
-            _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name))
+            _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name), timeout_s)
         W.destroy_broadcast_group(group)
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}
 

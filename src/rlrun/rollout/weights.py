@@ -361,9 +361,31 @@ def destroy_broadcast_group(group) -> None:
     dist.destroy_process_group(group)
 
 
+def abort_broadcast_group(group) -> None:
+    """Aborts a new_broadcast_group whose collective is stuck (a peer that never joins or never posts its side):
+    NCCL's communicator is aborted so that a thread blocked in it returns; best effort (a torch without the call
+    leaves that thread blocked, and the caller goes on without it)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        if hasattr(c10d, "_abort_process_group"):
+            c10d._abort_process_group(group)
+        elif hasattr(group, "abort"):
+            group.abort()
+    except Exception:  # noqa: BLE001 - nothing else can be done for a stuck group
+        pass
+
+
 def broadcast_tensors(group, tensors: list[torch.Tensor]) -> None:
-    """One broadcast per tensor from rank 0, in order (the receive side posts the same list)."""
+    """One broadcast per tensor from rank 0, in order (the receive side posts the same list); returns once they
+    are sent (on a GPU, NCCL's stream is synchronised: the caller bounds the whole transfer, rollout.engines)."""
     from torch import distributed as dist
 
+    if tensors and tensors[0].is_cuda:
+        with torch.cuda.device(tensors[0].device):  # the calling thread may have another current device
+            for t in tensors:
+                dist.broadcast(t, src=0, group=group)
+            torch.cuda.current_stream().synchronize()
+        return
     for t in tensors:
         dist.broadcast(t, src=0, group=group)

@@ -1,0 +1,133 @@
+"""A weight sync that cannot complete ends within its bound with a diagnosis (rollout.weight_sync_timeout_s).
+
+The trainer side is rlrun's own (rollout.engines.broadcast_weights over gloo, the CPU stand-in for NCCL); the engine is
+a small HTTP server that speaks the endpoints a push uses and misbehaves on purpose: it never joins the group, joins
+but never receives, or refuses the bucket. A real engine cannot be made to misbehave on demand, which is why a
+stand-in is used here; the real SGLang path is tests/gpu/test_sglang_nccl_sync.py (two GPUs).
+"""
+import json
+import multiprocessing
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+
+from rlrun.rollout import weights as W
+from rlrun.rollout.engines import WeightSyncStuck, broadcast_weights, check_nccl_env
+from rlrun.rollout.process import free_port
+
+BOUND_S = 3.0
+SLACK_S = 12.0  # thread start-up, the pause request, gloo's own connect retries: well under the 180 s default
+
+
+class _Engine(BaseHTTPRequestHandler):
+    mode = "never_join"
+    groups: list = []
+
+    def log_message(self, *args):  # keep the test output clean
+        pass
+
+    def _answer(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        if self.path == "/init_weights_update_group" and self.mode != "never_join":
+            # joins as an SGLang engine does (rank_offset, the group's key layout)
+            self.groups.append(W.new_broadcast_group(body["master_address"], body["master_port"], body["rank_offset"],
+                                                     body["world_size"], body["group_name"], body["backend"],
+                                                     timeout_s=BOUND_S * 4))
+        if self.path == "/update_weights_from_distributed":
+            if self.mode == "refuse":
+                return self._answer(400, {"success": False, "message": "Failed to update parameter online: boom"})
+            time.sleep(BOUND_S * 4)  # join_no_recv: never posts its side of the broadcast
+        self._answer(200, {"success": True, "message": ""})
+
+
+def _serve(mode: str, ports) -> None:
+    """The stand-in engine, in a process of its own (a process group name is registered once per process)."""
+    _Engine.mode = mode
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    server.daemon_threads = True
+    ports.put(server.server_address[1])
+    server.serve_forever()
+
+
+def _engine(mode: str):
+    ctx = multiprocessing.get_context("spawn")
+    ports = ctx.Queue()
+    proc = ctx.Process(target=_serve, args=(mode, ports), daemon=True)
+    proc.start()
+    return proc, f"http://127.0.0.1:{ports.get(timeout=60)}"
+
+
+@pytest.fixture
+def engine(request):
+    proc, url = _engine(request.param)
+    yield url
+    proc.kill()
+    proc.join(10)
+
+
+def _push(url: str):
+    named = [("a", torch.ones(64)), ("b", torch.zeros(8, 8))]
+    t0 = time.monotonic()
+    with pytest.raises(WeightSyncStuck) as err:
+        broadcast_weights([url], named, "1", master_address="127.0.0.1", master_port=free_port(), backend="gloo",
+                          timeout_s=BOUND_S)
+    return str(err.value), time.monotonic() - t0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine", ["never_join"], indirect=True)
+def test_an_engine_that_never_joins_ends_the_sync_within_its_bound(engine):
+    msg, took = _push(engine)
+    assert BOUND_S <= took < BOUND_S + SLACK_S
+    assert "joining the gloo group" in msg and "world 2" in msg
+    assert f"{engine}: answered" in msg  # the engine said yes and never came: named with what it did
+    assert "rollout.weight_sync_timeout_s=3" in msg
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine", ["join_no_recv"], indirect=True)
+def test_an_engine_that_joins_but_never_receives_is_named_with_the_bucket(engine):
+    msg, took = _push(engine)
+    assert took < BOUND_S + SLACK_S
+    assert "bucket 1 of 1" in msg and "2 tensors from a" in msg and "load_format=flattened_bucket" in msg
+    # the engine's request is still pending, or (gloo's own 3 s send timeout came first) timed out: named either way
+    assert f"{engine}: pending" in msg or f"{engine}: failed: HTTPConnectionPool" in msg
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("engine", ["refuse"], indirect=True)
+def test_an_engine_that_refuses_the_bucket_ends_the_sync_at_once(engine):
+    msg, took = _push(engine)
+    assert took < BOUND_S + SLACK_S
+    assert "an engine's request failed" in msg and "boom" in msg
+
+
+def test_mismatched_nccl_cumem_is_refused_before_anything_starts(monkeypatch):
+    monkeypatch.delenv("NCCL_CUMEM_ENABLE", raising=False)
+    with pytest.raises(WeightSyncStuck, match=r"NCCL_CUMEM_ENABLE=unset \(NCCL default 1\) here, 0 in the engines"):
+        check_nccl_env({"NCCL_CUMEM_ENABLE": "0"})
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "0")
+    check_nccl_env({"NCCL_CUMEM_ENABLE": "0"})  # agreeing ranks pass
+    check_nccl_env({})  # an engine kind that says nothing constrains nothing
+
+
+def test_the_plan_gives_every_gpu_actor_the_engines_nccl_settings():
+    from rlrun.config import load
+    from rlrun.config.plan import make_plan
+
+    base = ["hardware=h100", "model=qwen3-0.6b", "checkpoint.random_init=true"]
+    # a profile without the variable still gets SGLang's value (EngineKind.nccl_env) for trainer and engines
+    assert make_plan(load(base + ["~hardware.env.NCCL_CUMEM_ENABLE"])).env["NCCL_CUMEM_ENABLE"] == "0"
+    # the user's hardware.env wins (and reaches the engines too, which keep a value their env has)
+    assert make_plan(load(base + ["hardware.env.NCCL_CUMEM_ENABLE=1"])).env["NCCL_CUMEM_ENABLE"] == "1"
+    assert "NCCL_CUMEM_ENABLE" not in make_plan(load([])).env  # CPU: no NCCL
