@@ -131,3 +131,22 @@ def test_the_plan_gives_every_gpu_actor_the_engines_nccl_settings():
     # the user's hardware.env wins (and reaches the engines too, which keep a value their env has)
     assert make_plan(load(base + ["hardware.env.NCCL_CUMEM_ENABLE=1"])).env["NCCL_CUMEM_ENABLE"] == "1"
     assert "NCCL_CUMEM_ENABLE" not in make_plan(load([])).env  # CPU: no NCCL
+
+
+ASYNC = ["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1"]
+
+
+@pytest.mark.parametrize("overrides, flush", [([], True), (ASYNC, False), (ASYNC + ["rollout.partial_rollout=true"], True)])
+def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(overrides, flush):
+    """The async loop pushes while requests are paused in place: SGLang 0.5.16 flushes only an idle engine and its
+    scheduler dies on the failed flush ("Cache flush failed after updating weights", seen on two H200s 2026-11-28);
+    with partial_rollout the requests are aborted first, so the engine is idle and the cache is flushed."""
+    from rlrun.config import load
+    from rlrun.config.kinds import ENGINES
+    from rlrun.config.plan import make_plan
+    from rlrun.parts.weight_sync import WeightSync
+
+    cfg = load(overrides)
+    sync = object.__new__(WeightSync)  # push_args reads only the config, the plan and the engine kind
+    sync.cfg, sync.plan, sync.kind, sync.engine_dtype = cfg, make_plan(cfg), ENGINES[cfg.rollout.engine], None
+    assert sync.push_args(3)["flush_cache"] is flush

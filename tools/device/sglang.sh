@@ -15,6 +15,8 @@
 #              3-digit copy task; the reward curve and per-phase times                       ~300 s
 #   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
 #   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
+#   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
+#   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
@@ -60,7 +62,16 @@ PY
 for item in $ITEMS; do
   case $item in
     tests) run tests 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_engine.py ;;
-    nccl) run nccl 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_nccl_sync.py ;;
+    nccl) NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM run nccl 300 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_nccl_sync.py \
+            || { NCCL_OK=0; grep -E "SGLANG NCCL|WeightSyncStuck|NCCL (WARN|INFO) (Init|Channel|comm)|Error" "$OUT/nccl.log" | head -40 | tee -a "$RES"; }
+          grep -E "SGLANG NCCL" "$OUT/nccl.log" | tee -a "$RES" ;;
+    async2|sync2)  # issue 32: the copy task disaggregated on two GPUs (trainer GPU 0, engine GPU 1), default weight sync
+      [ "${NCCL_OK:-1}" = 0 ] && { echo "ITEM $item skipped: the nccl item failed" | tee -a "$RES"; continue; }
+      mode="train.async_train=false rollout.num_rollout=${SYNC_ROLLOUTS:-60}"; [ "$item" = async2 ] && mode="train.async_train=true"
+      run "$item" "${ITEM_LIMIT:-480}" "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" train.colocate=false rollout.num_gpus=1 \
+        $mode run.name="copy-$item" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+      summary "copy-$item"
+      tail -c 3000 "$OUT/$item.log" | grep -i -E "error|traceback|stuck" && tail -30 "$OUT/$item.log" ;;
     twonode) run twonode 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_two_node_engine.py ;;
     learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100

@@ -56,5 +56,16 @@ def config_tree() -> str:
     return "\n".join(lines + ["", END])
 
 
+def write_docs(path: str = "docs/CONTRACT.md") -> None:
+    """Rewrites the generated block of docs/CONTRACT.md in place (`--write`; CI's test compares them)."""
+    from pathlib import Path
+
+    page = Path(path).read_text()
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    Path(path).write_text(page[:start] + config_tree().rstrip("\n") + page[end:])
+
+
 if __name__ == "__main__":
-    print(config_tree())
+    import sys
+
+    write_docs() if "--write" in sys.argv[1:] else print(config_tree())

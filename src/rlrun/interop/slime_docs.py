@@ -57,5 +57,16 @@ def mapping_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_docs(path: str = "docs/slime.md") -> None:
+    """Rewrites the generated block of docs/slime.md in place (`--write`; CI's test compares them)."""
+    from pathlib import Path
+
+    page = Path(path).read_text()
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    Path(path).write_text(page[:start] + mapping_markdown().rstrip("\n") + page[end:])
+
+
 if __name__ == "__main__":
-    print(mapping_markdown(), end="")
+    import sys
+
+    write_docs() if "--write" in sys.argv[1:] else print(mapping_markdown(), end="")

@@ -344,6 +344,8 @@ NO_FLAG: dict[str, str] = {
     "rollout.max_retries": "slime's rollout client does not retry failed requests",
     "rollout.retry_window_s": "slime's rollout client does not retry failed requests (rlrun's retries outlast a "
     "lost engine's removal from the router, docs/rollout.md)",
+    "rollout.weight_sync_timeout_s": "slime's weight sync waits without a bound (a stuck NCCL collective hangs the "
+    "run); rlrun bounds each step of a push and names the stuck one",
     "rollout.weight_sync": "slime picks the transport from --colocate (tensor) or not (distributed), as rlrun's auto "
     "does",
     "rollout.router.host": "slime starts its own router; --sglang-router-ip would point it at an external one",

@@ -23,7 +23,7 @@ def backend_class(name: str):
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None) -> dict:
+               nccl_env: dict[str, str] | None = None, flush_cache: bool = True) -> dict:
     """The lead rank's push of its sync state to the engines at `urls`; returns the state's
     fingerprint in the engines' dtype (W.Fingerprint), the bytes pushed per engine and the push's
     seconds. No urls: only the fingerprint.
@@ -59,7 +59,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
             prepare(bucket)
     elif transport == "tensor":
         nbytes = E.push_tensors(urls, named, str(version), transport="ipc", bucket_bytes=bucket_bytes,
-                                prepare=prepare, copies=copies, resume=resume, timeout_s=timeout_s)
+                                prepare=prepare, copies=copies, resume=resume, timeout_s=timeout_s,
+                                flush_cache=flush_cache)
     elif transport == "distributed":
         import ray
 
@@ -69,7 +70,7 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
         nbytes = E.broadcast_weights(urls, named, str(version), master_address=host, master_port=free_port(host),
                                      backend=backend, bucket_bytes=bucket_bytes, prepare=prepare,
                                      group_name=f"rlrun_sync_{version}", ranks_per_engine=copies,
-                                     timeout_s=timeout_s, engine_env=nccl_env)["bytes"]
+                                     timeout_s=timeout_s, engine_env=nccl_env, flush_cache=flush_cache)["bytes"]
     else:
         raise ValueError(f"rollout.weight_sync={transport!r}: the trainer pushes tensor or distributed "
                          "(disk goes through export_weights)")
@@ -199,12 +200,14 @@ class TrainGroup:
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
-                     resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None) -> dict:
+                     resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
+                     flush_cache: bool = True) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
         how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
-                   backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env)
+                   backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env,
+                   flush_cache=flush_cache)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:

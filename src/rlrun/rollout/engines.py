@@ -144,7 +144,8 @@ Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before 
 
 def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
                  bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
-                 pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0) -> int:
+                 pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
+                 flush_cache: bool = True) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
     (in_place) and continue; returns the bytes pushed (per engine).
 
@@ -153,7 +154,8 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
     last bucket carries `version` and flush_cache: engines tag samples with the new version only
     once the whole state is in. copies: payloads per request (SGLang wants one per TP rank).
     resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
-    (a timeout names the bucket and the engine)."""
+    (a timeout names the bucket and the engine). flush_cache=False: requests may be running (paused in place, the
+    async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler."""
     parts = list(W.buckets(named, bucket_bytes))
     nbytes = 0
     with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
@@ -162,7 +164,7 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
             payload, keepalive = _payload(bucket, transport)
             last = i == len(parts) - 1
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
-                                                       flush_cache=last)
+                                                       flush_cache=last and flush_cache)
             posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
                                               f"{len(bucket)} tensors from {bucket[0][0]}; {transport} push)", posts)
@@ -529,7 +531,8 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
                       master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
                       group_name: str = "weight_update_group", prepare: Prepare | None = None,
                       ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
-                      timeout_s: float = 180.0, engine_env: dict[str, str] | None = None) -> dict:
+                      timeout_s: float = 180.0, engine_env: dict[str, str] | None = None,
+                      flush_cache: bool = True) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
     1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
     per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
@@ -540,7 +543,8 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
 
     Bounded: joining the group and each bucket (the collective and the engines' answers) get timeout_s each; past
     it, or when an engine's request fails, the group is aborted and WeightSyncStuck names the step and every
-    engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts)."""
+    engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts).
+    flush_cache: as in push_tensors."""
     if backend == "nccl":
         check_nccl_env(engine_env)
     world = 1 + len(engine_urls) * ranks_per_engine
@@ -566,7 +570,7 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
             body = api.update_weights_from_distributed_body(
                 [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
                 [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group_name,
-                flush_cache=last, load_format=load_format)
+                flush_cache=last and flush_cache, load_format=load_format)
             posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
                      for url in engine_urls}
             tensors = [t.contiguous() for _, t in bucket]
