@@ -1,7 +1,8 @@
 """Every printed fix leads to a valid config: for each problem of the invalid-config catalogue whose fix names
 concrete values (`use tp in [1, 2]`, `use one of: a, b`, `pick one of: ...`, `set key=value`), apply each
 offered value to the entry's overrides and validate again: the problem's key must then be clean (other keys
-may still hold the entry's other defects). A hint that offers a value the validator then refuses fails here."""
+may still hold the entry's other defects). A hint that offers a value the validator then refuses fails here.
+The check runs inside test_config_invalid.py's per-entry test (one load of each entry, not two)."""
 import re
 
 import pytest
@@ -63,10 +64,10 @@ KNOWN = _leaves(load([]).model_dump()) | GROUPS
 OFFERED: dict[str, int] = {}  # problem path -> alternatives tried (the count test reads it)
 
 
-@pytest.mark.parametrize("case", sorted(CATALOGUE))
-def test_each_offered_fix_clears_its_key(case):
-    overrides = CATALOGUE[case][0]
-    for problem in _problems(overrides):
+def check_offered_fixes(overrides: list[str], problems: list) -> None:
+    """Apply each alternative the problems' fixes offer and validate again: the problem's key must be clean.
+    test_config_invalid.py calls it for every catalogue entry with the problems it already has."""
+    for problem in problems:
         for alternative in offered(problem, KNOWN):
             OFFERED[problem.path] = OFFERED.get(problem.path, 0) + 1
             keys = {o.lstrip("+~").split("=", 1)[0] for o in alternative}
@@ -76,9 +77,11 @@ def test_each_offered_fix_clears_its_key(case):
 
 
 def test_the_fixes_offer_enough_values_to_test():
-    if len(OFFERED) < 20:  # run alone: go through the catalogue here
-        for case in CATALOGUE:
-            test_each_offered_fix_clears_its_key(case)
+    """The catalogue's fixes name enough concrete values for the check above to mean something (run alone, it
+    goes through the catalogue itself; in the suite, test_config_invalid.py has filled OFFERED)."""
+    if sum(OFFERED.values()) < 100:
+        for overrides, _ in CATALOGUE.values():
+            check_offered_fixes(overrides, _problems(overrides))
     assert sum(OFFERED.values()) >= 100
     assert set(OFFERED) >= {"parallelism.tp", "parallelism.pp", "parallelism.ep", "model", "algo.kl_coef",
                             "rollout.engine"}

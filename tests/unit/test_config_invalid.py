@@ -40,6 +40,9 @@ def test_invalid_config_reports_expected_paths(case):
     for p in problems:
         assert p.message and p.fix, p
     assert len({(p.path, p.message) for p in problems}) == len(problems), "duplicate problems"
+    from test_config_fixes import check_offered_fixes
+
+    check_offered_fixes(overrides, problems)  # each value a fix offers clears its key (test_config_fixes.py)
 
 
 @pytest.mark.parametrize("case", sorted(CATALOGUE))
