@@ -2,6 +2,8 @@ import os
 import sys
 import tempfile
 
+import pytest
+
 # config layer: keep rlrun's composition cache (rlrun/config/cache.py) out of the user's home during tests.
 os.environ.setdefault("RLRUN_CACHE_DIR", tempfile.mkdtemp(prefix="rlrun-test-cache-"))
 
@@ -16,3 +18,14 @@ from hypothesis import settings  # noqa: E402
 
 settings.register_profile("rlrun", derandomize=True, database=None, print_blob=True)
 settings.load_profile("rlrun")
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch):
+    """This CPU machine as the preflight's embedded-Ray check sees a GPU node: 8 GPUs of each vendor, sglang and
+    megatron-core importable (rlrun.launch.preflight.embedded_ray), for preflight tests of GPU configs about
+    something else. The check itself runs unpatched on this machine in tests/unit/test_embedded_ray.py."""
+    import rlrun.launch.preflight as pf
+
+    monkeypatch.setattr(pf, "GPU_COUNTERS", {vendor: (lambda: 8) for vendor in pf.GPU_COUNTERS})
+    monkeypatch.setattr(pf, "importable", lambda module: True)

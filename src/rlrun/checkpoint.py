@@ -49,6 +49,12 @@ def trainer_dir(ckpt: Path) -> Path:
     return ckpt / "trainer"
 
 
+def hf_model_dir(ckpt: Path) -> Path:
+    """The trainer's weights as an HF model dir (save_pretrained), where the torch backend writes them; with the
+    tokenizer beside them (an SFT run's checkpoints) it is a checkpoint.hf another run can start from."""
+    return trainer_dir(ckpt) / "model"
+
+
 def write_driver_state(ckpt: Path, state: DriverState) -> None:
     ckpt.mkdir(parents=True, exist_ok=True)
     (ckpt / "driver.json").write_text(json.dumps(asdict(state)))

@@ -63,9 +63,16 @@ COMMAND_SPECS: dict[str, Command] = {
                    "[overrides ...]", opts=CONFIG_OPTS,
                    examples=("rlrun", "rlrun model=qwen3-4b algo=grpo hardware=mi300x", "rlrun -m optim.lr=1e-6,3e-6",
                              "rlrun run.resume=auto")),
-    "plan": Command("the plan only (batch math, placement, memory); imports neither torch nor ray", "[overrides ...]",
-                    opts=(*CONFIG_OPTS, JSON, Opt(("--out",), "out", "also write the plan as JSON here", "FILE")),
-                    examples=("rlrun plan experiment=qwen3-4b-grpo-mi300x", "rlrun plan --json --out plan.json")),
+    "plan": Command("the plan only (batch math, placement, memory, predicted time and cost); imports neither torch "
+                    "nor ray", "[overrides ...]",
+                    opts=(*CONFIG_OPTS, JSON, Opt(("--out",), "out", "also write the plan as JSON here (with --calibrate: "
+                                                  "the calibration file to write)", "FILE"),
+                          Opt(("--calibrate",), "calibrate", "refit the cost model to the RUN_DIRs given as arguments; "
+                              "writes conf/calibration.fitted.yaml ($RLRUN_CALIBRATION, or --out), which the plan merges "
+                              "over conf/calibration.yaml")),
+                    examples=("rlrun plan experiment=qwen3-4b-grpo-mi300x", "rlrun plan --json --out plan.json",
+                              "rlrun plan --calibrate outputs/steps-a/<stamp> outputs/steps-b/<stamp>"),
+                    want="no positional argument (run dirs only with --calibrate)"),
     "validate": Command("every rule; all problems at once, each with its key and a fix", "[overrides ...]",
                         opts=(*CONFIG_OPTS, JSON, Opt(("--check-paths",), "check_paths",
                                                       "also the preflight on this machine (paths, data, HF config, disk)")),
@@ -138,6 +145,7 @@ class Args:
     resolve: bool = False
     warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
     check_paths: bool = False
+    calibrate: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -278,6 +286,9 @@ def cmd_plan(a: Args) -> int:
 
     for p in capability.problems(cfg):  # a plan of a job rlrun cannot run itself (slime can): a note
         print(f"note: {p.path}: {p.message}", file=sys.stderr)
+    from rlrun.config.cost import advise
+
+    plan.cost["advice"] = advise(cfg, plan.weight_sync)
     doc = json.dumps(plan.to_dict(), indent=2)
     if a.out:
         _write(a.out, doc + "\n")
@@ -290,13 +301,46 @@ def cmd_plan(a: Args) -> int:
     return 0
 
 
+def cmd_calibrate(a: Args) -> int:
+    """plan --calibrate RUN_DIR...: the cost model refitted to those runs, written where the plan reads it."""
+    from pathlib import Path
+
+    from rlrun.config.calibrate import calibrate, write_overlay
+    from rlrun.config.cost import calibration_path
+
+    if not a.positional or a.overrides:
+        raise UsageError("rlrun plan --calibrate takes run dirs (each with config.yaml, plan.json, metrics.jsonl), "
+                         f"no overrides; got {a.args or 'none'}")
+    for d in a.positional:
+        if not (Path(d) / "config.yaml").is_file():
+            raise UsageError(f"{d}: not a run dir (no config.yaml)")
+    try:
+        table, report = calibrate([Path(d) for d in a.positional])
+    except ValueError as e:
+        raise UsageError(str(e), False) from None
+    path = Path(a.out) if a.out else calibration_path()
+    try:
+        write_overlay(table, path)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+    if a.json:
+        print(json.dumps({"calibration": str(path), "rows": report}, indent=2))
+        return 0
+    print(f"{'run':<48} {'phase':<12} {'measured s':>11} {'before s':>9} {'after s':>9}")
+    for r in report:
+        print(f"{r['run'][-48:]:<48} {r['phase']:<12} {r['measured_s']:>11.3f} {r['before_s']:>9.3f} {r['after_s']:>9.3f}")
+    hws = sorted({r["hardware"] for r in report})
+    print(f"wrote the fitted constants of {', '.join(hws)} to {path}")
+    return 0
+
+
 def cmd_run(a: Args) -> int:
-    from rlrun.config.render import summary_lines
+    from rlrun.config.render import cost_line, summary_lines
     from rlrun.config.rundir import prepare_run_dir
 
     cfg, plan = _load(a)
     _runnable(cfg, plan, cfg.cluster.address is None)  # a remote cluster's paths: on its head node (runner)
-    print("\n".join(summary_lines(plan)))
+    print("\n".join([*summary_lines(plan), cost_line(plan)]))
     run_dir = prepare_run_dir(cfg, plan, a.overrides)
     print(f"run dir: {run_dir}")
     _print_resume_changes(cfg, run_dir)
@@ -309,20 +353,34 @@ def cmd_run(a: Args) -> int:
     from rlrun import runner  # lazy: torch and ray load only when a job really runs
     from rlrun.guard.invariants import InvariantError
     from rlrun.guard.watchdog import StallError
+    from rlrun.launch.cluster import ResourceError
+    from rlrun.reward import RewardError
 
     try:
         result = runner.run(cfg, plan, run_dir)
-    except (InvariantError, StallError) as e:  # a run invariant or the watchdog stopped it: the cause, no traceback
-        _record_failure(run_dir, e)
-        print(f"rlrun: the run stopped: {e}", file=sys.stderr)
-        return 3
     except BaseException as exc:  # the run dir keeps a record of why it ended (rlrun show reads it)
         _record_failure(run_dir, exc)
-        raise
+        # a run invariant, the watchdog, a reward that failed on every sample or a cluster too small stopped
+        # it: the cause, no traceback (also when the async loop's producer thread raised it)
+        stop = next((e for e in _causes(exc) if isinstance(e, (InvariantError, StallError, RewardError,
+                                                                ResourceError))), None)
+        if stop is None:
+            raise
+        print(f"rlrun: the run stopped: {stop}", file=sys.stderr)
+        return 3
     if isinstance(result, dict) and result:
         print("final: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in result.items() if isinstance(v, (int, float, str))))
     return 0
+
+
+def _causes(exc: BaseException | None):
+    """exc and the exceptions it was raised from."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def _record_failure(run_dir, exc: BaseException) -> None:
@@ -430,6 +488,8 @@ def _main(argv: list[str]) -> int:
 
             print(f"rlrun {__version__}")
             return 0
+        if a.command == "plan" and a.calibrate:
+            return cmd_calibrate(a)
         _check_positional(a)
         if a.cfg:
             return cmd_print_cfg(a)

@@ -23,6 +23,7 @@ from rlrun import checkpoint as ckpt
 from rlrun.config.errors import ConfigError, Problem
 from rlrun.parts import Parts
 from rlrun.parts.checkpoints import Checkpoints
+from rlrun.parts.no_engines import NoEngines
 from rlrun.parts.run_metrics import RunMetrics
 from rlrun.records import read_rollout, record_files, recorded_mode, to_samples
 from rlrun.runner import start_trainer
@@ -107,23 +108,6 @@ class RecordedRollouts:
     @contextmanager
     def profiling(self, rollout_id: int):
         yield
-
-
-class NoEngines:
-    """Weight sync, offload and eval of a replay: there are no engines to push to or evaluate on."""
-
-    def sync(self, version: int, only_if_stale: bool = False) -> None:
-        pass
-
-    def pop_metrics(self) -> dict:
-        return {}
-
-    @contextmanager
-    def training(self, version: int, timer, push: bool = True):
-        yield
-
-    def evaluate(self, rollout_id: int) -> dict[str, float]:
-        return {}
 
 
 def start_checkpoint(source: Path, start: int) -> Path:

@@ -150,6 +150,27 @@ def run_stats(run: RunData) -> tuple[str, ...]:
             _num(mean("time/step_s", "all")))
 
 
+COST_COLUMNS = ("phase", "predicted s (plan)", "measured s (mean)", "measured / predicted")
+
+
+def cost_rows(run: RunData) -> list[tuple[str, ...]]:
+    """The plan's predicted seconds per phase (plan.json's cost, rlrun.config.cost) next to the run's measured
+    means (the first step, a warm-up, left out; eval and save per step that has them)."""
+    from rlrun.config.cost import measured_phases, predicted_phases
+
+    cost = run.plan.get("cost") or {}
+    if "phases_s" not in cost or not run.rows:
+        return []
+    pred, meas = predicted_phases(cost), measured_phases(run.rows)
+    out = []
+    for ph in (*pred, *[k for k in meas if k not in pred and k != "response_len"]):
+        p, m = pred.get(ph), meas.get(ph)
+        if not p and not m:
+            continue
+        out.append((ph, _num(p), _num(m), _num(m / p) if p and m else "-"))
+    return out
+
+
 RUN_COLUMNS = ("run", "steps", f"reward first {LAST}*", f"reward last {LAST}*", "len (last)", "step s (mean)")
 RUN_NOTE = f"* {LAST} steps, at most half the run's (the first and last windows never overlap)"
 SERIES_COLUMNS = ("series", "first", "last", "min", "max", f"mean last {LAST}")
@@ -249,6 +270,12 @@ def render_html(title: str, runs: list[RunData], path: Path) -> Path:
              figure(runs).to_html(full_html=False, include_plotlyjs=True, div_id="rlrun-plots")]
     if len(runs) == 1:
         run = runs[0]
+        cost = cost_rows(run)
+        if cost:
+            c = run.plan["cost"]
+            parts.append(f"<h2>Time per rollout step: predicted vs measured</h2><p>Prediction from the plan "
+                         f"({html.escape(c.get('basis', ''))}: {html.escape(c.get('note', ''))}); step_core = a step "
+                         f"without eval and save.</p>{_table_html(COST_COLUMNS, cost)}")
         parts += [f"<h2>Series</h2>{_table_html(SERIES_COLUMNS, series_stats(run))}",
                   f"<h2>Samples</h2>{_samples_html(run)}",
                   f"<details><summary>Plan</summary><pre>{html.escape(json.dumps(run.plan, indent=2))}</pre></details>",
@@ -273,6 +300,8 @@ def show(path: str | Path) -> Path:
     run = load_run(path)
     run.label = run_title(path)
     print_table(run.label, SERIES_COLUMNS, series_stats(run))
+    if cost_rows(run):
+        print_table("time per rollout step: predicted (plan) vs measured", COST_COLUMNS, cost_rows(run))
     if run.rows:
         plot(path)
     return render_html(run.label, [run], path / REPORT_FILE)

@@ -19,7 +19,10 @@ from rlrun.guard.watchdog import Watchdog
 from rlrun.launch import faults
 from rlrun.loops import loop_for
 from rlrun.parts import Parts
+from rlrun.config.kinds import needs_rollout
 from rlrun.parts.checkpoints import Checkpoints
+from rlrun.parts.no_engines import NoEngines
+from rlrun.parts.sft_data import SftData
 from rlrun.parts.evaluator import Evaluator
 from rlrun.parts.offload import Offload
 from rlrun.parts.rollout_side import MAX_DRAWS, RolloutSide  # noqa: F401 - public names
@@ -76,6 +79,8 @@ def start_trainer(cfg, plan, run_dir: Path, stack: ExitStack):
 def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     """Every part of the run (rlrun.parts), each torn down by `stack` in reverse order."""
     run_dir = Path(run_dir)
+    if not needs_rollout(cfg):
+        return build_trainer_only(cfg, plan, run_dir, stack)
     placement, env, trainer = start_trainer(cfg, plan, run_dir, stack)
     tokenizer = tokenizer_for(cfg)
     model_dir = write_engine_init_dir(cfg, tokenizer, run_dir / ENGINE_INIT_DIR)
@@ -89,6 +94,21 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
                  offload=Offload(cfg, plan, trainer, rollout.engines, weights),
                  checkpoints=Checkpoints(cfg, run_dir, trainer), evaluator=Evaluator(cfg, rollout), metrics=metrics,
                  invariants=invariants)
+
+
+def build_trainer_only(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
+    """A run whose loss trains on a dataset (algo.loss_type=sft_loss, slime --debug-train-only): the trainer
+    ranks, the data as the rollout side (SftData), checkpoints (with the tokenizer beside the HF weights, so that
+    checkpoint.hf can start an RL run from them) and metrics; no engines, no router, no weight sync."""
+    _, _, trainer = start_trainer(cfg, plan, run_dir, stack)
+    tokenizer = tokenizer_for(cfg)
+    none = NoEngines()
+    invariants = Invariants(cfg, run_dir)
+    metrics = RunMetrics(cfg, run_dir, extra=invariants.pop_metrics)
+    stack.callback(metrics.close)
+    return Parts(cfg=cfg, plan=plan, rollout=SftData(cfg, tokenizer, run_dir), trainer=trainer, weights=none,
+                 offload=none, checkpoints=Checkpoints(cfg, run_dir, trainer, tokenizer=tokenizer), evaluator=none,
+                 metrics=metrics, invariants=invariants)
 
 
 class StopRequest:
@@ -117,10 +137,12 @@ def run(cfg, plan, run_dir) -> dict:
         with ExitStack() as stack:
             parts = build(cfg, plan, Path(run_dir), stack)
             parts.check_stop = stop.check
-            stack.enter_context(faults.name_lost_nodes(  # a lost node: name it and the last checkpoint
-                parts.checkpoints.save_dir, tolerate=faults.engines_only(parts.rollout.placement)))
+            engines = needs_rollout(cfg)
+            lost = {"tolerate": faults.engines_only(parts.rollout.placement)} if engines else {}
+            stack.enter_context(faults.name_lost_nodes(parts.checkpoints.save_dir, **lost))  # name it + last ckpt
             watchdog = stack.enter_context(Watchdog(cfg, run_dir, parts))  # a phase past its bound: diagnosis.json
-            parts.rollout.engines.on_fatal = watchdog.fail  # an engine past rollout.max_engine_restarts stops the run
+            if engines:  # an engine past rollout.max_engine_restarts stops the run
+                parts.rollout.engines.on_fatal = watchdog.fail
             summary = loop_for(cfg)(parts)
             stop.check()
     finally:

@@ -196,7 +196,20 @@ def plan_table(planned: list[Planned]) -> list[dict]:
              else p.plan.trainer_gpus + p.plan.rollout_gpus, "layout": f"TP{p.plan.tp} PP{p.plan.pp} CP{p.plan.cp} "
              f"DP{p.plan.dp}", "batch": f"{p.plan.samples_per_rollout}={p.plan.global_batch_size}x"
              f"{p.plan.steps_per_rollout}", "steps": p.plan.total_steps,
-             "peak_gib": round(p.plan.memory_gib["peak"], 1), "fits": p.plan.fits} for p in planned]
+             "peak_gib": round(p.plan.memory_gib["peak"], 1), "fits": p.plan.fits,
+             "step_s": _sig(p.plan.cost.get("step_s")), "gpu_h": _sig(p.plan.cost.get("gpu_hours")),
+             "basis": p.plan.cost.get("basis")} for p in planned]
+
+
+def _sig(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.3g}")
+
+
+def ranked(rows: list[dict]) -> list[dict]:
+    """plan_table's rows cheapest first by predicted GPU-hours (then step time), each with its rank; points
+    without a prediction last."""
+    key = lambda r: (r["gpu_h"] is None, r["gpu_h"] or 0.0, r["step_s"] or 0.0)  # noqa: E731
+    return [{"rank": i + 1, **r} for i, r in enumerate(sorted(rows, key=key))]
 
 
 def sweep_main(a) -> int:
@@ -214,7 +227,8 @@ def sweep_main(a) -> int:
             print(json.dumps([{"index": p.point.index, "overrides": list(p.point.overrides), **p.plan.to_dict()}
                               for p in planned], indent=2))
         else:
-            _print_rows(plan_table(planned))
+            _print_rows(ranked(plan_table(planned)))
+            print("ranked by predicted GPU-hours (rlrun.config.cost; basis: measured or estimate per point)")
         return 0
     return launch(planned)
 

@@ -32,6 +32,26 @@ def test_broadcast_from_trainer_rank0_to_two_engine_processes(group):
     assert set(group.checksums().values()) == {W.checksum(state2)}
 
 
+def test_a_kept_group_serves_many_pushes_and_is_rebuilt_when_the_engines_change(group):
+    """BroadcastGroup (the trainer's lead rank keeps one): one join for many pushes; a push to other engines (a
+    restart, a subset) builds a new group; close() frees both ends."""
+    from rlrun.rollout.engines import BroadcastGroup
+
+    kept = BroadcastGroup("127.0.0.1", free_port, "gloo")
+    for version, seed in (("21", 21), ("22", 22), ("23", 23)):
+        state = build_model(seed=seed).state_dict()
+        broadcast_weights(group.urls, list(state.items()), version, master_address="127.0.0.1", master_port=0,
+                          backend="gloo", group=kept)
+        assert set(group.checksums().values()) == {W.checksum(state)}
+    assert kept.builds == 1
+    state = build_model(seed=24).state_dict()
+    broadcast_weights(group.urls[:1], list(state.items()), "24", master_address="127.0.0.1", master_port=0,
+                      backend="gloo", group=kept)
+    assert kept.builds == 2 and group.checksums(urls=group.urls[:1]) == {group.urls[0]: W.checksum(state)}
+    kept.close()
+    assert kept.group is None
+
+
 def test_broadcast_one_collective_per_tensor_format(group):
     # SGLang's other format (load_format None): the engine receives every tensor separately
     state = {n: t * 2 for n, t in build_model(seed=8).state_dict().items()}

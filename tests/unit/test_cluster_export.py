@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -154,6 +155,30 @@ def test_rayjob_export_reports_every_missing_setting():
     assert r.returncode == 2 and "cluster.kuberay.image" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_rayjob_export_lists_every_path_problem_at_once_and_accepts_the_images_folders():
+    ckpt = ["checkpoint.hf=/models/qwen3", "checkpoint.load=/ckpt/run", "checkpoint.save=/ckpt/run"]
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", *ckpt])
+    with pytest.raises(ConfigError) as err:  # save = load (slime's --load/--save): both, not save after load is fixed
+        kuberay.manifest(cfg, plan, [], None)
+    problems = err.value.problems
+    assert [(p.path, p.value) for p in problems] == [("data.prompt_data", "/data/train.jsonl"),
+                                                      ("checkpoint.hf", "/models/qwen3"), ("checkpoint.load", "/ckpt/run"),
+                                                      ("checkpoint.save", "/ckpt/run")]  # (ref follows hf: not listed)
+    assert "(the same path as checkpoint.load)" in problems[3].message
+    assert "cluster.kuberay.image_paths" in problems[1].fix and "image_paths" not in problems[3].fix
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", *ckpt,
+                           "cluster.kuberay.image_paths=[/models,/data,/ckpt]"])
+    with pytest.raises(ConfigError) as err:  # the image holds the data and the weights; a save there would be lost
+        kuberay.manifest(cfg, plan, [], None)
+    assert [p.path for p in err.value.problems] == ["checkpoint.save"], err.value.problems
+    assert "lose what they write there" in err.value.problems[0].message
+    cfg, plan = _cfg_plan(["hardware=h100", *K8S, "data.prompt_data=/data/train.jsonl", *ckpt[:2],
+                           "checkpoint.save=/mnt/rlrun/ckpt", "cluster.kuberay.image_paths=[/models,/data,/ckpt]"])
+    assert kuberay.manifest(cfg, plan, [], None)["kind"] == "RayJob"
+    with pytest.raises(ConfigError, match="cluster.kuberay.image_paths.0"):  # folders in the image: absolute
+        load(["cluster.kuberay.image_paths=[models]"])
+
+
 # -- submit: preparation and the live-cluster check ---------------------------------------------
 def test_submit_prepares_entrypoint_runtime_env_and_refuses_a_config_dir_outside(tmp_path):
     from rlrun.launch.jobs import EXCLUDES, SubmitError, prepare
@@ -161,14 +186,31 @@ def test_submit_prepares_entrypoint_runtime_env_and_refuses_a_config_dir_outside
     (tmp_path / "conf").mkdir()
     cfg = load(["run.name=exp1"])
     sub = prepare(cfg, ["rollout.num_rollout=2", "cluster.address=1.2.3.4:6379"], str(tmp_path / "conf"),
-                  str(tmp_path), now=0.0)
-    assert sub.entrypoint == "rlrun run rollout.num_rollout=2 cluster.address=auto --config-dir conf"
+                  str(tmp_path), tmp_path / "stage", now=0.0)
+    # the cluster's python runs the shipped rlrun: no `rlrun` script on the head's PATH is needed
+    assert sub.entrypoint == "python -m rlrun.cli run rollout.num_rollout=2 cluster.address=auto --config-dir conf"
     assert sub.runtime_env["working_dir"] == str(tmp_path) and sub.runtime_env["excludes"] == EXCLUDES
+    assert sub.runtime_env["py_modules"] == [str(tmp_path / "stage" / "rlrun")]
+    shipped = tmp_path / "stage" / "rlrun"
+    assert (shipped / "cli.py").is_file() and (shipped / "conf" / "config.yaml").is_file()
+    assert not list(shipped.rglob("__pycache__"))
     assert "outputs/" in EXCLUDES
     assert sub.submission_id == "rlrun-exp1-19700101-000000"
     assert sub.run_dir.startswith("outputs/exp1/<timestamp> (relative to the job's working dir")
     with pytest.raises(SubmitError, match="outside the working dir"):
-        prepare(cfg, [], "/", str(tmp_path))
+        prepare(cfg, [], "/", str(tmp_path), tmp_path / "stage2")
+
+
+def test_the_shipped_copy_composes_from_its_own_conf(tmp_path):
+    """rlrun.config.compose finds the conf/ inside the shipped package first (the job has no checkout)."""
+    from rlrun.launch.jobs import ship
+
+    shipped = ship(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RLRUN_CONF_DIR")}
+    r = subprocess.run([sys.executable, "-c", "import rlrun.config.compose as c; print(c.__file__, c.CONF_DIR)"],
+                       cwd=tmp_path, env={**env, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                       timeout=60)
+    assert r.stdout.split() == [f"{shipped}/config/compose.py", f"{shipped}/conf"], r.stdout + r.stderr
 
 
 def test_accelerator_type_must_match_the_hardware_profile():

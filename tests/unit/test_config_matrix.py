@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from rlrun.config import capability, load
+from rlrun.config import ConfigError, capability, load
 from rlrun.config.compose import CONF_DIR, Composer
 from rlrun.config.plan import make_plan
 from rlrun.config.validate import validate
@@ -14,6 +14,8 @@ MODELS = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
 ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 HARDWARE = sorted(p.stem for p in (CONF_DIR / "hardware").glob("*.yaml"))
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
+# experiments with a `???` the user supplies (a path made by another run): the value the test supplies
+REQUIRED = {"tiny-distill-cpu": ["algo.distill.teacher=/teacher"]}
 
 
 def test_groups_are_complete():
@@ -25,9 +27,15 @@ def test_groups_are_complete():
     assert {"qwen3-4b-grpo-mi300x", "glm4-9b-grpo-h100"} <= set(EXPERIMENTS)
 
 
+def test_a_required_value_left_out_is_refused_naming_it():
+    with pytest.raises(ConfigError) as e:
+        load(["experiment=tiny-distill-cpu"])
+    assert any("algo.distill.teacher" in p.message or p.path == "algo.distill.teacher" for p in e.value.problems)
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_validates_and_plans(experiment):
-    plan = make_plan(load([f"experiment={experiment}"]))
+    plan = make_plan(load([f"experiment={experiment}", *REQUIRED.get(experiment, [])]))
     assert plan.world_size == plan.tp * plan.pp * plan.cp * plan.dp
     assert plan.samples_per_rollout == plan.global_batch_size * plan.steps_per_rollout
 

@@ -74,7 +74,7 @@ def test_missing_continuation_is_explained(tmp_path, capsys):
                      r"continuation is missing", err), err
 
 
-def test_seed_with_real_folders_passes_validate_check_paths(tmp_path, capsys, monkeypatch):
+def test_seed_with_real_folders_passes_validate_check_paths(tmp_path, capsys, monkeypatch, gpu_machine):
     """The seed recipe imported with an HF model folder, its torch_dist conversion as --ref-load and the data files:
     the preflight accepts the torch_dist folder (the reference model is built from the HF weights)."""
     import rlrun.launch.preflight as pf

@@ -156,6 +156,20 @@ def test_zero_variance_and_truncation_reward_warn_with_their_values():
     assert "'zero_variance' failed" in out.getvalue() and "'truncation_reward' failed at rollout 1" in out.getvalue()
 
 
+def test_the_zero_variance_fix_names_the_response_length_where_every_sample_was_cut():
+    cfg = load(["checks.zero_variance_max=0.5"])
+    out = io.StringIO()
+    # groups (0,0) (0,0) (1,0): the two flat ones were cut at rollout.max_response_len=1 (conf/data/toy.yaml)
+    s = _samples([0.0, 0.0, 0.0, 0.0, 1.0, 0.0], truncated=(0, 1, 2, 3))
+    Invariants(cfg, out=out).samples(0, s, s)
+    assert "Fix: every sample of 2 of these 2 groups was cut at rollout.max_response_len=1 tokens: raise " \
+        "rollout.max_response_len" in out.getvalue(), out.getvalue()
+    out = io.StringIO()  # agreement without truncation: the response length is not the cause
+    s = _samples([0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
+    Invariants(cfg, out=out).samples(0, s, s)
+    assert "'zero_variance' failed" in out.getvalue() and "max_response_len" not in out.getvalue()
+
+
 def test_truncation_reward_needs_enough_of_both_kinds():
     """9 truncated samples all scoring 1 and 7 complete ones all scoring 0 correlate perfectly, but 7
     complete samples are fewer than TRUNCATION_MIN_EACH: not judged (max_response_len=1 runs have 0-2)."""

@@ -124,7 +124,7 @@ def hf_folder(path: Path, config: str) -> Path:
     return path
 
 
-def test_hf_config_mismatch(tmp_path):
+def test_hf_config_mismatch(tmp_path, gpu_machine):
     hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text().replace(
         '"num_key_value_heads": 8', '"num_key_value_heads": 4'))
     cfg = with_checkpoint(load(["model=qwen3-4b", "hardware=h100", f"run.output_dir={tmp_path}"]), hf=str(hf),
@@ -133,7 +133,7 @@ def test_hf_config_mismatch(tmp_path):
     assert paths(problems) == ["model.num_query_groups"] and "(4)" in problems[0].message
 
 
-def test_hf_folder_without_weights_or_tokenizer(tmp_path):
+def test_hf_folder_without_weights_or_tokenizer(tmp_path, gpu_machine):
     hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text())
     (hf / "model.safetensors").unlink()
     (hf / "tokenizer.json").unlink()
@@ -158,7 +158,7 @@ def test_checkpoint_load_without_a_complete_checkpoint(tmp_path):
 
 def test_custom_reward_module_must_be_importable(tmp_path):
     assert paths(preflight(cfg_with(tmp_path, "data.rm_type=no_such_pkg.rewards:score"))) == ["data.rm_type"]
-    assert preflight(cfg_with(tmp_path, "data.rm_type=json:loads")) == []
+    assert preflight(cfg_with(tmp_path, "data.rm_type=rlrun.reward.rules:exact_match")) == []
 
 
 def test_output_dir_under_a_file(tmp_path):
@@ -284,7 +284,7 @@ def test_run_stops_before_the_run_dir_and_ray(tmp_path):
     assert secs < 2.0, secs
 
 
-def test_preflight_time_on_the_seed_recipe(tmp_path):
+def test_preflight_time_on_the_seed_recipe(tmp_path, gpu_machine):
     """A seed recipe whose paths all exist (HF config.json, 1000-row data file): measured, not just bounded."""
     hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text())
     data = write_jsonl(tmp_path / "small.jsonl", [{"prompt": f"q{i}", "label": str(i)} for i in range(1000)])
@@ -296,7 +296,9 @@ def test_preflight_time_on_the_seed_recipe(tmp_path):
     problems = preflight(cfg, plan)
     secs = time.process_time() - t
     assert problems == [], problems
-    assert secs < 2.0, secs
+    # the data is read with the run's tokenizer (labels vs rollout.max_response_len, <unk> prompts): importing
+    # transformers alone takes ~2.3 CPU s on this machine (2026-11-28); the rest of the preflight ~0.3 s
+    assert secs < 6.0, secs
 
 
 def test_a_sweep_checks_every_point_before_any_run_dir(tmp_path, data):
@@ -323,7 +325,7 @@ def torch_dist_folder(path: Path, iteration: int | None = 0) -> Path:
     return path
 
 
-def test_torch_dist_ref_beside_hf_is_read_from_the_hf_weights(tmp_path):
+def test_torch_dist_ref_beside_hf_is_read_from_the_hf_weights(tmp_path, gpu_machine):
     from rlrun.config.torch_dist import dist_checkpoint_dir, ref_weights
 
     hf = hf_folder(tmp_path / "Qwen3-4B", (QWEN3_4B / "config.json").read_text())

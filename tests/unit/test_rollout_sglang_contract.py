@@ -158,3 +158,18 @@ def test_each_node_of_an_engine_over_two_nodes_gets_its_node_rank_and_node_0s_ad
     assert not {"--nnodes", "--node-rank", "--dist-init-addr"} & set(one)
     with pytest.raises(ValueError, match="spans 2 nodes but has no dist_init_addr"):
         server_args(cfg, EngineSlot(rank=0, base_gpu_id=0, port=31000, nccl_port=31001, nnodes=2, node_rank=1))
+
+
+def test_async_engines_run_without_a_prefix_cache_unless_pushes_can_flush_it():
+    """The async loop pushes with requests paused in place, so it cannot flush the engines' prefix cache (SGLang
+    0.5.16 flushes only an idle engine): its engines run without one, or prefixes cached under old weights are reused
+    for ever (rlrun.config.sizes.push_flushes_cache). With partial_rollout the push aborts first and can flush."""
+    base = ["hardware=h100", "model=qwen3-0.6b", "checkpoint.hf=/ckpt", "train.colocate=false", "rollout.num_gpus=1",
+            "train.gpus_per_node=1"]
+    slot = EngineSlot(rank=0, base_gpu_id=1, port=32000, nccl_port=32001)
+    assert "disable_radix_cache" not in server_args(load(base), slot)
+    assert server_args(load(base + ["train.async_train=true"]), slot)["disable_radix_cache"] is True
+    assert "disable_radix_cache" not in server_args(load(base + ["train.async_train=true",
+                                                                 "rollout.partial_rollout=true"]), slot)
+    mine = load(base + ["train.async_train=true", "+rollout.sglang.disable_radix_cache=false"])
+    assert server_args(mine, slot)["disable_radix_cache"] is False  # the user's rollout.sglang wins

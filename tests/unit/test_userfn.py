@@ -93,10 +93,40 @@ def test_a_length_filter_that_leaves_no_prompt_is_reported_with_counts(tmp_path)
                            "data.max_prompt_len=18"])) == []  # one prompt left: the run can start
 
 
-def test_the_preflight_counts_prompts_the_toy_tokenizer_reads_as_unk(tmp_path, capsys):
+def test_the_preflight_counts_prompts_the_toy_tokenizer_reads_as_unk(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"input": "What is 2+2?", "label": "4"}\n{"input": "2+2=", "label": "4"}\n'
                     '{"input": "3+3=", "label": "6"}\n')  # 'W' is outside the vocabulary (lower case only)
-    assert preflight(load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}",
-                           "data.max_prompt_len=null"])) == []
-    assert "note: data.prompt_data: 1 of 3 prompts hold characters outside" in capsys.readouterr().err
+    (p,) = preflight(load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}",
+                           "data.max_prompt_len=null"]))
+    assert p.path == "data.prompt_data" and "1 of 3 prompts hold characters outside the toy tokenizer's" in p.message
+    assert "they become <unk>" in p.message and "checkpoint.hf" in p.fix, p
+
+
+def test_the_preflight_counts_labels_no_response_can_hold_and_names_the_length(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"  # the toy tokenizer: one token per character
+    data.write_text('{"input": "11+11=", "label": "22"}\n{"input": "1+1=", "label": "2"}\n'
+                    '{"input": "50+50=", "label": "100"}\n{"input": "a", "label": "B"}\n')
+    base = [f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}"]
+    long, spelled = preflight(load(base))  # rollout.max_response_len=1 (conf/data/toy.yaml)
+    assert long.path == "rollout.max_response_len" and long.value == 1
+    assert "2 of 4 labels (data.label_key=label) are longer than rollout.max_response_len=1 tokens (the longest, " \
+        "'100', is 3)" in long.message and "data.rm_type=exact_match scores those prompts 0" in long.message
+    assert "at least 3" in long.fix
+    assert spelled.path == "data.prompt_data" and "1 of 4 labels hold characters outside" in spelled.message
+    (spelled,) = preflight(load([*base, "rollout.max_response_len=3"]))  # the length asked for: only 'B' is left
+    assert "1 of 4 labels" in spelled.message
+    assert preflight(load([*base, "rollout.max_response_len=3", f"data.rm_type={tmp_path / 'r.py'}:f"]))[0].path \
+        == "data.rm_type"  # (no such file) a custom reward: the labels are a note, not a problem
+    (tmp_path / "r.py").write_text("def f(response, label, metadata=None):\n    return 0.0\n")
+    assert preflight(load([*base, f"data.rm_type={tmp_path / 'r.py'}:f"])) == []
+    assert "note: rollout.max_response_len: 2 of 4 labels" in capsys.readouterr().err
+
+
+def test_both_missing_data_keys_are_reported_at_once(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "1+1=", "answer": "2"}\n')
+    problems = preflight(load([f"run.output_dir={tmp_path / 'out'}", f"data.prompt_data={data}"]))
+    assert [p.path for p in problems] == ["data.input_key", "data.label_key"]
+    assert "no key 'input' (data.input_key) and no key 'label' (data.label_key); keys: ['answer', 'question']" \
+        in problems[0].message

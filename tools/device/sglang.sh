@@ -20,6 +20,10 @@
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
+#              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
+#   predict    the plan's predicted vs measured per phase for the newest steps-* runs (issue 38;
+#              tools/device/predict_vs_measured.py: shipped constants and leave-one-out fits), $OUT/predict.md
+#              and $OUT/calibration.fitted.yaml (the fit to all of them)                      ~5 s
 # LEARN_EXTRA / STEPS_EXTRA add overrides.
 set -u
 OUT=${OUT:-/tmp/out}
@@ -83,19 +87,29 @@ for item in $ITEMS; do
                 grep -E '^\{' "$OUT/throughput.log" | tee -a "$RES" ;;
     gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu
          tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
-    steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-4b}; do
+    steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-1.7b qwen3-4b}; do
              # Qwen3-4B's full-precision state (110 GiB planned) does not fit one H100: the memory gate refuses it
              lean=""; [ "$shape" = qwen3-4b ] && lean="train.recompute.granularity=full train.recompute.method=uniform \
                train.recompute.num_layers=1 optim.state_dtype=bf16 train.fp32_grads=false"
+             case $shape in  # three shapes (model x batch x response length) for the cost model (issue 38)
+               qwen3-1.7b) batch="rollout.rollout_batch_size=16 rollout.n_samples_per_prompt=8 rollout.max_response_len=1024" ;;
+               qwen3-4b) batch="rollout.rollout_batch_size=16 rollout.n_samples_per_prompt=4 rollout.max_response_len=256" ;;
+               *) batch="rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 rollout.max_response_len=512" ;;
+             esac
              run "steps_$shape" 300 "${RLRUN[@]}" hardware=h100 model=$shape model.vocab_size=64 data=toy \
                checkpoint.random_init=true parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
-               rollout.num_rollout=4 rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 \
-               rollout.max_response_len=512 rollout.mem_fraction_static=0.4 \
+               rollout.num_rollout=4 $batch rollout.mem_fraction_static=0.4 \
                "${KIT[@]}" \
                logging.wandb.mode=disabled \
                run.name=steps-$shape run.output_dir=/tmp/runs $lean ${STEPS_EXTRA:-}
              summary steps-$shape
            done ;;
+    predict) dirs=$(for d in /tmp/runs/steps-*; do ls -td "$d"/*/ 2>/dev/null | head -1; done)
+             if [ -n "$dirs" ]; then
+               python3 tools/device/predict_vs_measured.py $dirs --out "$OUT" 2>&1 | tee -a "$RES"
+             else
+               echo "predict: no steps-* runs in /tmp/runs (run ITEMS=steps first, on the same warm machine)" | tee -a "$RES"
+             fi ;;
     *) echo "unknown item $item" | tee -a "$RES" ;;
   esac
 done

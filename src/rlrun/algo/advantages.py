@@ -130,6 +130,8 @@ def compute_advantages(
     cu_seqlens: torch.Tensor | None = None,
     group: dist.ProcessGroup | None = None,
     group_ids: torch.Tensor | None = None,
+    teacher_logp: torch.Tensor | None = None,
+    opd_kl_coef: float = 0.0,
 ):
     """Token-level (advantages, returns) for one rollout batch, laid out like `loss_mask`.
 
@@ -137,6 +139,11 @@ def compute_advantages(
     holes, e.g. tool output). response_mask: every response token (None = loss_mask); pads are 0.
     logp/ref_logp: log-probs of the response tokens (needed when kl_coef != 0). values: critic
     values (ppo only). The keyword values mirror the `algo` config section (see docs/algorithms.md).
+    teacher_logp (on-policy distillation, algo.distill): the teacher's log-probs of the response tokens; the
+    advantage of every response token then gets `- opd_kl_coef * (logp - teacher_logp)`, the per-token reverse
+    KL of the student (`logp`: the trainer's log-probs of the samples) from the teacher, after the estimator and
+    before whitening (slime `apply_opd_kl_to_advantages` in slime/backends/megatron_utils/loss.py); the
+    returns (PPO's value targets) are left as they are, as slime does.
     """
     if estimator not in ESTIMATORS or estimator not in TOKEN_RULES:
         raise ValueError(f"algo.advantage_estimator={estimator!r} is unknown; use one of {', '.join(ESTIMATORS)}")
@@ -147,7 +154,7 @@ def compute_advantages(
             estimator, rewards, n_samples_per_prompt, loss_mask=pad(loss_mask), response_mask=pad(response_mask),
             logp=pad(logp), ref_logp=pad(ref_logp), values=pad(values), kl_coef=kl_coef, kl_type=kl_type,
             normalize_std=normalize_std, normalize_advantages=normalize_advantages, gamma=gamma, lambd=lambd,
-            group=group, group_ids=group_ids,
+            group=group, group_ids=group_ids, teacher_logp=pad(teacher_logp), opd_kl_coef=opd_kl_coef,
         )
         return padded_to_packed(adv, cu_seqlens), padded_to_packed(ret, cu_seqlens)
 
@@ -165,6 +172,10 @@ def compute_advantages(
     if spec.group_normalised:
         r = group_normalize(r, n_samples_per_prompt, normalize_std and spec.std_normalised, group_ids=group_ids)
     adv, ret = TOKEN_RULES[estimator](r, lmask, rmask, tok_kl, values, kl_coef=kl_coef, gamma=gamma, lambd=lambd)
+    if teacher_logp is not None:
+        if logp is None:
+            raise ValueError("on-policy distillation (teacher_logp) needs the student's log-probs `logp`")
+        adv = adv - opd_kl_coef * (logp - teacher_logp) * rmask
 
     if normalize_advantages:
         adv = whiten(adv, lmask, group=group) * rmask

@@ -69,6 +69,7 @@ class AlgoParams:
     gamma: float
     lambd: float
     value_clip: float
+    loss_type: str = "policy_loss"   # rlrun.config.kinds.LOSS_TYPES; LOSSES below holds each one's function
 
     @classmethod
     def from_config(cls, cfg) -> AlgoParams:
@@ -78,6 +79,8 @@ class AlgoParams:
         """
         values = {}
         for f in fields(cls):
+            if f.name == "loss_type" and not hasattr(cfg.algo, "loss_type"):
+                continue  # a config tree from before algo.loss_type: the policy loss
             section = cfg.train if f.name == "calculate_per_token_loss" else cfg.algo
             if not hasattr(section, f.name):
                 where = "train" if section is cfg.train else "algo"
@@ -119,6 +122,40 @@ def _correction_metrics(c, old, rollout, mask, cu, reduce, veto: bool) -> dict:
 
 
 def compute_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    rollout_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    entropy: torch.Tensor | None,
+    params: AlgoParams,
+    cu_seqlens: torch.Tensor | None = None,
+    normalizer: float | torch.Tensor | None = None,
+):
+    """The loss of one micro-batch and its metrics, by `params.loss_type` (algo.loss_type): the policy loss
+    (policy_loss, below) or the SFT loss (sft_loss). Arguments: see policy_loss_and_metrics."""
+    return LOSSES[params.loss_type](logp, old_logp, ref_logp, rollout_logp, advantages, loss_mask, entropy, params,
+                                    cu_seqlens, normalizer)
+
+
+def sft_loss(logp, old_logp, ref_logp, rollout_logp, advantages, loss_mask, entropy, params: AlgoParams,
+             cu_seqlens=None, normalizer=None):
+    """Supervised fine-tuning: `-log p` of the trained response tokens, aggregated like the policy loss
+    (per-sample mean, or per-token with train.calculate_per_token_loss): slime `sft_loss_function`
+    (slime/backends/megatron_utils/loss.py), `loss = -sum_of_sample_mean(log_probs)`. Only `logp` and
+    `loss_mask` are read; metrics: loss (the mean negative log-likelihood) and, when given, entropy_loss."""
+    keep = loss_mask > 0
+    nll = torch.where(keep, -logp, torch.zeros_like(logp))  # a masked position's value cannot reach the loss
+    loss = aggregate(nll, loss_mask, params.calculate_per_token_loss, cu_seqlens, normalizer)
+    metrics = {"loss": loss.detach()}
+    if entropy is not None:
+        metrics["entropy_loss"] = aggregate(torch.where(keep, entropy, torch.zeros_like(entropy)), loss_mask,
+                                            params.calculate_per_token_loss, cu_seqlens, normalizer).detach()
+    return loss, metrics
+
+
+def policy_loss_and_metrics(
     logp: torch.Tensor,
     old_logp: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
@@ -195,3 +232,7 @@ def compute_loss(
         metrics["kl_loss"] = kl_loss
     metrics["loss"] = loss
     return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+# algo.loss_type -> its loss function (rlrun.config.kinds.LOSS_TYPES names the same kinds; a test keeps them equal)
+LOSSES = {"policy_loss": policy_loss_and_metrics, "sft_loss": sft_loss}

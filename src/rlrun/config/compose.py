@@ -18,10 +18,14 @@ from rlrun.config.interpolate import interpolation_problem, resolve
 # src/rlrun/config/compose.py -> repo root is three levels above the package directory (editable install,
 # the supported setup); RLRUN_CONF_DIR points elsewhere, e.g. for a copy of conf/ next to a wheel install.
 def _find_conf_dir() -> Path:
-    """RLRUN_CONF_DIR, else the source checkout's conf/, else the copy a wheel install puts in
+    """RLRUN_CONF_DIR, else a conf/ inside the package (the copy `rlrun submit` ships to a Ray job:
+    rlrun.launch.jobs.ship), else the source checkout's conf/, else the copy a wheel install puts in
     {prefix}/share/rlrun/conf (pyproject's data-files)."""
     if os.environ.get("RLRUN_CONF_DIR"):
         return Path(os.environ["RLRUN_CONF_DIR"])
+    shipped = Path(__file__).resolve().parents[1] / "conf"
+    if (shipped / "config.yaml").is_file():
+        return shipped
     source = Path(__file__).resolve().parents[3] / "conf"
     if (source / "config.yaml").is_file():
         return source

@@ -29,6 +29,14 @@ def _default(sec: dict, key: str, value: Any) -> None:
         sec[key] = value
 
 
+def _trains_on_data(algo: dict) -> bool:
+    """algo.loss_type names a loss that trains on the data set with no engines (rlrun.config.kinds.LOSS_TYPES)."""
+    from rlrun.config.kinds import LOSS_TYPES
+
+    name = algo.get("loss_type")
+    return isinstance(name, str) and name in LOSS_TYPES and not LOSS_TYPES[name].needs_rollout
+
+
 def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     raw = copy.deepcopy(raw)
     problems: list[Problem] = []
@@ -46,6 +54,8 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
         trainer_gpus = train["num_nodes"] * train["gpus_per_node"]
         if train.get("colocate") is True:
             _default(rollout, "num_gpus", trainer_gpus)  # colocated engines share the trainer's GPUs
+        elif train.get("colocate") is False and rollout.get("num_gpus", 0) is None and _trains_on_data(algo):
+            rollout["num_gpus"] = rollout.get("gpus_per_engine") or 1  # unused: no engine is placed (sft_loss)
         elif train.get("colocate") is False and rollout.get("num_gpus", 0) is None:
             problems.append(Problem(
                 "rollout.num_gpus", "is null but train.colocate is false: a disaggregated run needs its own "

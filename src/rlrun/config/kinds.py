@@ -105,6 +105,10 @@ class EngineKind:
     memory: str = "per_sequence"
     # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
     factory: str = ""
+    lora: bool = False                       # serves a LoRA run (takes the merged weights at each sync)
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
     # NCCL settings the engine's processes run with whatever their env says; every rank of an NCCL weight-sync
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
@@ -117,12 +121,13 @@ class EngineKind:
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
-ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True,
+ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True,
                             memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
 ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
                             nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                             server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
-                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines"))
+                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines",
+                            requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))
 
 
 # ---- trainer backends ------------------------------------------------------------------------------------
@@ -148,6 +153,11 @@ class BackendKind:
     factory: str = ""                        # "module:Class", the TrainerBackend subclass
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
+    teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
+    lora: bool = False                       # trains a LoRA adapter (model.lora.rank > 0)
+    # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
+    # embedded Ray: rlrun.launch.preflight.embedded_ray)
+    requires: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "distributed"))
@@ -159,14 +169,15 @@ BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
 # torch: fp32 HF weights 4 + Adam m and v 8 = 12 B/param in a checkpoint
 BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                               bf16_grads=False, cuda_graphs=False, sliding_window=True,
-                              checkpoint_bytes={"fp32": 12}, memory="fp32",
+                              checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True, lora=True,
                               factory="rlrun.train.torch_backend:TorchBackend"))
 # megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16)
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
-                              memory="distributed", activations_calibrated=True,
-                              factory="rlrun.train.megatron_backend:MegatronBackend"))
+                              memory="distributed", activations_calibrated=True, teacher=True,
+                              factory="rlrun.train.megatron_backend:MegatronBackend",
+                              requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 
 # ---- advantage estimators --------------------------------------------------------------------------------
@@ -191,10 +202,36 @@ ESTIMATORS.register(EstimatorKind("reinforce_plus_plus_baseline", group_normalis
 ESTIMATORS.register(EstimatorKind("ppo", needs_critic=True))
 
 
+# ---- loss types (algo.loss_type; slime --loss-type) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class LossKind:
+    name: str
+    needs_rollout: bool = True       # samples come from the engines (False: from the dataset, no engines at all)
+    needs_advantages: bool = True    # the loop computes advantages from rewards (slime
+                                     # --disable-compute-advantages-and-returns is the False case)
+
+
+LOSS_TYPES: Kinds[LossKind] = Kinds("algo.loss_type")
+LOSS_TYPES.register(LossKind("policy_loss"))
+# SFT: -log p of the dataset's response tokens (slime sft_loss_function); trainer only (slime --debug-train-only)
+LOSS_TYPES.register(LossKind("sft_loss", needs_rollout=False, needs_advantages=False))
+
+
+def needs_rollout(cfg: Any) -> bool:
+    """Whether the run generates with engines: the one place "this loss trains on a dataset only" is decided."""
+    return LOSS_TYPES[cfg.algo.loss_type].needs_rollout
+
+
 def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:
     """Whether train.backend `backend` builds model family `family` (whose registry entry lists
     `family_backends`)."""
     return backend in family_backends or family in BACKENDS[backend].families
+
+
+def use_teacher(cfg: Any) -> bool:
+    """Whether the run distils from a teacher (algo.distill.teacher set): the one place it is decided."""
+    return cfg.algo.distill.teacher is not None
 
 
 def use_critic(cfg: Any) -> bool:

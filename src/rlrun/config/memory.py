@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 from math import ceil
 
 from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
-from rlrun.config.params import ParamCount, count_params
+from rlrun.config.params import ParamCount, count_params, lora_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, known_sample_tokens
 
@@ -236,6 +236,10 @@ def estimate(cfg: RunConfig) -> Memory:
         grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
     else:
         weights, grads, optim = 4 * n, 4 * n, 8 * n
+    if cfg.model.lora.rank:  # LoRA: the base weights are frozen, grads and Adam state cover the adapter only
+        a = lora_params(cfg.model)
+        weights, grads, optim = weights + weights / max(n, 1) * a, grads / max(n, 1) * a, optim / max(n, 1) * a
+        notes.append(f"model.lora: grads and optimizer state of the {a:,} adapter parameters only (base frozen)")
     act = _activations(cfg, _tokens_per_micro_batch(cfg, sample_tokens))
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 

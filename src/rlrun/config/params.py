@@ -68,3 +68,22 @@ def count_params(m: ModelSection) -> ParamCount:
     return ParamCount(total=total, active=common + n_moe * active_experts * expert, embedding=embedding,
                       lm_head=lm_head, dense_layer=dense_layer, moe_layer_shared=moe_shared, expert=expert,
                       num_dense_layers=n_dense, num_moe_layers=n_moe, final_norm=h)
+
+
+def lora_shapes(m: ModelSection) -> dict[str, tuple[int, int]]:
+    """(in, out) features of the linear layers LoRA can target, by their HF module name (dense attention and
+    MLP; llama/qwen/glm4 names). gate_proj/up_proj exist with SwiGLU only."""
+    h, hd, heads, kv, ffn = m.hidden_size, m.head_dim, m.num_attention_heads, m.num_query_groups, m.ffn_hidden_size
+    shapes = {"q_proj": (h, heads * hd), "k_proj": (h, kv * hd), "v_proj": (h, kv * hd), "o_proj": (heads * hd, h),
+              "up_proj": (h, ffn), "down_proj": (ffn, h)}
+    if m.swiglu:
+        shapes["gate_proj"] = (h, ffn)
+    return shapes
+
+
+def lora_params(m: ModelSection) -> int:
+    """Parameters of the LoRA adapter model.lora describes: rank * (in + out) per targeted layer (A and B),
+    0 when LoRA is off."""
+    r = m.lora.rank
+    shapes = lora_shapes(m)
+    return sum(m.num_layers * r * sum(shapes[t]) for t in m.lora.target_modules if t in shapes)

@@ -3,11 +3,12 @@ before a GPU is taken: batch math, rank layout, placement of trainer ranks and e
 env. Pure arithmetic (no torch, no ray): `rlrun plan` prints it and every run dir saves it."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
-from rlrun.config.kinds import ENGINES
+from rlrun.config.kinds import ENGINES, needs_rollout
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -74,9 +75,15 @@ class Plan:
     memory: dict[str, Any] = field(default_factory=dict)        # the full estimate (rlrun.config.memory.Memory)
     choices: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)          # predicted time and cost (rlrun.config.cost)
 
     def engine_slots(self, engine: int) -> list[Slot]:
         return [s for s in self.placement if s.role == "engine" and s.rank == engine]
+
+    def devices_per_node(self) -> list[int]:
+        """Devices (GPU or CPU bundles) the placement puts on each of its nodes, node 0 first."""
+        per_node = Counter(node for node, _ in {(s.node, s.gpu) for s in self.placement})
+        return [per_node[n] for n in sorted(per_node)]
 
     def trainer_slot(self, rank: int) -> Slot:
         return next(s for s in self.placement if s.role == "trainer" and s.rank == rank)
@@ -96,6 +103,8 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
     leaves free, node by node (hardware.gpus_per_node, not an assumed 8: slime's gap), never splitting an
     engine that fits a node across nodes; an engine wider than a node takes g / gpus_per_node whole free nodes
     (SGLang runs it as one process per node with --nnodes, as slime does)."""
+    if not needs_rollout(cfg):
+        return []  # algo.loss_type=sft_loss: the trainer alone
     g = cfg.rollout.gpus_per_engine
     if cfg.train.colocate:
         return [Slot(s.node, s.gpu, "engine", s.rank // g) for s in trainer_slots(cfg)[: cfg.rollout.num_gpus]]
@@ -185,8 +194,13 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "was seen before" + (" in the same step: train.offload moves the buffers the graphs address, "
                                           "so they are dropped at every offload" if t.offload else "")
                      + "; a new shape runs eagerly")
+    engines = needs_rollout(cfg)  # algo.loss_type=sft_loss: the trainer alone, no engine is placed
+    if not engines:
+        notes.append(f"algo.loss_type={cfg.algo.loss_type}: trains on the data set only; no rollout engines are "
+                     "started (rollout.* sampling settings are unused)")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
+    from rlrun.config.cost import predict
     from rlrun.config.memory import estimate, lean_state_hint
     from rlrun.config.params import count_params
 
@@ -196,10 +210,13 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append(f"memory: estimated peak {mem.peak:.1f} GiB per GPU exceeds {mem.available:.1f} GiB "
                      "(more GPUs, TP/PP/EP, offload, recompute or a smaller max_tokens_per_gpu help)"
                      + lean_state_hint(cfg, mem))
+    cost = predict(cfg, weight_sync(cfg), mem=mem)
+    notes += cost.get("warnings", [])
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
         num_nodes=max(s.node for s in placement) + 1, gpus_per_node=cfg.hardware.gpus_per_node,
-        trainer_gpus=world, rollout_gpus=r.num_gpus, num_engines=r.num_engines, gpus_per_engine=r.gpus_per_engine,
+        trainer_gpus=world, rollout_gpus=r.num_gpus if engines else 0, num_engines=r.num_engines if engines else 0,
+        gpus_per_engine=r.gpus_per_engine,
         nodes_per_engine=nodes_per_engine(placement),
         prompts_per_rollout=r.rollout_batch_size, samples_per_rollout=samples,
         steps_per_rollout=t.num_steps_per_rollout, global_batch_size=t.global_batch_size,
@@ -210,5 +227,5 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
-        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes,
+        fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes, cost=cost,
     )

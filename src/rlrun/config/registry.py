@@ -38,7 +38,7 @@ Rule = Callable[["RunConfig"], Iterable[Problem]]
 # the modules are imported on the first validation, as a kind's factory is imported when a run builds it).
 RULES: Checks[Rule] = Checks()
 RULE_MODULES = ["rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
-                "rlrun.config.check_rules", "rlrun.agent.rules"]
+                "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules"]
 
 
 def load_rule_modules() -> None:

@@ -28,6 +28,43 @@ def summary_lines(plan: Plan) -> list[str]:
     ]
 
 
+def cost_line(plan: Plan) -> str:
+    """One line of the prediction (rlrun.config.cost): step, run, GPU-hours, and its basis."""
+    c = plan.cost
+    if "step_s" not in c:
+        return f"predicted: none ({c.get('note', 'no cost model')})"
+    tag = "measured constants" if c["basis"] == "measured" else "ESTIMATE"
+    return (f"predicted: {c['step_s']:.2f} s per rollout step, {plan.num_rollout} rollouts in {_hours(c['run_h'])} "
+            f"= {c['gpu_hours']:.3g} GPU-hours on {c['gpus']} GPU(s) [{tag}: {c['hardware']}]")
+
+
+def _hours(h: float) -> str:
+    return f"{h:.1f} h" if h >= 1 else f"{h * 60:.1f} min"
+
+
+def _cost_rows(plan: Plan) -> list[list[Any]]:
+    c = plan.cost
+    per = {"eval": "eval.interval", "save": "checkpoint.save_interval"}
+    rows = []
+    for ph, s in c["phases_s"].items():
+        if ph in c.get("events_s", {}):
+            rows.append([ph, f"{s:.3f}", f"{c['events_s'][ph]:.2f} s each, amortised over {per[ph]}"])
+        elif s:
+            rows.append([ph, f"{s:.3f}", ""])
+    rows.append(["driver overhead", f"{c['overhead_s']:.3f}", ""])
+    if "async" in c:
+        a = c["async"]
+        rows.append(["step (async)", f"{c['step_s']:.3f}", f"max(producer {a['producer_s']:.2f}, trainer "
+                     f"{a['trainer_s']:.2f}); bubble {a['bubble_s']:.2f} s ({a['waits']} wait)"])
+    else:
+        rows.append(["step", f"{c['step_s']:.3f}", "sum of the phases (sync)"])
+    g = c["generation"]
+    kv = f", KV {g['kv_sequences']:,} sequences" if g.get("kv_sequences") is not None else ""
+    rows.append(["generation", "", f"{g['requests_per_engine']} requests per engine at concurrency {g['concurrency']}{kv}, "
+                 f"~{g['decode_steps']:.0f} decode steps, {g['response_tokens']:.0f} response tokens mean"])
+    return rows
+
+
 def _gib(x: float) -> str:
     return f"{x:.1f} GiB" if x >= 1 else f"{x * 1024:.1f} MiB"
 
@@ -88,6 +125,21 @@ def print_plan(plan: Plan) -> None:
     console.print(_table(f"placement ({'colocated' if plan.colocate else 'disaggregated'})",
                          ["node", "gpu", "runs"], [[n, g, ", ".join(v)] for (n, g), v in sorted(by_gpu.items())]))
     console.print(_table("memory per GPU (GiB, estimate)", ["role", "what", "GiB", "total"], _memory_rows(plan)))
+    if "step_s" in plan.cost:
+        c = plan.cost
+        console.print(_table(f"predicted time per rollout step (s; {'measured constants' if c['basis'] == 'measured' else 'ESTIMATE'}"
+                             f" for {c['hardware']})", ["phase", "s", ""], _cost_rows(plan)))
+        print(cost_line(plan))
+        print(f"basis: {c['note']}")
+        print("assumed: " + "; ".join(c["assumptions"]))
+        advice = c.get("advice") or []
+        best = advice[0] if advice else None
+        if best and not best["current"] and best["gain"] and best["gain"] > 1.05:
+            print(f"advice: {best['layout']}: {best['step_s']:.2f} s per step, {best['gain']:.2f}x faster (predicted)")
+        elif best:
+            print(f"advice: the current layout is the fastest of {len(advice)} splits of these GPUs (predicted)")
+    else:
+        print(cost_line(plan))
     if plan.env:
         console.print(_table("env for actors", ["var", "value"], sorted(plan.env.items())))
     for n in plan.notes:

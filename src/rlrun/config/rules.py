@@ -9,7 +9,7 @@ from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, resolve, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, resolve, use_critic
 from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
 from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES, load_rule_modules
@@ -134,7 +134,7 @@ def estimator(cfg: RunConfig) -> Iterator[Problem]:
     if kind.needs_whitening and not a.normalize_advantages:
         yield Problem("algo.normalize_advantages", f"{a.advantage_estimator} needs advantage whitening",
                       "set algo.normalize_advantages=true", a.normalize_advantages)
-    if kind.group_normalised and n == 1:
+    if kind.group_normalised and n == 1 and LOSS_TYPES[a.loss_type].needs_advantages:
         yield Problem("rollout.n_samples_per_prompt", f"{a.advantage_estimator} compares samples within a group; "
                       "with one sample per prompt every advantage is 0 and nothing is learned",
                       "set rollout.n_samples_per_prompt >= 2 (8 is usual), or algo=reinforce_plus_plus / ppo", n)

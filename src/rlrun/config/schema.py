@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -58,6 +58,7 @@ class KubeRaySection(Section):
     memory_per_node: Annotated[str, Field(pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")]  # a k8s quantity
     pvc: Optional[str]
     mount_path: Annotated[str, Field(pattern=r"^/")]
+    image_paths: list[Annotated[str, Field(pattern=r"^/")]]  # absolute folders the image holds (model weights...)
 
 
 class ClusterSection(Section):
@@ -108,6 +109,13 @@ class MLASection(Section):
     v_head_dim: PosInt
 
 
+class LoraSection(Section):
+    rank: NonNegInt                          # 0 = off
+    alpha: PosFloat
+    dropout: Annotated[float, Field(ge=0, lt=1)]
+    target_modules: Annotated[list[str], Field(min_length=1)]
+
+
 class ModelSection(Section):
     hub_id: Optional[str] = None   # the HF repo of the real weights (rlrun.config.hub); null: random init only
     name: str
@@ -131,6 +139,7 @@ class ModelSection(Section):
     post_norms: bool
     moe: Optional[MoESection]
     mla: Optional[MLASection]
+    lora: LoraSection
 
 
 class CheckpointSection(Section):
@@ -263,8 +272,16 @@ class DataSection(Section):
     source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
+class DistillSection(Section):
+    teacher: Optional[str]                 # null = no distillation
+    coef: NonNegFloat
+    where: Literal["trainer"]              # the teacher's forward on the trainer ranks (slime --opd-type megatron)
+    reward: Literal["add", "replace"]
+
+
 class AlgoSection(Section):
     name: str
+    loss_type: _kind(LOSS_TYPES)  # type: ignore[valid-type]  # policy_loss | sft_loss (slime --loss-type)
     advantage_estimator: _kind(ESTIMATORS)  # type: ignore[valid-type]
     normalize_std: bool                             # derived: forced off when n_samples_per_prompt == 1
     normalize_advantages: bool
@@ -296,6 +313,7 @@ class AlgoSection(Section):
     opsm_reference: Literal["rollout", "old"]
     use_unbiased_kl: bool
     use_rollout_logprobs: bool
+    distill: DistillSection
 
 
 class OptimSection(Section):

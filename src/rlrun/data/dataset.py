@@ -33,7 +33,7 @@ class PromptItem:
     metadata: dict = field(default_factory=dict)
 
 
-def _read_rows(path: Path):
+def read_rows(path: Path):
     """Yield (location, row dict) pairs; location is `path:line` (JSONL) or `path:row N` (parquet)."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -69,14 +69,14 @@ def _check_messages(where: str, key: str, prompt) -> None:
 def row_fields(where: str, row: dict, input_key: str, label_key: str | None,
                metadata_key: str | None) -> tuple[str | list[dict], dict | None]:
     """(prompt, metadata) of one row, or DataError naming the row and the data.* key it lacks or breaks."""
-    if input_key not in row:
-        raise DataError(f"{where}: row has no key {input_key!r} (data.input_key); keys: {sorted(row)}")
+    missing = [f"no key {k!r} ({setting})" for k, setting in ((input_key, "data.input_key"),
+                                                             (label_key, "data.label_key")) if k is not None and k not in row]
+    if missing:  # both keys at once: a file with other names fails on both
+        raise DataError(f"{where}: row has {' and '.join(missing)}; keys: {sorted(row)}"
+                        + ("; set data.label_key=null for unlabelled data" if "(data.label_key)" in missing[-1] else ""))
     prompt = row[input_key]
     if not isinstance(prompt, str):
         _check_messages(where, input_key, prompt)
-    if label_key is not None and label_key not in row:
-        raise DataError(f"{where}: row has no key {label_key!r} (data.label_key); keys: {sorted(row)}; "
-                        "set data.label_key=null for unlabelled data")
     metadata = row.get(metadata_key) if metadata_key else None
     if isinstance(metadata, str):
         try:
@@ -93,7 +93,7 @@ def check_file(path: str | Path, input_key: str, label_key: str | None, metadata
     bad one (`path:line`). What the preflight runs before any actor starts."""
     path = Path(path)
     n = 0
-    for n, (where, row) in enumerate(_read_rows(path), 1):
+    for n, (where, row) in enumerate(read_rows(path), 1):
         row_fields(where, row, input_key, label_key, metadata_key)
     if n == 0:
         raise DataError(f"{path}: no prompts (the file is empty)")
@@ -119,7 +119,7 @@ class PromptDataset:
         self.num_unk = 0  # prompts with characters the tokenizer does not know (<unk>): counted and logged
         unk = getattr(tokenizer, "unk_token_id", None)
         lengths = []
-        for i, (where, row) in enumerate(_read_rows(self.path)):
+        for i, (where, row) in enumerate(read_rows(self.path)):
             item = self._parse(i, where, row, input_key, label_key, metadata_key, tokenizer, apply_chat_template)
             lengths.append(len(item.tokens))
             self.num_unk += unk is not None and unk in item.tokens

@@ -59,14 +59,14 @@ class Check:
     name: str
     events: tuple[str, ...]
     fn: Callable[["Invariants", SimpleNamespace], Verdict]
-    fix: str
+    fix: str | Callable[["Invariants", SimpleNamespace], str]  # a callable words the fix for the event at hand
     error: type = InvariantError
 
 
 CHECKS: dict[str, Check] = {}
 
 
-def check(name: str, *events: str, fix: str, error: type = InvariantError):
+def check(name: str, *events: str, fix, error: type = InvariantError):
     def register(fn):
         CHECKS[name] = Check(name, events, fn, fix, error)
         return fn
@@ -194,8 +194,32 @@ def logprob_jump(inv, ev) -> Verdict:
         f"{len(history)} earlier rollouts{after} (checks.logprob_jump_factor={c.logprob_jump_factor})")
 
 
-@check("zero_variance", "samples", fix="the task is too hard for the policy (or too easy below the reward's top "
-       "score): rollout.dynamic_sampling=nonzero_std drops these groups, or change the data")
+def _agree_below_top(inv, groups: list) -> list:
+    """The groups whose rewards all agree below the reward's top score (rlrun.reward.rules.top_score; any value
+    for a reward whose top rlrun does not know): no signal. Agreement at the top is a solved prompt."""
+    from rlrun.reward.rules import top_score
+
+    top = top_score(inv.cfg.data.rm_type)
+    return [g for g in groups if len(g) > 1 and len({s.reward for s in g}) == 1 and (top is None or g[0].reward != top)]
+
+
+def _zero_variance_fix(inv, ev) -> str:
+    """The response length, where the agreeing groups' samples were all cut at it (the labels may not fit)."""
+    from rlrun.data.groups import groups_of
+
+    base = "the task is too hard for the policy (or too easy below the reward's top score): " \
+           "rollout.dynamic_sampling=nonzero_std drops these groups, or change the data"
+    flat = _agree_below_top(inv, groups_of(ev.kept))
+    cut = sum(all(str(getattr(s.status, "value", s.status)) == "truncated" for s in g) for g in flat)
+    if not cut:
+        return base
+    limit = inv.cfg.rollout.max_response_len
+    return (f"every sample of {cut} of these {len(flat)} groups was cut at rollout.max_response_len={limit} tokens: "
+            f"raise rollout.max_response_len if the answers need more (`rlrun validate --check-paths` counts the "
+            f"labels longer than it); else {base}")
+
+
+@check("zero_variance", "samples", fix=_zero_variance_fix)
 def zero_variance(inv, ev) -> Verdict:
     """The share of trained groups whose rewards all agree below the reward's top score: no signal. Groups that
     agree at the top score (every sample right) are solved prompts: convergence, reported as
@@ -206,10 +230,10 @@ def zero_variance(inv, ev) -> Verdict:
     gs = [g for g in groups_of(ev.kept) if len(g) > 1]
     if not gs:
         return None
-    flat = [g for g in gs if len({s.reward for s in g}) == 1]
+    flat = sum(1 for g in gs if len({s.reward for s in g}) == 1)
+    stuck = len(_agree_below_top(inv, gs)) / len(gs)
+    solved = flat / len(gs) - stuck
     top = top_score(inv.cfg.data.rm_type)
-    solved = sum(1 for g in flat if top is not None and g[0].reward == top) / len(gs)
-    stuck = len(flat) / len(gs) - solved
     limit = inv.cfg.checks.zero_variance_max
     inv.pending["rollout/solved_groups"] = solved
     if solved > limit and not inv.said_solved:
@@ -279,7 +303,8 @@ class Invariants:
             if problem is None:
                 continue
             where = f"at rollout {rollout_id}" if rollout_id is not None else f"({kind})"
-            line = f"run invariant {c.name!r} failed {where}: {problem}. Fix: {c.fix}"
+            fix = c.fix(self, ev) if callable(c.fix) else c.fix
+            line = f"run invariant {c.name!r} failed {where}: {problem}. Fix: {fix}"
             if sev == "stop":
                 line += f" (checks.severity.{c.name}=warn lets the run go on)"
                 print(f"[rlrun] STOP: {line}", file=self.out, flush=True)

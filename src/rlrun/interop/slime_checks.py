@@ -37,7 +37,11 @@ def _seen(decoded, flag: str) -> bool:
 def absent_required(decoded) -> Iterator[Problem]:
     """A flag slime has no usable default for (slime_table.Row.required) is not in the script."""
     custom = _seen(decoded, GENERATE_FLAG)
+    # --loss-type sft_loss (with --debug-train-only) never generates or scores: the rollout side's flags are moot
+    train_only = decoded.values.get("algo.loss_type") == "sft_loss"
     for row in ROWS:
+        if train_only and row.path.startswith(("rollout.", "data.rm_")):
+            continue
         if row.required and row.path not in decoded.explicit and not (custom and row.path in _FUNCTION_OWNS):
             yield Problem(row.path, f"{row.flag} is not in the script: {row.required}",
                           f"add {row.flag} to the script (rlrun does not fill in its own {row.path} for it)")

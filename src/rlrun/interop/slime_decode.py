@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rlrun.interop import slime_agent, slime_mis
+from rlrun.interop import slime_agent, slime_mis, slime_modes
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
@@ -120,6 +120,8 @@ class _Decoder:
         self.datasets: list[dict] = []
         self.mis: Occ | None = None  # --custom-tis-function-path of slime's MIS example
         self.custom_config: Occ | None = None
+        self.opd: list[Occ] = []  # --use-opd, --opd-type (slime_modes)
+        self.modes: list[Occ] = []  # SFT's implied flags (slime_modes), checked against --loss-type at the end
 
     def set(self, path: str, value: Any, occ: Occ) -> None:
         if path in self.explicit and not same(self.values[path], value) and path != "train.async_train":
@@ -139,6 +141,7 @@ class _Decoder:
                     self.explicit.add(row.path)
                     self.values.setdefault(row.path, None)
         self.fill_defaults()
+        slime_modes.finish(self)
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
             self.explicit.add("rollout.sglang")
@@ -241,6 +244,8 @@ class _Decoder:
             self.custom_config = occ
         elif flag in slime_agent.FLAGS:
             slime_agent.decode(self, occ)
+        elif flag in slime_modes.FLAGS:
+            slime_modes.decode(self, occ)
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
             self.sglang_flag(occ)
         else:

@@ -11,7 +11,7 @@ from rlrun.interop.slime_table import (
     ARRAYS, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, ICEPOP_FUNCTION, KEEP, LAUNCH, MOE_FLAGS,
     ROWS, Row,
 )
-from rlrun.interop import slime_agent
+from rlrun.interop import slime_agent, slime_modes
 from rlrun.interop.slime_values import fmt, get_path, same, slime_default
 
 POST_NORM_FLAGS = ("--post-self-attn-layernorm", "--post-mlp-layernorm")
@@ -133,6 +133,7 @@ def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[s
                 f"eval.datasets[{d['name']}].rm_type={d['rm_type']}: slime scores eval with --rm-type "
                 f"({cfg['data']['rm_type']}) unless an --eval-config file says otherwise")
     slime_agent.encode(cfg, arrays, comments)
+    slime_modes.encode(cfg, arrays, comments)
     wandb = cfg["logging"]["wandb"]
     if wandb["mode"] != "disabled":
         arrays["MISC_ARGS"].extend([["--use-wandb"], ["--wandb-mode", wandb["mode"]]])

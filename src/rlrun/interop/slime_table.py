@@ -230,6 +230,10 @@ ROWS: tuple[Row, ...] = (
     Row("algo.use_opsm", "--use-opsm", "GRPO_ARGS", "true", default=False),
     Row("algo.opsm_delta", "--opsm-delta", "GRPO_ARGS", type=float, default=1e-4),
     Row("train.calculate_per_token_loss", "--calculate-per-token-loss", "GRPO_ARGS", "true", default=False),
+    Row("algo.distill.coef", "--opd-kl-coef", "GRPO_ARGS", type=float, default=1.0),
+    Row("algo.distill.teacher", "--opd-teacher-load", "GRPO_ARGS", default=None, path_like=True),
+    Row("algo.loss_type", "--loss-type", "GRPO_ARGS", default="policy_loss",
+        values=(("policy_loss", "policy_loss"), ("sft_loss", "sft_loss"))),  # custom_loss: refused (no rlrun form)
     # ---- OPTIMIZER_ARGS (absent flags take Megatron's defaults) --------------------------------------
     Row("optim.optimizer", "--optimizer", "OPTIMIZER_ARGS", default="adam", always=True),
     Row("optim.lr", "--lr", "OPTIMIZER_ARGS", type=float, default=1e-6, always=True),
@@ -272,6 +276,12 @@ SPECIAL: dict[str, str] = {
     "no flag (slime's built-in TIS); slime's MIS example (`--custom-tis-function-path ...mis.compute_mis_weights_with_cp` "
     "and a `--custom-config-path` YAML) is read on import (slime_mis.py); the export writes a comment for it and for "
     "reject",
+    "algo.distill.where": "trainer is `--use-opd --opd-type megatron` (the teacher's forward on the trainer ranks; "
+    "the export writes both with algo.distill.teacher set); `--opd-type sglang` (teacher log-probs from a server) is "
+    "refused on import: rlrun has no teacher server yet (slime_modes.py)",
+    "algo.distill.reward": "slime always adds the distillation term to the reward advantage (add); replace is what "
+    "its --opd-type sglang example gets from a post-process function returning 0 rewards: no flag, the export "
+    "writes a comment",
     "algo.opsm_reference": "slime has no flag: it always measures OPSM against old_log_probs; the import sets `old` "
     "with --use-opsm, the export of `rollout` writes a comment",
     "algo.tis_reject_scope": "`all` is what slime does when its MIS function rejects (mask mode, use_rs, veto); "
@@ -308,6 +318,8 @@ SPECIAL: dict[str, str] = {
 
 # Settings slime has no flag for: printed as comments by the export, left to rlrun's groups on import.
 NO_FLAG: dict[str, str] = {
+    "model.lora": "slime has no LoRA (its pull request is open at 624b824a): an exported LoRA run would fine-tune "
+    "the whole model; the import leaves model.lora.rank 0",
     "run.name": "slime names runs through wandb (--wandb-group)",
     "run.output_dir": "slime writes to --save and wandb",
     "run.resume": "slime resumes whenever --load holds a checkpoint: `--load` = `--save` imports as auto, and the "
@@ -505,11 +517,7 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "uneven pipeline stages": ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"),
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
-    "SFT (supervised fine-tuning loss)": ("--loss-type", "--debug-train-only", "--disable-compute-advantages-and-returns",
-                                          "--loss-mask-type"),
-    "on-policy distillation": ("--use-opd", "--opd-type", "--opd-kl-coef", "--opd-teacher-load"),
     "vision-language models": ("--multimodal-keys",),
-    "custom rollout functions (slime's rollout-function API)": ("--rollout-function-path",),
     "slime's custom reward hooks": ("--custom-rm-path", "--custom-reward-post-process-path", "--reward-key"),
     "eval config files and per-eval top-k": ("--eval-config", "--eval-top-k"),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import threading
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +56,7 @@ class Cluster:
 
 def plan_demand(plan) -> list[int]:
     """Devices (GPU or CPU bundles) the plan puts on each of its nodes, node 0 first."""
-    per_node = Counter(node for node, _ in {(s.node, s.gpu) for s in plan.placement})
-    return [per_node[n] for n in sorted(per_node)]
+    return plan.devices_per_node()
 
 
 def start(address: str | None, vendor: str, plan, *, quiet: bool = True) -> Cluster:

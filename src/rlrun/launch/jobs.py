@@ -7,15 +7,21 @@ module runs), the plan is checked against the cluster's live nodes (counts per n
 accelerator type, read through Ray's state API without joining the cluster), and the job is
 submitted with ray.job_submission.JobSubmissionClient. Its runtime_env carries the working dir
 (default: the current dir, i.e. the user's project with its experiment files and config dir;
-outputs/ and VCS/venv dirs excluded); on the cluster the entrypoint is
-`rlrun run <overrides> cluster.address=auto`, which joins the cluster the job runs in.
+outputs/ and VCS/venv dirs excluded) and this rlrun as a py_module (the package with its conf/ inside:
+`ship`), so the job, its trainer ranks and engines import the rlrun that validated the config, whether or
+not the cluster has one (Ray puts py_modules first on their PYTHONPATH). On the cluster the entrypoint is
+`python -m rlrun.cli run <overrides> cluster.address=auto` (the cluster's `python`, the one Ray runs on,
+as in Ray's own job examples; it needs rlrun's dependencies, not rlrun), which joins the cluster the job
+runs in.
 """
 from __future__ import annotations
 
 import asyncio
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +30,9 @@ from pathlib import Path
 EXCLUDES = ["outputs/", ".git/", ".venv/", "venv/", "__pycache__/", "*.pyc", "wandb/", ".pytest_cache/"]
 # A submitted job's driver joins the cluster it runs in; RAY_ADDRESS is set for it by the Jobs API.
 CLUSTER_ADDRESS = "cluster.address=auto"
+# The job's command: rlrun from the shipped py_module, run by the cluster's python (no `rlrun` script needed there)
+ENTRYPOINT = ["python", "-m", "rlrun.cli", "run"]
+SHIP_IGNORE = ("__pycache__", "*.pyc", "*.pyo")
 # `stop`: Ray's job supervisor sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s by
 # default, ray/dashboard/modules/job/job_supervisor.py). The runner turns SIGTERM into its ordered
 # teardown (engines, router, placement group, the plot), which takes longer than 3 s on a busy node:
@@ -62,15 +71,34 @@ class Submission:
     run_dir: str      # where the run dir will be on the cluster (its timestamp is chosen there)
 
 
-def prepare(cfg, overrides: list[str], config_dir: str | None, working_dir: str | None,
+def ship(stage: Path) -> str:
+    """A copy of this rlrun under `stage` for the job's runtime_env py_modules: the package, with the conf/ tree
+    this process composes from inside it (rlrun.config.compose finds it there first). SubmitError when there is
+    no such package folder to copy (e.g. rlrun imported from a zip)."""
+    import rlrun
+    from rlrun.config.compose import CONF_DIR
+
+    package = Path(rlrun.__file__).resolve().parent
+    if not (package / "cli.py").is_file() or not (Path(CONF_DIR) / "config.yaml").is_file():
+        raise SubmitError(f"cannot ship rlrun to the job: {package} is not rlrun's package folder or {CONF_DIR} has "
+                          "no config.yaml; install rlrun from its source (pip install -e .) or set RLRUN_CONF_DIR")
+    dest = stage / "rlrun"
+    shutil.copytree(package, dest, ignore=shutil.ignore_patterns(*SHIP_IGNORE))
+    if Path(CONF_DIR).resolve() != (package / "conf").resolve():
+        shutil.copytree(CONF_DIR, dest / "conf", ignore=shutil.ignore_patterns(*SHIP_IGNORE))
+    return str(dest)
+
+
+def prepare(cfg, overrides: list[str], config_dir: str | None, working_dir: str | None, stage: Path,
             now: float | None = None) -> Submission:
     """What to submit: the entrypoint (overrides with cluster.address=auto), the runtime_env that
-    carries `working_dir` (the config dir must lie inside it: the job sees it by its relative path),
-    a submission id and where the run dir will be."""
+    carries `working_dir` (the config dir must lie inside it: the job sees it by its relative path) and
+    rlrun itself (a copy made under `stage`, which must live until the job is submitted), a submission id
+    and where the run dir will be."""
     wd = Path(working_dir or os.getcwd()).resolve()
     if not wd.is_dir():
         raise SubmitError(f"--working-dir {wd} is not a directory")
-    args = ["rlrun", "run", *(o for o in overrides if not o.startswith("cluster.address=")), CLUSTER_ADDRESS]
+    args = [*ENTRYPOINT, *(o for o in overrides if not o.startswith("cluster.address=")), CLUSTER_ADDRESS]
     if config_dir:
         cd = Path(config_dir).resolve()
         if not cd.is_relative_to(wd):
@@ -84,7 +112,7 @@ def prepare(cfg, overrides: list[str], config_dir: str | None, working_dir: str 
         where += " (relative to the job's working dir on the head node, which Ray deletes with the job's " \
                  "session: set run.output_dir to a shared absolute path to keep it)"
     return Submission(entrypoint=shlex.join(args),
-                      runtime_env={"working_dir": str(wd), "excludes": list(EXCLUDES),
+                      runtime_env={"working_dir": str(wd), "excludes": list(EXCLUDES), "py_modules": [ship(stage)],
                                    "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_GRACE_S)}},
                       submission_id=f"rlrun-{cfg.run.name}-{stamp}", run_dir=where)
 
@@ -111,9 +139,10 @@ def submit(cfg, plan, overrides: list[str], *, address: str | None, config_dir: 
         return 2
     for note in notes:
         print(f"note: {note}")
-    sub = prepare(cfg, overrides, config_dir, working_dir)
-    job = client(dashboard).submit_job(entrypoint=sub.entrypoint, runtime_env=sub.runtime_env,
-                                       submission_id=sub.submission_id, metadata={"rlrun_run_name": cfg.run.name})
+    with tempfile.TemporaryDirectory(prefix="rlrun-ship-") as stage:  # uploaded by submit_job, then not needed
+        sub = prepare(cfg, overrides, config_dir, working_dir, Path(stage))
+        job = client(dashboard).submit_job(entrypoint=sub.entrypoint, runtime_env=sub.runtime_env,
+                                           submission_id=sub.submission_id, metadata={"rlrun_run_name": cfg.run.name})
     print(f"submitted job {job} to {dashboard}\n  entrypoint: {sub.entrypoint}\n  run dir on the cluster: {sub.run_dir}")
     print(f"  follow: rlrun logs {job} --address {dashboard}   stop: rlrun stop {job} --address {dashboard}")
     return follow_job(dashboard, job) if follow else 0

@@ -6,7 +6,8 @@
     storage: the PVC cluster.kuberay.pvc mounted at cluster.kuberay.mount_path on every pod; the
              entrypoint runs there, so a relative run.output_dir (run dirs, checkpoints, disk weight
              sync) lands on the shared volume; absolute data/checkpoint paths must lie under it
-             (PATH_KEYS); GPU pods get a memory-backed /dev/shm (SHM)
+             (PATH_KEYS) or under a folder the image holds (cluster.kuberay.image_paths); GPU pods get a
+             memory-backed /dev/shm (SHM)
     env:     hardware.env and the plan's env in every container
 
 Checked field by field against KubeRay v1.7.0's RayJob CRD (tests/unit/test_cluster_export.py).
@@ -32,6 +33,8 @@ VOLUME = "rlrun-shared"
 SHM = ("dshm", "/dev/shm")
 # every config key whose value the pods read as a file path (absolute ones must be on the volume)
 PATH_KEYS = ("data.prompt_data", "checkpoint.hf", "checkpoint.ref", "checkpoint.load", "checkpoint.save")
+WRITTEN_KEYS = ("checkpoint.save",)  # written by the pods: on the volume only
+DERIVED = {"checkpoint.ref": "checkpoint.hf"}  # a key whose null takes another key's path (rlrun.config.derive)
 TTL_AFTER_FINISHED_S = 600  # keep the finished cluster's pods 10 minutes for `kubectl logs`
 
 
@@ -49,20 +52,39 @@ def _problems(cfg) -> list[Problem]:
         out.append(Problem("run.output_dir", f"is outside the shared volume mounted at {k.mount_path}, so the run "
                            "dir would live on one pod's disk", f"use a relative path or one under {k.mount_path}",
                            cfg.run.output_dir))
-    paths = [(key, _get(cfg, key)) for key in PATH_KEYS]
-    paths += [(f"eval.datasets[{i}].path", d.path) for i, d in enumerate(cfg.eval.datasets)]
-    seen = set()
-    for key, value in paths:
-        if value in seen:  # checkpoint.ref derived from checkpoint.hf: reported once, under the key that set it
-            continue
-        seen.add(value)
-        if value and PurePosixPath(value).is_absolute() and not PurePosixPath(value).is_relative_to(k.mount_path):
-            out.append(Problem(key, f"is outside the shared volume mounted at {k.mount_path}: the pods would not see it "
-                               "(unless the image holds it)", f"put it on the volume (under {k.mount_path}) or use a "
-                               f"path relative to {k.mount_path} (the entrypoint runs there)", value))
+    out += _path_problems(cfg)
     if cfg.hardware.vendor == "cpu":
         out.append(Problem("hardware", "is cpu; the RayJob export is for GPU node pools",
                            "choose a GPU profile, e.g. hardware=h100 or hardware=mi300x", cfg.hardware.name))
+    return out
+
+
+def _path_problems(cfg) -> list[Problem]:
+    """Every absolute path the pods read or write that is neither on the volume nor in the image
+    (cluster.kuberay.image_paths): all of them at once, also a key whose path another key already named
+    (checkpoint.save = checkpoint.load, as slime's scripts set them; checkpoint.ref derived from checkpoint.hf)."""
+    k = cfg.cluster.kuberay
+    paths = [(key, _get(cfg, key)) for key in PATH_KEYS]
+    paths += [(f"eval.datasets[{i}].path", d.path) for i, d in enumerate(cfg.eval.datasets)]
+    out, first = [], {}
+    for key, value in paths:
+        written = key in WRITTEN_KEYS  # a path the pods write must be on the volume, whatever the image holds
+        held = [k.mount_path, *([] if written else k.image_paths)]
+        if not value or not PurePosixPath(value).is_absolute() or any(PurePosixPath(value).is_relative_to(h)
+                                                                      for h in held):
+            continue
+        if DERIVED.get(key) and first.get(value) == DERIVED[key]:
+            continue  # checkpoint.ref=null follows checkpoint.hf: fixing that fixes both
+        same = f" (the same path as {first[value]})" if value in first else ""
+        first.setdefault(value, key)
+        where = f"the shared volume mounted at {k.mount_path}" + (
+            f" and the image's folders {list(k.image_paths)}" if k.image_paths and not written else "")
+        fix = f"put it on the volume (under {k.mount_path}) or use a path relative to {k.mount_path} (the entrypoint " \
+              "runs there)"
+        out.append(Problem(key, f"is outside {where}{same}: the pods would " + ("lose what they write there" if written
+                                                                                  else "not see it"),
+                           fix + ("" if written else "; if the image holds it, add its folder to "
+                                                    "cluster.kuberay.image_paths"), value))
     return out
 
 

@@ -1,8 +1,11 @@
 """The preflight: what `rlrun validate` cannot know from the config alone and a run would otherwise find out
 20-55 s later inside a Ray worker. Paths exist and are readable (checkpoints, data, eval sets, custom
-functions), data files parse (`file:line` of a bad row) and carry the configured keys, the HF config.json
-agrees with model.*, the output dir is writable, the disk holds the planned checkpoints, a fixed router port is
-free, and online wandb has credentials. Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
+functions), data files parse (`file:line` of a bad row) and carry the configured keys, the data fits the run
+(prompts without <unk>, labels within rollout.max_response_len), a custom reward takes (response, label,
+metadata) and returns a number on a real row, the HF config.json agrees with model.*, the output dir is
+writable, the disk holds the planned checkpoints, a fixed router port is free, online wandb has credentials,
+and without cluster.address the embedded Ray this machine would start holds the plan (GPUs, the engine's and
+backend's modules). Every check returns Problems (dotted key, value, fix); preflight() runs them all at once.
 
 Where it runs: `rlrun run` before the run dir is made and before Ray starts (local clusters), `rlrun validate
 --check-paths`, and on a remote cluster (cluster.address set) as a Ray task on the head node before
@@ -14,6 +17,7 @@ import netrc
 import os
 import shutil
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import urlparse
@@ -104,6 +108,41 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
             yield from _holds("checkpoint.ref", ck.ref, (WEIGHTS,))
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
+    yield from _teacher(cfg)
+
+
+def _teacher(cfg: RunConfig) -> Iterator[Problem]:
+    """algo.distill.teacher: an HF model folder of model.*'s architecture (the trainer builds it from model.*)."""
+    from rlrun.config.hfcheck import compare, read_hf_config
+
+    teacher = cfg.algo.distill.teacher
+    if teacher is None:
+        return
+    bad = _unreadable("algo.distill.teacher", teacher, True, "the teacher's Hugging Face model folder",
+                      "point algo.distill.teacher at a folder with config.json and *.safetensors (an rlrun "
+                      "checkpoint's iter_N/trainer/model is one)")
+    if bad:
+        yield bad
+        return
+    from rlrun.config.torch_dist import dist_checkpoint_dir
+
+    if dist_checkpoint_dir(teacher) is not None:  # slime's --opd-teacher-load form
+        if cfg.train.backend != "megatron":
+            yield Problem("algo.distill.teacher", f"{teacher} is a Megatron torch_dist checkpoint; the "
+                          f"{cfg.train.backend} backend builds the teacher from Hugging Face weights",
+                          "point algo.distill.teacher at the HF dir it was converted from, or train.backend=megatron",
+                          teacher)
+        return
+    hf = read_hf_config(teacher)
+    if hf is None:
+        yield Problem("algo.distill.teacher", f"{teacher} has no config.json", "point algo.distill.teacher at a "
+                      "Hugging Face model folder", teacher)
+        return
+    for p in compare(cfg, hf, f"{teacher}/config.json"):  # the teacher is built from model.*, as the student
+        yield Problem("algo.distill.teacher", f"the teacher's architecture differs from the student's: {p.path} "
+                      f"{p.message}", "distil from a teacher of the student's model.* (same sizes and tokenizer)",
+                      teacher)
+    yield from _holds("algo.distill.teacher", teacher, (WEIGHTS,))
 
 
 def _holds(key: str, path: str, wanted: tuple[tuple[str, tuple[str, ...]], ...]) -> Iterator[Problem]:
@@ -155,46 +194,113 @@ def _data_file(key: str, path: str, input_key: str, label_key: Optional[str],
         check_file(path, input_key, label_key, metadata_key)
     except DataError as exc:
         text = str(exc)
-        blamed = next((k for k in ("data.input_key", "data.label_key") if f"({k})" in text), key)
-        yield Problem(blamed, text, _data_fix(blamed, key), path)
+        for blamed in [k for k in ("data.input_key", "data.label_key") if f"({k})" in text] or [key]:
+            yield Problem(blamed, text, _data_fix(blamed, key), path)
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         yield Problem(key, f"{path}: cannot be read ({type(exc).__name__}: {exc})", f"fix the file or {key}", path)
 
 
 @check
-def prompt_filter(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
-    """data.max_prompt_len drops longer prompts when the dataset loads (rlrun.data.dataset.PromptDataset); a
-    filter that leaves none stopped the run after Ray started. Counted here with the run's own tokenizer and
-    dataset class (a readable file only: data_files reports the others)."""
+def data_against_the_run(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """The data against the run, with the run's own tokenizer and dataset class (rlrun.data.dataset.PromptDataset;
+    a readable file only: data_files reports the others): data.max_prompt_len drops longer prompts when the dataset
+    loads (a filter that leaves none stopped the run after Ray started); prompts the tokenizer reads as <unk>
+    (the toy tokenizer knows lower-case letters, digits and a few signs); labels that no response of
+    rollout.max_response_len tokens can hold, where the reward compares the response with the label."""
     d = cfg.data
     if cfg.checkpoint.hf and not Path(cfg.checkpoint.hf).expanduser().is_dir():
         return  # a hub id: its tokenizer is not fetched here (the checkpoint checks cover checkpoint.hf)
-    toy = cfg.checkpoint.hf is None  # the toy tokenizer: characters outside its vocabulary become <unk>
-    if d.prompt_data is None or (d.max_prompt_len is None and not toy) or list(
+    if d.prompt_data is None or list(
             _data_file("data.prompt_data", d.prompt_data, d.input_key, d.label_key, d.metadata_key)):
         return
     from rlrun.data.dataset import DataError, PromptDataset
     from rlrun.data.tokenizer import tokenizer_for
 
     try:
-        ds = PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
-                           tokenizer=tokenizer_for(cfg), apply_chat_template=d.apply_chat_template,
-                           max_prompt_len=d.max_prompt_len, shuffle=False)
-        if ds.num_unk:  # valid, but not what the user meant: a note, counted (docs/data.md, the toy vocabulary)
-            import sys
-
-            print(f"note: data.prompt_data: {ds.num_unk} of {len(ds.items) + ds.num_filtered} prompts hold characters "
-                  "outside the toy tokenizer's vocabulary (digits, space, +-*=:?, a-z); they become <unk>",
-                  file=sys.stderr)
-    except DataError as exc:
-        shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
-        fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
-               if shortest else "fix the data file or the data.* keys")
-        yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
-    except (OSError, ValueError) as exc:  # a tokenizer that cannot load: the checkpoint checks say why
+        tokenizer = tokenizer_for(cfg)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a broken folder
         if not cfg.checkpoint.hf:
+            raise
+        print(f"note: checkpoint.hf: its tokenizer does not load here ({type(exc).__name__}: {exc}); the data was "
+              "not checked against it", file=sys.stderr)
+        return
+    if d.max_prompt_len is not None:  # the filter: the dataset class itself, chat template and all
+        try:
+            PromptDataset(d.prompt_data, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
+                          tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
+                          max_prompt_len=d.max_prompt_len, shuffle=False)
+        except DataError as exc:
+            shortest = str(exc).split("shortest ")[1].split(",")[0] if "shortest " in str(exc) else None
+            fix = (f"raise data.max_prompt_len to at least {shortest} (null: no filter), or shorten the prompts"
+                   if shortest else "fix the data file or the data.* keys")
+            yield Problem("data.max_prompt_len" if shortest else "data.prompt_data", str(exc), fix, d.max_prompt_len)
+            return
+        except (OSError, ValueError) as exc:
             yield Problem("data.prompt_data", f"{d.prompt_data}: cannot be tokenized ({type(exc).__name__}: {exc})",
                           "fix the file", d.prompt_data)
+            return
+    prompts, labels = _texts(cfg)
+    vocab = ("the toy tokenizer's vocabulary (lower-case a-z, digits, space, +-*=:?; checkpoint.hf is null)"
+             if cfg.checkpoint.hf is None else f"the vocabulary of {cfg.checkpoint.hf}'s tokenizer")
+    unk = getattr(tokenizer, "unk_token_id", None)
+    # <unk> depends on the text only (a chat template adds known tokens): one batched call, no template
+    num_unk = 0 if unk is None else sum(unk in ids for ids in _ids(tokenizer, prompts))
+    if num_unk:
+        yield Problem("data.prompt_data", f"{num_unk} of {len(prompts)} prompts hold characters outside {vocab}: they "
+                      "become <unk>, which the policy cannot read", "keep the prompts inside the vocabulary (e.g. "
+                      "lower-case them) or set checkpoint.hf to a model whose tokenizer covers them", d.prompt_data)
+    yield from _labels_fit(cfg, labels, tokenizer, vocab)
+
+
+def _texts(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """The prompts' text (a chat's contents joined) and the labels (as text) of data.prompt_data, as read by the
+    dataset class's row reader."""
+    from rlrun.data.dataset import read_rows, row_fields
+
+    d = cfg.data
+    prompts, labels = [], []
+    for where, row in read_rows(Path(d.prompt_data).expanduser()):
+        prompt, _ = row_fields(where, row, d.input_key, d.label_key, d.metadata_key)
+        prompts.append(prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in prompt))
+        if d.label_key and row.get(d.label_key) is not None:
+            labels.append(str(row[d.label_key]))
+    return prompts, labels
+
+
+def _ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    return tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+
+def _labels_fit(cfg: RunConfig, labels: list[str], tokenizer: Any, vocab: str) -> Iterator[Problem]:
+    """Labels a response of rollout.max_response_len tokens cannot hold (or cannot spell: <unk>), for a reward that
+    compares the response with the label (rlrun.reward.rules.LABEL_IN_RESPONSE); for a custom reward a note."""
+    from rlrun.reward.rules import label_in_response
+
+    limit, unk = cfg.rollout.max_response_len, getattr(tokenizer, "unk_token_id", None)
+    distinct = list(dict.fromkeys(labels))
+    lengths = [(len(ids), unk is not None and unk in ids, text) for text, ids in zip(distinct, _ids(tokenizer, distinct))]
+    long = {text: n for n, _, text in lengths if n > limit}
+    spelled = {text for _, has_unk, text in lengths if has_unk}
+    count = lambda texts: sum(label in texts for label in labels)  # noqa: E731 - rows, not distinct labels
+    rm_type, problems = cfg.data.rm_type, []
+    if long:
+        need, example = max((n, text) for text, n in long.items())
+        problems.append(Problem("rollout.max_response_len", f"{count(long)} of {len(labels)} labels (data.label_key="
+                                f"{cfg.data.label_key}) are longer than rollout.max_response_len={limit} tokens (the "
+                                f"longest, {example[:60]!r}, is {need}): no response can hold them, so data.rm_type="
+                                f"{rm_type} scores those prompts 0", f"raise rollout.max_response_len to at least "
+                                f"{need}, or drop those rows", limit))
+    if spelled:
+        problems.append(Problem("data.prompt_data", f"{count(spelled)} of {len(labels)} labels hold characters "
+                                f"outside {vocab}: no response can spell them, so data.rm_type={rm_type} scores those "
+                                "prompts 0", "keep the labels inside the vocabulary (e.g. lower-case them) or set "
+                                "checkpoint.hf to a model whose tokenizer covers them", cfg.data.prompt_data))
+    if label_in_response(rm_type):
+        yield from problems
+    elif problems and ":" in rm_type:  # a custom reward may not compare the response with the label: say so only
+        for p in problems:
+            print(f"note: {p.path}: {p.message.replace(f'so data.rm_type={rm_type} scores', 'so a reward that compares the response with the label scores')}",
+                  file=sys.stderr)
 
 
 def _data_fix(blamed: str, key: str) -> str:
@@ -230,6 +336,96 @@ def _function(key: str, spec: str) -> Iterator[Problem]:
     slime = "slime:"
     for message, fix in problems(spec[len(slime):] if spec.startswith(slime) else spec):
         yield Problem(key, message, f"{fix} ({key})", spec)
+
+
+REWARD_CALL_TIMEOUT_S = 30.0  # the preflight's one call of a custom reward; longer: a note, not a problem
+SLIME_PREFIX = "slime:"     # a slime function (rlrun.agent.slime_adapter): slime's own signature, not called here
+
+
+@check
+def reward_call(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """A custom reward (data.rm_type, an eval set's rm_type) is called once, as the run calls it, on the first
+    row of its data: a wrong signature or a function that raises fails here, not as 0 reward on every sample."""
+    d = cfg.data
+    targets = [("data.rm_type", d.rm_type, d.prompt_data)]
+    targets += [(f"eval.datasets.{i}.rm_type", ds.rm_type, ds.path) for i, ds in enumerate(cfg.eval.datasets)
+                if ds.rm_type != d.rm_type]
+    for key, spec, path in targets:
+        if isinstance(spec, str) and ":" in spec and not spec.startswith(SLIME_PREFIX) and not list(_function(key, spec)):
+            yield from _call_reward(cfg, key, spec, path)
+
+
+def _first_row(cfg: RunConfig, path: Optional[str]) -> Optional[tuple[str, Any, dict]]:
+    """(where, label, metadata) of the data's first row (the toy task's when path is None); None if unreadable."""
+    from rlrun.data.dataset import DataError, read_rows, row_fields
+
+    d = cfg.data
+    if path is None:
+        from rlrun.data.toy import toy_dataset
+
+        row = toy_dataset(1, cfg.run.seed, d.toy_task)[0]
+        return f"the toy task ({d.toy_task})", row["label"], row["metadata"]
+    try:
+        where, row = next(read_rows(Path(path).expanduser()))
+        _, metadata = row_fields(where, row, d.input_key, d.label_key, d.metadata_key)
+    except (DataError, OSError, StopIteration, UnicodeDecodeError, ValueError):
+        return None  # data_files reports it
+    return where, row.get(d.label_key) if d.label_key else None, dict(metadata or {})
+
+
+def _call_reward(cfg: RunConfig, key: str, spec: str, path: Optional[str]) -> Iterator[Problem]:
+    import inspect
+    import threading
+
+    from rlrun.reward import score
+    from rlrun.reward.custom import is_per_group, load_function
+
+    try:
+        fn = load_function(spec)
+    except Exception as exc:  # noqa: BLE001 - the user's module raised while it was imported
+        yield Problem(key, f"{spec}: importing it raised {type(exc).__name__}: {exc}", f"fix the module ({key})", spec)
+        return
+    call = fn.__call__ if isinstance(fn, type) else fn
+    names = "(responses, labels, metadatas)" if isinstance(fn, type) or is_per_group(fn) else \
+        "(response, label, metadata)"
+    try:
+        sig = inspect.signature(call)
+        (sig.bind(None, None, None, None) if isinstance(fn, type) else sig.bind(None, None, None))
+    except TypeError as exc:
+        params = ", ".join(p for p in sig.parameters if p != "self")
+        yield Problem(key, f"{spec} takes ({params}), but rlrun calls it as {spec.rpartition(':')[2]}{names}: {exc}",
+                      f"give it three parameters: def {spec.rpartition(':')[2]}{names[:-1]}=None) "
+                      "(docs/rewards.md)", spec)
+        return
+    except ValueError:  # no signature to read (a builtin): the call below tells
+        pass
+    if isinstance(fn, type):
+        return  # a reward class loads its model when built: the run builds it, not the preflight
+    row = _first_row(cfg, path)
+    if row is None:
+        return
+    where, label, metadata = row
+    response = "" if label is None else str(label)  # the answer itself: a correct response
+    box: dict[str, Any] = {}
+
+    def probe() -> None:
+        try:
+            box["value"] = score(spec, response, label, metadata, remote_url=cfg.data.rm_url)
+        except Exception as exc:  # noqa: BLE001 - reported as the problem
+            box["error"] = exc
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(REWARD_CALL_TIMEOUT_S)
+    if t.is_alive():
+        print(f"note: {key}: {spec} did not return within {REWARD_CALL_TIMEOUT_S:g} s on {where}; not checked "
+              "further (the run limits each sample's reward time)", file=sys.stderr)
+    elif "error" in box:
+        exc = box["error"]
+        yield Problem(key, f"{spec} raised {type(exc).__name__}: {exc} when called on {where} as "
+                      f"{spec.rpartition(':')[2]}(response={response!r}, label={label!r}, metadata={metadata!r})",
+                      "fix the function: it must return a number for every response (docs/rewards.md); the run "
+                      "would score every sample 0", spec)
 
 
 # ---- outputs -----------------------------------------------------------------------------------------------
@@ -314,6 +510,84 @@ def router_port(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         except OSError as exc:
             yield Problem("rollout.router.port", f"sglang-router cannot listen on {host}:{port} here: {exc.strerror}",
                           "choose a free port, or null to let rlrun pick one (check rollout.router.host too)", port)
+
+
+# ---- the embedded Ray ----------------------------------------------------------------------------------------
+
+def _visible(var_values: list[Optional[str]]) -> Optional[int]:
+    """Devices a *_VISIBLE_DEVICES variable leaves (the first one set), as Ray counts them; None when none is set."""
+    value = next((v for v in var_values if v is not None), None)
+    if value is None:
+        return None
+    return len([d for d in value.split(",") if d.strip() and d.strip() != "-1"])
+
+
+def _nvidia_gpus() -> int:
+    """What Ray's NVIDIA accelerator manager finds: CUDA_VISIBLE_DEVICES, else the driver's GPUs
+    (/proc/driver/nvidia/gpus holds one folder per GPU; no driver, no folder)."""
+    seen = _visible([os.environ.get("CUDA_VISIBLE_DEVICES")])
+    folder = Path("/proc/driver/nvidia/gpus")
+    found = len(list(folder.iterdir())) if folder.is_dir() else 0
+    return found if seen is None else min(seen, found)
+
+
+def _amd_gpus() -> int:
+    """What Ray's AMD accelerator manager finds: HIP/ROCR_VISIBLE_DEVICES, else the KFD topology's GPU nodes (a
+    node with SIMD units; the CPU nodes have none)."""
+    seen = _visible([os.environ.get("ROCR_VISIBLE_DEVICES"), os.environ.get("HIP_VISIBLE_DEVICES")])
+    found = 0
+    for props in Path("/sys/class/kfd/kfd/topology/nodes").glob("*/properties"):
+        try:
+            found += any(line.split()[:1] == ["simd_count"] and line.split()[1] != "0"
+                         for line in props.read_text().splitlines())
+        except (OSError, IndexError):
+            continue
+    return found if seen is None else min(seen, found)
+
+
+GPU_COUNTERS: dict[str, Callable[[], int]] = {"cuda": _nvidia_gpus, "rocm": _amd_gpus}  # by hardware.vendor
+
+
+def importable(module: str) -> bool:
+    """Found by this Python's import system, without importing it (its parent packages are imported)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@check
+def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """Without cluster.address, `rlrun run` starts a one-node Ray on this machine: the plan's GPUs must be here (as
+    Ray will count them) and the engine's and the backend's Python modules importable (ENGINES / BACKENDS
+    `requires`); otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
+    is checked against its live nodes instead (rlrun.launch.cluster.check_resources)."""
+    from rlrun.config.kinds import ENGINES
+
+    if cfg.cluster.address is not None or cfg.run.dry_run:  # a remote cluster, or no Ray at all (dry run)
+        return
+    if plan is None:
+        from rlrun.config.plan import make_plan
+
+        plan = make_plan(cfg)
+    demand, counter = plan.devices_per_node(), GPU_COUNTERS.get(cfg.hardware.vendor)
+    if counter is not None:
+        have = counter()
+        if len(demand) > 1 or max(demand, default=0) > have:
+            where = f"{len(demand)} nodes with {demand} GPUs" if len(demand) > 1 else f"{demand[0]} GPUs"
+            yield Problem("hardware", f"the plan needs {where}; cluster.address is null, so the run would start Ray on "
+                          f"this machine, which has {have} {cfg.hardware.vendor} GPU(s) (as Ray counts them: "
+                          "*_VISIBLE_DEVICES, the driver)", "run on a machine that has them, set cluster.address to a "
+                          "Ray cluster that does (or `rlrun submit`, docs/cluster.md), or a smaller plan "
+                          "(train.gpus_per_node, rollout.num_gpus; `rlrun plan` shows the placement)",
+                          cfg.hardware.name)
+    for key, spec in (("rollout.engine", ENGINES[cfg.rollout.engine]), ("train.backend", BACKENDS[cfg.train.backend])):
+        for module, install in spec.requires:
+            if not importable(module):
+                yield Problem(key, f"{key}={spec.name} needs the Python module {module}, which this Python "
+                              f"({sys.executable}) cannot import", f"{install}, or choose another {key}", spec.name)
 
 
 # ---- credentials -------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def backend_class(name: str):
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None, flush_cache: bool = True) -> dict:
+               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, sync_group=None) -> dict:
     """The lead rank's push of its sync state to the engines at `urls`; returns the state's
     fingerprint in the engines' dtype (W.Fingerprint), the bytes pushed per engine and the push's
     seconds. No urls: only the fingerprint.
@@ -37,7 +37,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
       distributed  /init_weights_update_group + /update_weights_from_distributed, a broadcast from
                    here (rank 0 of a fresh group; master = this node's IP, a free port)
     Every step is bounded by timeout_s (rollout.weight_sync_timeout_s); nccl_env: the engines' NCCL settings,
-    which this rank must share (rlrun.rollout.engines.check_nccl_env).
+    which this rank must share (rlrun.rollout.engines.check_nccl_env). sync_group: the rank's
+    rlrun.rollout.engines.BroadcastGroup, kept across pushes (distributed).
     """
     import time
 
@@ -67,10 +68,12 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
         from rlrun.rollout.process import free_port
 
         host = ray.util.get_node_ip_address()
-        nbytes = E.broadcast_weights(urls, named, str(version), master_address=host, master_port=free_port(host),
+        if sync_group is None:  # a caller that keeps none: a group for this push only
+            sync_group = E.BroadcastGroup(host, lambda: free_port(host), backend, copies)
+        nbytes = E.broadcast_weights(urls, named, str(version), master_address=host, master_port=0,
                                      backend=backend, bucket_bytes=bucket_bytes, prepare=prepare,
-                                     group_name=f"rlrun_sync_{version}", ranks_per_engine=copies,
-                                     timeout_s=timeout_s, engine_env=nccl_env, flush_cache=flush_cache)["bytes"]
+                                     ranks_per_engine=copies, timeout_s=timeout_s, engine_env=nccl_env,
+                                     flush_cache=flush_cache, group=sync_group)["bytes"]
     else:
         raise ValueError(f"rollout.weight_sync={transport!r}: the trainer pushes tensor or distributed "
                          "(disk goes through export_weights)")
@@ -148,7 +151,15 @@ class _Rank:
         state = self.impl.state_dict_for_sync()
         if not lead:
             return None
-        return push_state(state, urls, device=self.device, **how)
+        if how["transport"] == "distributed" and getattr(self, "_sync_group", None) is None:
+            import ray
+
+            from rlrun.rollout import engines as E
+            from rlrun.rollout.process import free_port
+
+            host = ray.util.get_node_ip_address()
+            self._sync_group = E.BroadcastGroup(host, lambda: free_port(host), how["backend"], how["copies"])
+        return push_state(state, urls, device=self.device, sync_group=getattr(self, "_sync_group", None), **how)
 
 
 class TrainGroup:

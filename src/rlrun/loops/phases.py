@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from rlrun.config.kinds import use_critic
+import torch
+
+from rlrun.config.kinds import LOSS_TYPES, use_critic, use_teacher
 from rlrun.loops import steps
 
 
@@ -44,20 +46,26 @@ def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]
         with t("log_probs"):
             if cfg.algo.use_rollout_logprobs:
                 batch = batch.with_(old_logp=batch.rollout_logp)
-            elif plan.steps_per_rollout > 1 or cfg.algo.kl_coef != 0:
+            elif plan.steps_per_rollout > 1 or cfg.algo.kl_coef != 0 or use_teacher(cfg):
                 batch = batch.with_(old_logp=p.trainer.compute_log_probs(batch, "actor"))
+            teacher = p.trainer.compute_log_probs(batch, "teacher") if use_teacher(cfg) else None
             if cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0:
                 batch = batch.with_(ref_logp=p.trainer.compute_log_probs(batch, "ref"))
             if use_critic(cfg):  # GAE needs the critic's values
                 batch = batch.with_(values=p.trainer.compute_values(batch))
         # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
-        batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,
-                                    [s.group_id for s in kept])  # each group over its members
+        if LOSS_TYPES[cfg.algo.loss_type].needs_advantages:
+            batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,
+                                        [s.group_id for s in kept], teacher)  # each group over its members
+        else:  # the loss reads no advantages (sft_loss; slime --disable-compute-advantages-and-returns)
+            batch = batch.with_(advantages=[torch.zeros(int(m.numel())) for m in batch.loss_mask])
         p.invariants.batch(version - 1, batch.advantages)
         with t("train"):
             per_step = [p.trainer.train_step(batch.shard(k, plan.steps_per_rollout))
                         for k in range(plan.steps_per_rollout)]
         metrics = steps.mean_metrics(per_step)
+        if teacher is not None:
+            metrics.update(steps.distill_metrics(batch, teacher))
         p.invariants.trained(version - 1, metrics)  # a stop here comes before the weight push and the save
     return metrics, batch.num_tokens
 

@@ -32,7 +32,8 @@ def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
         loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],
-        rollout_logp=[torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
+        rollout_logp=None if any(s.rollout_logprobs is None for s in samples) else  # none: SFT's data samples
+        [torch.tensor(s.rollout_logprobs, dtype=torch.float32) for s in samples], offpolicy_mask=off)
 
 
 def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
@@ -40,12 +41,16 @@ def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
-                   group_ids: list[int] | None = None) -> TrainBatch:
+                   group_ids: list[int] | None = None, teacher_logp: list[torch.Tensor] | None = None) -> TrainBatch:
     """Per-token advantages (and, for PPO, the critic's returns) from rlrun.algo on the padded view
     of the batch. group_ids: each sample's Sample.group_id, so that a group that reaches the trainer
     incomplete is normalised over its members (None: whole consecutive groups of n). Only trained
-    tokens (loss mask times TrainBatch.offpolicy_mask) enter whitening and REINFORCE++'s returns."""
+    tokens (loss mask times TrainBatch.offpolicy_mask) enter whitening and REINFORCE++'s returns.
+    teacher_logp: per sample, the distillation teacher's log-probs (algo.distill; the student's are
+    batch.old_logp); with algo.distill.reward=replace the rewards do not enter the advantages."""
     a = cfg.algo
+    if teacher_logp is not None and a.distill.reward == "replace":
+        rewards = [0.0] * len(rewards)  # every group's reward advantage is 0: the distillation term alone
     lengths = [int(m.numel()) for m in batch.loss_mask]
     if group_ids is not None and any(g < 0 for g in group_ids):
         raise ValueError("a sample has no group id (Sample.group_id = -1): a generate function must return its "
@@ -56,9 +61,29 @@ def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
         response_mask=_pad([torch.ones(k) for k in lengths]), logp=pad(batch.old_logp), ref_logp=pad(batch.ref_logp),
         values=pad(batch.values), kl_coef=a.kl_coef, kl_type=a.kl_loss_type, normalize_std=a.normalize_std,
         normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd,
-        group_ids=None if group_ids is None else torch.tensor(group_ids))
+        group_ids=None if group_ids is None else torch.tensor(group_ids), teacher_logp=pad(teacher_logp),
+        opd_kl_coef=a.distill.coef)
     unpad = lambda x: [x[i, :k].clone() for i, k in enumerate(lengths)]  # noqa: E731
     return batch.with_(advantages=unpad(adv), returns=unpad(ret) if use_critic(cfg) else None)
+
+
+def distill_metrics(batch: TrainBatch, teacher_logp: list[torch.Tensor]) -> dict[str, float]:
+    """The student's reverse KL from the teacher on the trained tokens, log p_student - log p_teacher (the k1
+    estimate, whose expectation under the student's samples is KL(student || teacher)): `distill/reverse_kl`,
+    the mean over samples of each sample's token mean (slime's opd_reverse_kl, sum_of_sample_mean), and
+    `distill/reverse_kl_token`, the mean over all trained tokens; `distill/teacher_logp` and
+    `distill/student_logp`, token means."""
+    per_sample, tok, n, t_sum, s_sum = [], 0.0, 0.0, 0.0, 0.0
+    for m, s, t in zip(batch.trained_mask, batch.old_logp, teacher_logp):
+        k = float(m.sum())
+        if k == 0:
+            continue
+        rkl = float(((s - t) * m).sum())
+        per_sample.append(rkl / k)
+        tok, n, t_sum, s_sum = tok + rkl, n + k, t_sum + float((t * m).sum()), s_sum + float((s * m).sum())
+    n = max(n, 1.0)
+    return {"distill/reverse_kl": statistics.fmean(per_sample) if per_sample else 0.0,
+            "distill/reverse_kl_token": tok / n, "distill/teacher_logp": t_sum / n, "distill/student_logp": s_sum / n}
 
 
 def mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:

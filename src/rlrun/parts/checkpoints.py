@@ -7,8 +7,8 @@ from rlrun import checkpoint as ckpt
 
 
 class Checkpoints:
-    def __init__(self, cfg, run_dir: Path, trainer):
-        self.cfg, self.trainer = cfg, trainer
+    def __init__(self, cfg, run_dir: Path, trainer, tokenizer=None):
+        self.cfg, self.trainer, self.tokenizer = cfg, trainer, tokenizer
         self.save_dir = Path(cfg.checkpoint.save or Path(run_dir) / "checkpoints")
 
     def save(self, rollout_id: int, data_state: dict) -> None:
@@ -16,6 +16,9 @@ class Checkpoints:
         consumed (`data_state`: what the next rollout draws from)."""
         where = ckpt.iter_dir(self.save_dir, rollout_id + 1)
         self.trainer.save(str(ckpt.trainer_dir(where)))
+        hf_dir = ckpt.hf_model_dir(where)
+        if self.tokenizer is not None and (hf_dir / "config.json").is_file():
+            self.tokenizer.save_pretrained(hf_dir)  # an HF dir checkpoint.hf can start from (an SFT run's)
         ckpt.write_driver_state(where, ckpt.DriverState.capture(rollout_id + 1, data_state))
         ckpt.mark_latest(self.save_dir, where)
         if keep := self.cfg.checkpoint.keep_last:

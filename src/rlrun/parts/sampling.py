@@ -35,13 +35,36 @@ def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) ->
     todo = [s for s in samples if s.reward is None]
     if not todo:
         return metrics
+    failures: list[tuple[int, str]] = []
     rewards = score_batch(rm_type, [s.response for s in todo], [s.label for s in todo],
                           [s.metadata for s in todo], prompts=[s.prompt for s in todo],
                           group_size=n if len(todo) == len(samples) else None, metrics=metrics,
-                          remote_url=remote_url)
+                          remote_url=remote_url, failures=failures)
+    if failures and len(failures) == len(todo):  # a broken reward, not bad responses: stop, do not train on zeros
+        raise every_sample_failed(rm_type, todo, failures)
     for s, r in zip(todo, rewards):
         s.reward = float(r)
     return metrics
+
+
+def every_sample_failed(rm_type: str, todo: list, failures: list[tuple[int, str]]):
+    """The RewardError of a batch whose every sample failed: the first error and the sample it failed on."""
+    from rlrun.reward import RewardError
+
+    i, why = failures[0]
+    s = todo[i]
+    return RewardError(
+        f"the reward (data.rm_type={rm_type}) failed on every one of the {len(todo)} samples of this rollout; the "
+        f"first error: {why}\n  on the sample: prompt={_short(s.prompt)}, response={_short(s.response)}, "
+        f"label={_short(s.label)}, metadata={_short(s.metadata)}\n  Fix: make the reward accept "
+        "(response, label, metadata) and return a number for this sample (docs/rewards.md); `rlrun validate "
+        "--check-paths` calls it once on a data row. A few failing samples score 0 and are counted in "
+        "reward/errors instead")
+
+
+def _short(value, width: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def group_filter(mode: str | None):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlrun.config.kinds import ENGINES
+from rlrun.config.sizes import push_flushes_cache
 from rlrun.guard.invariants import Invariants, WeightSyncError  # noqa: F401 - WeightSyncError: public name
 
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
@@ -69,10 +70,7 @@ class WeightSync:
                     engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
                     copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
                     timeout_s=r.weight_sync_timeout_s,
-                    # the engines' prefix cache is flushed with the last bucket only when no request can be running:
-                    # the async loop pushes while requests are paused in place (SGLang flushes only an idle engine
-                    # and its scheduler dies on the failed flush); with partial_rollout they were aborted first
-                    flush_cache=not self.cfg.train.async_train or r.partial_rollout,
+                    flush_cache=push_flushes_cache(self.cfg),
                     nccl_env={k: self.plan.env.get(k, v) for k, v in self.kind.nccl_env.items()},
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
                     tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())

@@ -24,11 +24,16 @@ from rlrun.reward.custom import (batch_class_scores, call_custom, is_batch_class
 from rlrun.reward.pool import RewardPool
 from rlrun.reward.rules import RULES, rule_score
 
-__all__ = ["RULES", "RewardPool", "per_group", "score", "score_batch"]
+__all__ = ["RULES", "RewardError", "RewardPool", "per_group", "score", "score_batch"]
 log = logging.getLogger(__name__)
 # Linear-time, allocation-free types are not worth a round trip to a worker process.
 _IN_PROCESS = ("exact_match", "char_match", "random")
 _default_pool: RewardPool | None = None
+
+
+class RewardError(RuntimeError):
+    """The reward failed on every sample of a batch (a broken function, not a bad response): the run stops
+    with the first error and its sample (rlrun.parts.sampling.score) instead of training on zeros."""
 
 
 def score(rm_type: str, response: str, label, metadata: dict | None = None, *, remote_url: str | None = None,
@@ -84,6 +89,7 @@ def score_batch(
     max_retries: int = 3,
     metrics: dict | None = None,
     pool: RewardPool | None = None,
+    failures: list | None = None,
 ) -> list[float]:
     """Score a batch; never raises for a bad response (it scores 0 and is counted in `metrics`).
 
@@ -91,6 +97,7 @@ def score_batch(
     custom functions). group_size: size of the consecutive groups a per-group custom function
     gets (None = the whole batch). metrics: a dict to which reward/count, reward/timeouts,
     reward/errors and reward/seconds are added. pool: worker processes (None = a shared default).
+    failures: a list to which (index, "error text") is appended for each sample that errored or timed out.
     """
     n = len(responses)
     if len(labels) != n or (metadatas is not None and len(metadatas) != n):
@@ -102,6 +109,7 @@ def score_batch(
         _check_type(t)
     t0 = time.monotonic()
     out: list[tuple[object, str]] = [(0.0, "ok")] * n
+    why: dict[int, str] = {}  # index -> what went wrong (an error's text, a timeout)
     is_remote = [t in ("remote", "remote_rm") for t in types]
     remote = [i for i in range(n) if is_remote[i]]
     if remote:
@@ -118,7 +126,7 @@ def score_batch(
         except Exception as e:  # noqa: BLE001 - a failing reward model scores 0, counted
             log.warning("reward class %s failed: %r", t, e)
             for i in idx:
-                out[i] = (0.0, "error")
+                out[i], why[i] = (0.0, "error"), f"{type(e).__name__}: {e}"
     batch_types = {t for t in types if is_batch_class(t)}
     local = [i for i in range(n) if not is_remote[i] and types[i] not in batch_types]
     in_proc = [i for i in local if types[i] in _IN_PROCESS]
@@ -127,16 +135,19 @@ def score_batch(
             out[i] = (rule_score(types[i], responses[i], labels[i], metadatas[i]), "ok")
         except Exception as e:  # noqa: BLE001 - e.g. a None response; counted like a worker error
             log.warning("reward %s failed: %r", types[i], e)
-            out[i] = (0.0, "error")
+            out[i], why[i] = (0.0, "error"), f"{type(e).__name__}: {e}"
     pooled = [i for i in local if types[i] not in _IN_PROCESS]
     if pooled:
-        _score_pooled(pooled, types, responses, labels, metadatas, group_size, timeout_s, pool, out)
+        _score_pooled(pooled, types, responses, labels, metadatas, group_size, timeout_s, pool, out, why)
     scores = [float(v) if s == "ok" else 0.0 for v, s in out]
     if metrics is not None:
         for key, value in (("reward/count", n), ("reward/seconds", time.monotonic() - t0),
                            ("reward/timeouts", sum(s == "timeout" for _, s in out)),
                            ("reward/errors", sum(s == "error" for _, s in out))):
             metrics[key] = metrics.get(key, 0) + value
+    if failures is not None:
+        failures += [(i, why.get(i) or f"the remote reward at {remote_url}: {s} after {max_retries + 1} attempts")
+                     for i, (_, s) in enumerate(out) if s in ("error", "timeout")]
     return scores
 
 
@@ -151,7 +162,7 @@ def _score_remote(idx, responses, labels, metadatas, prompts, url, timeout_s, ma
     return run_sync(remote_scores(url, payloads, timeout_s, max_retries))
 
 
-def _score_pooled(idx, types, responses, labels, metadatas, group_size, timeout_s, pool, out):
+def _score_pooled(idx, types, responses, labels, metadatas, group_size, timeout_s, pool, out, why):
     tasks, timeouts, owners = [], [], []
     group_types = [t for t in set(types[i] for i in idx) if is_custom(t) and is_per_group(load_function(t))]
     grouped = [i for i in idx if types[i] in group_types]
@@ -167,9 +178,12 @@ def _score_pooled(idx, types, responses, labels, metadatas, group_size, timeout_
             tasks.append(("custom" if is_custom(types[i]) else "rule", types[i], responses[i], labels[i], metadatas[i]))
             timeouts.append(timeout_s)
             owners.append(i)
-    for owner, (value, status) in zip(owners, (pool or _pool(None)).run(tasks, timeouts)):
+    for task, owner, limit, (value, status) in zip(tasks, owners, timeouts, (pool or _pool(None)).run(tasks, timeouts)):
         if status == "error":
-            log.warning("reward %s failed: %s", types[owner[0] if isinstance(owner, list) else owner], value)
+            log.warning("reward %s failed: %s", task[1], value)
+        members = owner if isinstance(owner, list) else [owner]
+        if status != "ok":
+            why.update((i, str(value) if status == "error" else f"timed out after {limit:g} s") for i in members)
         if isinstance(owner, list):
             for j, i in enumerate(owner):
                 out[i] = (value[j], status) if status == "ok" else (0.0, status)

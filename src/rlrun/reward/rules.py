@@ -152,6 +152,9 @@ RULES: dict[str, Callable[..., float]] = {
     "deepscaler": deepscaler, "math": math, "dapo": dapo, "f1": f1, "gpqa": gpqa,
     "exact_match": exact_match, "char_match": char_match, "random": random_reward,
 }
+# Rule types whose full score needs the label's text in the response (a response too short to hold the label, or
+# unable to spell it, scores 0): the preflight checks the labels against rollout.max_response_len for these.
+LABEL_IN_RESPONSE = ("deepscaler", "math", "dapo", "f1", "exact_match", "char_match")
 REMOTE_TYPES = ("remote", "remote_rm")  # rm_type values that post to data.rm_url (rlrun.reward.score_batch)
 
 
@@ -175,3 +178,8 @@ def rule_score(rm_type: str, response: str, label, metadata=None) -> float:
             "'remote', or a custom 'module.path:function'"
         )
     return float(RULES[base](response, label, metadata))
+
+
+def label_in_response(rm_type: str) -> bool:
+    """True for a rule type (boxed_ prefix or not) in LABEL_IN_RESPONSE."""
+    return rm_type.removeprefix("boxed_") in LABEL_IN_RESPONSE

@@ -515,7 +515,8 @@ def _bounded(fn: Callable[[], object], timeout_s: float, step: str, requests_: d
             raise fail(f"the trainer's side did not finish within {timeout_s:g} s")
     if "error" in out:
         abort()
-        raise WeightSyncStuck(f"weight sync failed at {step}: {out['error']!r}; engines: {_state(requests_)}") \
+        raise WeightSyncStuck(f"weight sync failed at {step}: {out['error']!r} (rollout.weight_sync_timeout_s="
+                              f"{timeout_s:g} also bounds the group's own waits); engines: {_state(requests_)}") \
             from out["error"]
     for f in requests_.values():
         try:
@@ -527,12 +528,62 @@ def _bounded(fn: Callable[[], object], timeout_s: float, step: str, requests_: d
     return out.get("value")
 
 
+class BroadcastGroup:
+    """The trainer's end of an NCCL/gloo weight-sync group, kept across pushes (as slime keeps its group): building
+    one costs the engines' /init_weights_update_group and a new communicator, ~1 s per push on two H200s
+    (docs/benchmarks.md), more than the copy task's whole transfer. `ensure` rebuilds it only when the engines
+    change (a restart, a push to a subset), `drop` forgets it after a failure (the engines' side may be stuck)."""
+
+    def __init__(self, master_address: str, port: Callable[[], int], backend: str, ranks_per_engine: int = 1):
+        self.master_address, self.port, self.backend = master_address, port, backend
+        self.ranks_per_engine = ranks_per_engine
+        self.urls: tuple[str, ...] = ()
+        self.group = None
+        self.name = ""
+        self.builds = 0
+
+    def ensure(self, urls: list[str], timeout_s: float) -> None:
+        if self.group is not None and tuple(urls) == self.urls:
+            return
+        self.close(timeout_s)
+        world, port = 1 + len(urls) * self.ranks_per_engine, self.port()
+        self.builds += 1
+        name = f"rlrun_weight_sync_{os.getpid()}_{self.builds}"
+        with _executor(None, len(urls)) as pool:
+            joins = {url: pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
+                self.master_address, port, 1 + i * self.ranks_per_engine, world, group_name=name,
+                backend=self.backend), timeout_s) for i, url in enumerate(urls)}
+            self.group = _bounded(lambda: W.new_broadcast_group(self.master_address, port, 0, world, name,
+                                                                self.backend, timeout_s=timeout_s),
+                                  timeout_s, f"joining the {self.backend} group {name!r} (world {world}, "
+                                             f"{self.master_address}:{port})", joins)
+        self.urls, self.name = tuple(urls), name
+
+    def drop(self) -> None:
+        """After a failed push: abort the local end; the engines' ends are left to their restart or teardown."""
+        if self.group is not None:
+            W.abort_broadcast_group(self.group)
+        self.group, self.urls = None, ()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Frees both ends (engines that no longer answer are skipped: they are dead or restarting)."""
+        if self.group is None:
+            return
+        for url in self.urls:
+            try:
+                _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(self.name), timeout_s)
+            except Exception:  # noqa: BLE001 - a dead engine took its end of the group with it
+                pass
+        W.destroy_broadcast_group(self.group)
+        self.group, self.urls = None, ()
+
+
 def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
-                      master_address: str, master_port: int, backend: str, bucket_bytes: int = 256 << 20,
-                      group_name: str = "weight_update_group", prepare: Prepare | None = None,
+                      master_address: str, master_port: int | Callable[[], int], backend: str,
+                      bucket_bytes: int = 256 << 20, prepare: Prepare | None = None,
                       ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
                       timeout_s: float = 180.0, engine_env: dict[str, str] | None = None,
-                      flush_cache: bool = True) -> dict:
+                      flush_cache: bool = True, group: BroadcastGroup | None = None) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
     1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
     per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
@@ -541,48 +592,44 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
     between pause (in_place) and continue. `prepare` and the
     version on the last bucket as in push_tensors. Returns timing and bytes for bandwidth reports.
 
+    group: a BroadcastGroup kept by the caller across pushes (reused while the engines are the same); None: a group
+    for this push only (master_port: a port, or a callable that picks one).
     Bounded: joining the group and each bucket (the collective and the engines' answers) get timeout_s each; past
     it, or when an engine's request fails, the group is aborted and WeightSyncStuck names the step and every
     engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts).
     flush_cache: as in push_tensors."""
     if backend == "nccl":
         check_nccl_env(engine_env)
-    world = 1 + len(engine_urls) * ranks_per_engine
+    own = group is None
+    if own:
+        group = BroadcastGroup(master_address, master_port if callable(master_port) else lambda: master_port,
+                               backend, ranks_per_engine)
     parts = list(W.buckets(named, bucket_bytes))
-    group = None
-
-    def abort() -> None:
-        if group is not None:
-            W.abort_broadcast_group(group)
-
-    with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
-        joins = {url: pool.submit(_post, url, "/init_weights_update_group", api.init_weights_update_group_body(
-            master_address, master_port, 1 + i * ranks_per_engine, world, group_name=group_name, backend=backend),
-            timeout_s) for i, url in enumerate(engine_urls)}
-        group = _bounded(lambda: W.new_broadcast_group(master_address, master_port, 0, world, group_name, backend,
-                                                       timeout_s=timeout_s),
-                         timeout_s, f"joining the {backend} group {group_name!r} (world {world}, "
-                                    f"{master_address}:{master_port})", joins)
-        t0, nbytes = time.perf_counter(), 0
-        for i, bucket in enumerate(parts):
-            bucket = prepare(bucket) if prepare else bucket
-            last = i == len(parts) - 1
-            body = api.update_weights_from_distributed_body(
-                [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
-                [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group_name,
-                flush_cache=last and flush_cache, load_format=load_format)
-            posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
-                     for url in engine_urls}
-            tensors = [t.contiguous() for _, t in bucket]
-            sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
-            _bounded(lambda: W.broadcast_tensors(group, sent), timeout_s,
-                     f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors from "
-                     f"{bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, abort)
-            nbytes += _nbytes(bucket)
-        seconds = time.perf_counter() - t0
-        for url in engine_urls:
-            _post(url, "/destroy_weights_update_group", api.destroy_weights_update_group_body(group_name), timeout_s)
-        W.destroy_broadcast_group(group)
+    try:
+        with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
+            group.ensure(engine_urls, timeout_s)
+            t0, nbytes = time.perf_counter(), 0
+            for i, bucket in enumerate(parts):
+                bucket = prepare(bucket) if prepare else bucket
+                last = i == len(parts) - 1
+                body = api.update_weights_from_distributed_body(
+                    [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
+                    [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group.name,
+                    flush_cache=last and flush_cache, load_format=load_format)
+                posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
+                         for url in engine_urls}
+                tensors = [t.contiguous() for _, t in bucket]
+                sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
+                _bounded(lambda: W.broadcast_tensors(group.group, sent), timeout_s,
+                         f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
+                         f"from {bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, group.drop)
+                nbytes += _nbytes(bucket)
+            seconds = time.perf_counter() - t0
+            if own:
+                group.close(timeout_s)
+    except BaseException:
+        group.drop()
+        raise
     return {"bytes": nbytes, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9 if seconds else 0.0}
 
 

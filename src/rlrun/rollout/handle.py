@@ -156,7 +156,14 @@ def generate_samples(url: str, rollout_cfg, samples: list, sampling: Sampling, s
     counters: client retries, partial-rollout aborts, what fn counted: turns, tool calls...)."""
 
     async def one(handle, sample):
-        return sample if sample.status in DONE else await fn(handle, sample, sampling)
+        if sample.status in DONE:
+            return sample
+        try:
+            return await fn(handle, sample, sampling)
+        except Exception as exc:  # the run stops at the first failure: say on which sample (error.txt keeps it)
+            exc.add_note(f"rlrun: the generate function (rollout.generate_fn) failed on the sample of group "
+                         f"{sample.group_id}: prompt={str(sample.prompt)[:200]!r}, label={str(sample.label)[:100]!r}")
+            raise
 
     async def run():
         async with RolloutClient.from_config(url, rollout_cfg) as client:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlrun.config.errors import Problem, did_you_mean
+from rlrun.config.sizes import push_flushes_cache
 from rlrun.rollout.sglang_schema import server_args_schema
 
 # ServerArgs fields that rlrun sets from typed config; setting them in rollout.sglang is an error
@@ -131,6 +132,8 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
         args.update(nnodes=slot.nnodes, node_rank=slot.node_rank, dist_init_addr=slot.dist_init_addr)
     if r.offload:
         args["enable_memory_saver"] = True  # needed for /release_memory_occupation to free memory
+    if not push_flushes_cache(cfg):  # stale prefixes could never be flushed (rlrun.config.sizes); rollout.sglang wins
+        args["disable_radix_cache"] = True
     args.update(r.sglang)
     return args
 

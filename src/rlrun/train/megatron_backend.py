@@ -158,6 +158,9 @@ class MegatronBackend(TrainerBackend):
                     logging.getLogger(__name__).warning(note)  # said once, when the reference model is built
                 self._load_weights(self.ref, ref_dir)
             self.ref.requires_grad_(False)
+        self.teacher = None
+        if cfg.algo.distill.teacher is not None:  # on-policy distillation: slime --opd-type megatron
+            self.teacher = self._frozen(cfg.algo.distill.teacher)
         # The model, megatron-core and its imports leave millions of long-lived Python objects;
         # a full collection over them took ~50 ms inside some steps (0.20 vs 0.25 s steps of
         # Qwen3-1.7B on the H100). Frozen, they are left out of every later collection.
@@ -209,8 +212,9 @@ class MegatronBackend(TrainerBackend):
             buf.offload_to_cpu(move_params=True, move_grads=True)
         for inner in self._inner_optimizers():
             off.move_optimizer(inner.optimizer, off.HOST, params=True, cache=self.host_cache)
-        if self.ref is not None:
-            off.move_module(self.ref, off.HOST, self.host_cache)
+        for frozen in (self.ref, self.teacher):
+            if frozen is not None:
+                off.move_module(frozen, off.HOST, self.host_cache)
         self.offloaded = True
         off.free_device_cache(self.device)  # waits for the non-blocking copies to pinned memory
 
@@ -221,9 +225,24 @@ class MegatronBackend(TrainerBackend):
             buf.reload_from_cpu(move_params=True, move_grads=True)
         for inner in self._inner_optimizers():
             off.move_optimizer(inner.optimizer, self.device, params=True)
-        if self.ref is not None:
-            off.move_module(self.ref, self.device)
+        for frozen in (self.ref, self.teacher):
+            if frozen is not None:
+                off.move_module(frozen, self.device)
         self.offloaded = False
+
+    def _frozen(self, path: str):
+        """A frozen model of model.*'s architecture from an HF dir or a Megatron torch_dist folder (the teacher;
+        slime's --opd-teacher-load is a torch_dist folder)."""
+        from rlrun.config.torch_dist import dist_checkpoint_dir
+
+        gpt = mm.build_gpt(self.cfg.model, self.tconfig).to(self.device).eval()
+        if dist_checkpoint_dir(path):
+            from rlrun.train.megatron.dist_ckpt import load_torch_dist
+            load_torch_dist(gpt, path)
+        else:
+            self._load_weights(gpt, path)
+        gpt.requires_grad_(False)
+        return gpt
 
     def _load_weights(self, gpt, hf_path) -> None:
         from rlrun.train.megatron.weights import load_hf
@@ -352,11 +371,13 @@ class MegatronBackend(TrainerBackend):
 
     @torch.no_grad()
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
-        if which not in ("actor", "ref"):
-            raise ValueError(f"which={which!r}: use 'actor' or 'ref'")
-        model = self.model if which == "actor" else self.ref
+        models = {"actor": self.model, "ref": self.ref, "teacher": self.teacher}
+        if which not in models:
+            raise ValueError(f"which={which!r}: use 'actor', 'ref' or 'teacher'")
+        model = models[which]
         if model is None:
-            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
+            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0"
+                               if which == "ref" else "no teacher: it is built only when algo.distill.teacher is set")
         self.onload()
         model.eval()
         batch, mine = self._model_parallel_batch(batch)

@@ -24,11 +24,11 @@ from safetensors.torch import load_file, save_file
 
 from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
 from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
-from rlrun.config.kinds import use_critic
+from rlrun.config.kinds import use_critic, use_teacher
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
-from rlrun.train import offload as off
+from rlrun.train import lora, offload as off
 from rlrun.train.critic import build_value_model
 from rlrun.train.dist import all_reduce_sum, barrier, join_process_group
 from rlrun.train.hf_model import build_causal_lm
@@ -52,6 +52,7 @@ class TorchBackend(TrainerBackend):
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
         self.needs_critic = use_critic(cfg)
+        self.needs_teacher = use_teacher(cfg)
         self.step = 0
         self.offloaded = False  # train.offload: state in host memory between train phases
         self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse
@@ -74,6 +75,8 @@ class TorchBackend(TrainerBackend):
         ck = self.cfg.checkpoint
         self.model = build_causal_lm(self.cfg.model, ck.hf, self.cfg.run.seed).to(self.device)
         self.model.config.use_cache = False
+        if self.cfg.model.lora.rank:  # LoRA: the base frozen, the adapter trains (rlrun.train.lora)
+            self.model = lora.wrap(self.model, self.cfg.model.lora)
         self._recompute(self.model)
         self.ref = None
         if self.needs_ref:  # the reference policy: checkpoint.ref, else the initial weights
@@ -85,6 +88,11 @@ class TorchBackend(TrainerBackend):
                 logging.getLogger(__name__).warning(note)  # said once, when the reference model is built
             self.ref = build_causal_lm(self.cfg.model, ref_dir, self.cfg.run.seed).to(self.device).eval()
             self.ref.requires_grad_(False)
+        self.teacher = None
+        if self.needs_teacher:  # on-policy distillation: the teacher's forward on the student's samples
+            self.teacher = build_causal_lm(self.cfg.model, self.cfg.algo.distill.teacher, self.cfg.run.seed)
+            self.teacher = self.teacher.to(self.device).eval()
+            self.teacher.requires_grad_(False)
         self.opt = self._adamw(self.model)
         self.critic = self.critic_opt = None
         if self.needs_critic:  # PPO: the critic shares the actor's device (slime's layout)
@@ -104,13 +112,13 @@ class TorchBackend(TrainerBackend):
 
     def _adamw(self, model) -> torch.optim.AdamW:
         o = self.cfg.optim
-        return torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=o.lr, betas=(o.adam_beta1, o.adam_beta2),
                                  eps=o.adam_eps, weight_decay=o.weight_decay)
 
     # -- offload ----------------------------------------------------------------------------
     def _state(self):
         """(modules, optimizers) that offload moves: actor, reference, critic and their AdamWs."""
-        modules = [m for m in (self.model, self.ref, self.critic) if m is not None]
+        modules = [m for m in (self.model, self.ref, self.teacher, self.critic) if m is not None]
         return modules, [o for o in (self.opt, self.critic_opt) if o is not None]
 
     def _move(self, device: torch.device) -> None:
@@ -180,12 +188,14 @@ class TorchBackend(TrainerBackend):
 
     @torch.no_grad()
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:
-        if which not in ("actor", "ref"):
-            raise ValueError(f"which={which!r}: use 'actor' or 'ref'")
+        models = {"actor": self.model, "ref": self.ref, "teacher": self.teacher}
+        if which not in models:
+            raise ValueError(f"which={which!r}: use 'actor', 'ref' or 'teacher'")
         self.onload()
-        model = self.model if which == "actor" else self.ref
+        model = models[which]
         if model is None:
-            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0")
+            raise RuntimeError("no reference model: it is built only when algo.use_kl_loss or algo.kl_coef != 0"
+                               if which == "ref" else "no teacher: it is built only when algo.distill.teacher is set")
         model.eval()
 
         return self._per_sample(batch, lambda idx: self._forward(model, batch, idx, entropy_grad=False)[0])
@@ -304,13 +314,15 @@ class TorchBackend(TrainerBackend):
 
     # -- weights and checkpoints ------------------------------------------------------------
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
+        if lora.is_lora(self.model):  # the engines take the merged weights under the HF names
+            return lora.merged_state_dict(self.model)
         return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
 
     def save(self, path: str) -> None:
         out = Path(path)
         if self.rank == 0:  # ranks hold identical replicas: one writer
             out.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(out / _MODEL_DIR)
+            self.model.save_pretrained(out / _MODEL_DIR)  # LoRA: the adapter only (peft's save_pretrained)
             state = {"optimizer": self.opt.state_dict(), "step": self.step}
             if self.critic is not None:
                 save_file({k: v.contiguous() for k, v in self.critic.state_dict().items()}, str(out / _CRITIC_FILE))
@@ -321,9 +333,13 @@ class TorchBackend(TrainerBackend):
 
     def load(self, path: str) -> None:
         src = Path(path)
-        weights = dict(load_hf_dir(src / _MODEL_DIR))  # one file or save_pretrained's shards
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if lora.is_lora(self.model):
+            lora.load_adapter(self.model, src / _MODEL_DIR)
+            missing, unexpected, tied = [], [], set()
+        else:
+            weights = dict(load_hf_dir(src / _MODEL_DIR))  # one file or save_pretrained's shards
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
         if set(missing) - tied or unexpected:
             raise RuntimeError(f"{src / _MODEL_DIR}: checkpoint does not match model.* (missing {missing}, "
                                f"unexpected {unexpected}); resume with the config the run was started with")

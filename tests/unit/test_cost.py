@@ -1,0 +1,267 @@
+"""The plan's cost model (rlrun.config.cost) and its calibration (rlrun.config.calibrate): the formulas on
+hand-computed values (constants chosen so each term can be computed by hand), the KV check, the basis of
+estimates, async overlap, layout advice, the refit from a run dir, the CLI and the report's table.
+Float tolerances: rel 1e-9 where the neglected terms are < 1e-12 s (huge bandwidth / FLOP/s constants); the
+calibration writes 4 significant digits, hence rel 1e-3 there."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import yaml
+
+from rlrun.cli import main
+from rlrun.config import load
+from rlrun.config.calibrate import calibrate, write_overlay
+from rlrun.config.cost import PHASES, advise, load_table, measured_phases, predict, predicted_phases
+from rlrun.config.memory import estimate
+from rlrun.config.plan import make_plan, weight_sync
+from rlrun.sweep import ranked
+
+HUGE = 1e30
+
+
+@pytest.fixture(autouse=True)
+def no_fitted_overlay(tmp_path, monkeypatch):
+    """The shipped table only: a conf/calibration.fitted.yaml of this checkout must not change the numbers."""
+    monkeypatch.setenv("RLRUN_CALIBRATION", str(tmp_path / "none.yaml"))
+
+
+def _table(**over) -> dict:
+    """A cpu entry whose physical terms vanish (bandwidth and FLOP/s huge): only the fixed costs remain."""
+    entry = {"basis": "measured", "source": "test", "bandwidth_gb_s": HUGE,
+             "assume": {"prompt_tokens": 16, "response_fraction": 1.0, "eval_prompts": 6},
+             "step_overhead_s": 0.01, "startup_s": 0.0,
+             "engines": {"hf": {"request_s": 0.002, "step_layer_s": 0.001, "bandwidth_eff": 1.0, "mfu": HUGE,
+                                "offload_s": 0.3},
+                         "sglang": {"request_s": 0.002, "step_layer_s": 0.001, "bandwidth_eff": 1.0, "mfu": HUGE,
+                                    "offload_s": 0.3}},
+             "backends": {"torch": {"train_fixed_s": 0.1, "micro_batch_layer_s": 0.01, "mfu": HUGE, "optimizer_eff": 1.0},
+                          "megatron": {"train_fixed_s": 0.1, "micro_batch_layer_s": 0.01, "mfu": HUGE,
+                                       "optimizer_eff": 1.0}},
+             "weight_sync": {"tensor": {"gb_per_s": 0.001, "fixed_s": 0.02},
+                             "distributed": {"gb_per_s": 0.001, "fixed_s": 0.02}},
+             "offload": {"host_gb_per_s": HUGE}, "save": {"gb_per_s": 0.01, "fixed_s": 0.05}}
+    for k, v in over.items():
+        entry[k] = {**entry[k], **v} if isinstance(v, dict) else v
+    return {"fallback": "cpu", "cpu": entry}
+
+
+def test_default_job_fixed_costs_by_hand():
+    """Tiny model: 78,208 params (tied, so the matmul count is the same), 2 layers; 16 prompts x 8 = 128 requests of
+    1 token, max_concurrency 64 -> 2 decode steps; dynamic batching: ceil(128 x 17 / 512) = 5 micro-batches."""
+    cfg = load([])
+    c = predict(cfg, "tensor", _table())
+    ph = c["phases_s"]
+    assert c["generation"]["decode_steps"] == 2.0 and c["generation"]["concurrency"] == 64
+    assert ph["rollout"] == pytest.approx(128 * 0.002 + 2 * 2 * 0.001, rel=1e-9)          # 0.260
+    assert ph["log_probs"] == 0.0                          # GRPO, one optimizer step, no KL: no extra pass
+    assert ph["train"] == pytest.approx(0.1 + 5 * max(2 * 0.01, 0.0), rel=1e-9)           # 0.200
+    assert ph["weight_sync"] == pytest.approx(0.02 + 78208 * 4 / 1e6, rel=1e-9)           # fp32 export: 0.332832
+    assert c["events_s"]["save"] == pytest.approx(0.05 + 78208 * 12 / 1e7, rel=1e-9)      # torch checkpoint 12 B/param
+    assert ph["save"] == pytest.approx(c["events_s"]["save"] / 20, rel=1e-9)              # save_interval 20
+    assert ph["offload"] == 0.0 and ph["eval"] == 0.0
+    step = 0.26 + 0.2 + 0.332832 + (0.05 + 0.0938496) / 20 + 0.01
+    assert c["step_s"] == pytest.approx(step, rel=1e-9)
+    assert c["step_core_s"] == pytest.approx(step - ph["save"], rel=1e-9)
+    assert c["run_h"] == pytest.approx(60 * step / 3600, abs=1e-4)  # the final save is the 3rd interval's
+    assert c["gpus"] == 1 and c["basis"] == "measured"
+
+
+def test_memory_terms_by_hand():
+    """Only the bandwidth terms (1 GB/s): a decode step reads the bf16 weights (2 x 78,208 B), each generated token
+    the KV of its mean context (16 + 1/2 tokens x 256 B); 2 steps, 128 tokens."""
+    t = _table(bandwidth_gb_s=1.0, engines={"hf": {"request_s": 0.0, "step_layer_s": 0.0, "bandwidth_eff": 1.0,
+                                                   "mfu": HUGE, "offload_s": 0.0}})
+    c = predict(load([]), "tensor", t)
+    assert c["phases_s"]["rollout"] == pytest.approx((2 * 2 * 78208 + 128 * 16.5 * 256) / 1e9, rel=1e-6)
+
+
+def test_micro_batch_is_paced_by_the_slower_of_host_and_gpu():
+    """mfu 1e-6 of 0.5 TFLOP/s: 5 micro-batches of 128 x 17 x 6 x 78,208 (+ attention 6 x 2 x 64 x 17) FLOPs / 5
+    each, far above the host's 2 x 0.01 s: the GPU term sets the pace."""
+    t = _table(backends={"torch": {"train_fixed_s": 0.0, "micro_batch_layer_s": 0.01, "mfu": 1e-6,
+                                   "optimizer_eff": 1.0}})
+    c = predict(load([]), "tensor", t)
+    flops = 128 * 17 * (6 * 78208 + 6 * 2 * 64 * 17)
+    assert c["phases_s"]["train"] == pytest.approx(flops / (0.5e12 * 1e-6), rel=1e-6)
+
+
+def test_kv_capacity_queues_and_warns():
+    cfg = load(["hardware=h100", "train.backend=megatron", "train.gpus_per_node=1", "rollout.engine=sglang", "rollout.mem_fraction_static=0.0001",
+                "rollout.max_response_len=512", "rollout.max_concurrency=256"])
+    mem = estimate(cfg)
+    c = predict(cfg, "tensor", _table(), mem)
+    g = c["generation"]
+    per_seq = 16 + 512  # toy prompts (max_prompt_len 16), response_fraction 1
+    assert g["kv_tokens"] == mem.kv_tokens and g["kv_sequences"] == mem.kv_tokens // per_seq
+    assert g["concurrency"] == g["kv_sequences"] < g["concurrency_wanted"] == 256  # 32 prompts x 8 (h100 defaults)
+    assert any("requests will queue" in w and "rollout.mem_fraction_static" in w for w in c["warnings"])
+    roomy = predict(load(["hardware=h100", "train.backend=megatron", "train.gpus_per_node=1", "rollout.engine=sglang",
+                          "rollout.max_response_len=512", "rollout.max_concurrency=256"]), "tensor", _table())
+    assert roomy["generation"]["concurrency"] == 256 and not roomy["warnings"]
+    assert roomy["phases_s"]["rollout"] < c["phases_s"]["rollout"]
+
+
+def test_max_concurrency_below_the_kv_cache_is_reported_with_its_gain():
+    cfg = load(["hardware=h100", "train.backend=megatron", "train.gpus_per_node=1", "rollout.engine=sglang", "rollout.max_response_len=512",
+                "rollout.max_concurrency=16"])
+    c = predict(cfg, "tensor", _table())
+    (w,) = c["warnings"]
+    assert "rollout.max_concurrency 16 caps" in w and "rollout.max_concurrency=256 would cut generation" in w
+
+
+def test_async_overlaps_generation_with_the_trainer():
+    cfg = load(["experiment=tiny-grpo-async-cpu"])
+    c = predict(cfg, weight_sync(cfg), _table())
+    ph, a = c["phases_s"], c["async"]
+    trainer = ph["log_probs"] + ph["train"] + ph["weight_sync"] + ph["eval"] + ph["save"]
+    producer = ph["rollout"] + ph["weight_sync"]  # the engines pause for the push
+    assert a["producer_s"] == producer and a["trainer_s"] == pytest.approx(trainer)
+    assert c["step_s"] == pytest.approx(max(producer, trainer) + 0.01, rel=1e-6)
+    assert a["bubble_s"] == pytest.approx(abs(producer - trainer)) and a["hidden_s"] == min(producer, trainer)
+    every2 = predict(load(["experiment=tiny-grpo-async-cpu", "rollout.update_weights_interval=2"]), "distributed", _table())
+    assert every2["phases_s"]["weight_sync"] == pytest.approx(predict(cfg, "distributed", _table())["phases_s"]
+                                                              ["weight_sync"] / 2)
+
+
+def test_seed_recipe_is_an_estimate_with_its_basis():
+    cfg = load(["experiment=qwen3-4b-grpo-mi300x"])
+    c = make_plan(cfg).cost
+    assert c["basis"] == "estimate" and c["hardware"] == "mi300x"
+    assert "no measurement on mi300x" in c["note"] and "h100" in c["note"] and "1307.4" in c["note"] and "5300" in c["note"]
+    assert c["step_s"] > 0 and c["gpus"] == 8
+    assert c["gpu_hours"] == pytest.approx(c["run_h"] * 8, rel=1e-3)
+    assert any("assumed" in a for a in c["assumptions"])  # dapo has no prompt-length filter
+
+
+def test_a_profile_without_an_entry_says_whose_constants_it_borrows():
+    c = predict(load(["hardware=h100", "hardware.name=mystery", "train.backend=megatron"]), "tensor", load_table())
+    assert c["basis"] == "estimate" and c["note"].startswith("no calibration for mystery: h100's")
+
+
+def test_a_kind_without_a_measurement_is_an_estimate():
+    table = _table()
+    del table["cpu"]["engines"]["hf"]
+    table["h100"] = load_table()["h100"]
+    c = predict(load([]), "tensor", {**table, "fallback": "h100"})
+    assert c["basis"] == "estimate" and "no hf measurement on cpu: h100's engines constants" in c["note"]
+    assert c["phases_s"]["rollout"] > 128 * load_table()["h100"]["engines"]["hf"]["request_s"]
+
+
+def test_advice_ranks_the_splits_of_the_gpus():
+    cfg = load(["hardware=h100", "train.backend=megatron", "rollout.engine=sglang", "train.gpus_per_node=2",
+                "rollout.gpus_per_engine=1", "rollout.max_response_len=512"])
+    rows = advise(cfg, weight_sync(cfg), load_table())
+    assert [r["step_s"] for r in rows] == sorted(r["step_s"] for r in rows)
+    layouts = {r["layout"] for r in rows}
+    assert layouts == {"colocated, 2 GPUs", "1 trainer + 1 rollout, sync", "1 trainer + 1 rollout, async (max_staleness 1)"}
+    (cur,) = [r for r in rows if r["current"]]
+    assert cur["layout"] == "colocated, 2 GPUs" and cur["gain"] == 1.0
+
+
+def _fake_run(tmp_path, cfg, rows) -> object:
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    (d / "plan.json").write_text(json.dumps(make_plan(cfg).to_dict()))
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+def test_calibrate_refits_the_scales_and_the_overlay_reproduces_the_run(tmp_path):
+    cfg = load(["checkpoint.save_interval=2"])
+    pred = predicted_phases(predict(cfg, "tensor", load_table()))
+    core = 2 * pred["rollout"] + 0.5 * pred["train"] + pred["weight_sync"] + 0.05
+    rows = [{"step": 0, "time/rollout_s": 9.0, "time/train_s": 9.0, "time/step_s": 99.0}]  # warm-up, left out
+    for s in (1, 2):
+        rows.append({"step": s, "time/rollout_s": 2 * pred["rollout"], "time/train_s": 0.5 * pred["train"],
+                     "time/weight_sync_s": pred["weight_sync"], "rollout/response_len_mean": 1.0,
+                     "time/step_s": core + (3 * pred["save"] if s == 2 else 0.0),
+                     **({"time/save_s": 3 * pred["save"]} if s == 2 else {})})
+    run = _fake_run(tmp_path, cfg, rows)
+    overlay, report = calibrate([run])
+    fit = overlay["cpu"]
+    assert fit["basis"] == "measured" and fit["fitted_from"] == [str(run)]
+    assert fit["scale"]["rollout"] == pytest.approx(2.0, rel=1e-3) and fit["scale"]["train"] == pytest.approx(0.5, rel=1e-3)
+    assert fit["scale"]["weight_sync"] == pytest.approx(1.0, rel=1e-3) and fit["scale"]["save"] == pytest.approx(3.0, rel=1e-3)
+    assert fit["step_overhead_s"] == pytest.approx(0.05, rel=1e-3) and fit["assume"]["response_fraction"] == 1.0
+    after = {r["phase"]: r for r in report}
+    assert after["step_core"]["after_s"] == pytest.approx(core, rel=2e-3)
+    path = tmp_path / "fitted.yaml"
+    write_overlay(overlay, path)
+    again = predict(cfg, "tensor", load_table(path))
+    assert again["phases_s"]["rollout"] == pytest.approx(2 * pred["rollout"], rel=1e-3)
+    assert again["basis"] == "measured" and "fitted by rlrun plan --calibrate" in again["note"]
+
+
+def test_calibrate_cli_writes_where_it_says(tmp_path, capsys):
+    cfg = load([])
+    rows = [{"step": s, "time/rollout_s": 0.2, "time/train_s": 0.1, "time/weight_sync_s": 0.03, "time/step_s": 0.34}
+            for s in range(3)]
+    run = _fake_run(tmp_path, cfg, rows)
+    out = tmp_path / "cal.yaml"
+    assert main(["plan", "--calibrate", str(run), "--out", str(out)]) == 0
+    assert f"wrote the fitted constants of cpu to {out}" in capsys.readouterr().out
+    assert yaml.safe_load(out.read_text())["cpu"]["scale"]["rollout"] > 0
+    assert main(["plan", "--calibrate"]) == 2
+    assert main(["plan", "--calibrate", str(tmp_path / "nowhere")]) == 2
+
+
+def test_plan_shows_the_prediction(capsys):
+    assert main(["plan", "experiment=qwen3-4b-grpo-mi300x"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted time per rollout step" in out and "ESTIMATE: mi300x" in out and "GPU-hours" in out
+    assert "basis: estimate: no measurement on mi300x" in out and out.count("advice:") == 1
+    assert main(["plan", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)["cost"]
+    assert set(PHASES) == set(cost["phases_s"]) and cost["advice"][0]["layout"] == "colocated, 1 GPU"
+
+
+def test_sweep_points_rank_by_predicted_gpu_hours():
+    rows = [{"index": 0, "gpu_h": 3.0, "step_s": 2.0}, {"index": 1, "gpu_h": None, "step_s": None},
+            {"index": 2, "gpu_h": 1.0, "step_s": 5.0}]
+    assert [(r["rank"], r["index"]) for r in ranked(rows)] == [(1, 2), (2, 0), (3, 1)]
+
+
+def test_measured_phases_leave_out_the_warm_up_and_count_events_per_event():
+    rows = [{"time/rollout_s": 5.0, "time/step_s": 9.0},
+            {"time/rollout_s": 1.0, "time/save_s": 4.0, "time/step_s": 6.0},
+            {"time/rollout_s": 3.0, "time/step_s": 3.5},
+            {"time/rollout_s": 30.0, "time/step_s": 33.0}]  # a stalled step: the median does not follow it
+    m = measured_phases(rows)
+    assert m == {"rollout": 3.0, "save": 4.0, "step_core": 3.5}  # medians of (1, 3, 30), (4), (6 - 4, 3.5, 33)
+    assert math.isclose(measured_phases([{"time/produce_s": 2.0, "time/rollout_s": 0.1}])["rollout"], 2.0)
+
+
+def test_report_puts_predicted_next_to_measured(tmp_path):
+    from rlrun.report import cost_rows, load_run
+
+    cfg = load([])
+    pred = predicted_phases(make_plan(cfg).cost)
+    rows = [{"step": s, "time/rollout_s": 2 * pred["rollout"], "time/step_s": 1.0} for s in range(3)]
+    got = {r[0]: r for r in cost_rows(load_run(_fake_run(tmp_path, cfg, rows)))}
+    assert got["rollout"][3] == "2"
+
+
+def test_the_device_comparison_tool_runs_leave_one_out(tmp_path):
+    """tools/device/predict_vs_measured.py (the GPU line's table) on two CPU run dirs: each predicted from the other."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    dirs = []
+    for i, (cfg, t) in enumerate([(load([]), 0.2), (load(["rollout.rollout_batch_size=8"]), 0.1)]):
+        rows = [{"step": s, "time/rollout_s": t, "time/train_s": 0.1, "time/step_s": t + 0.15} for s in range(3)]
+        sub = tmp_path / str(i)
+        sub.mkdir()
+        dirs.append(str(_fake_run(sub, cfg, rows)))
+    r = subprocess.run([sys.executable, str(root / "tools/device/predict_vs_measured.py"), *dirs, "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120, cwd=root)
+    assert r.returncode == 0, r.stderr
+    table = (tmp_path / "predict.md").read_text()
+    assert table.count("| tiny 16x8x1 | rollout | 0.200 |") == 1 and "| tiny 8x8x1 | rollout | 0.100 |" in table
+    assert "worst leave-one-out error per phase" in table
+    assert yaml.safe_load((tmp_path / "calibration.fitted.yaml").read_text())["cpu"]["fitted_from"] == dirs
