@@ -36,7 +36,7 @@ from rlrun.rollout.tiny_model import build_tokenizer  # noqa: E402
 
 SHAPES = {  # (hidden, ffn, layers, heads, kv heads, head_dim, vocab)
     "small": (256, 768, 4, 4, 2, 64, 4096),  # ~6M params: the CPU run
-    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 128, 151936),  # REFERENCE.md §2
+    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 128, 151936),  # Qwen/Qwen3-0.6B's config.json
 }
 
 

@@ -1,4 +1,5 @@
-"""Per-GPU memory estimate (REFERENCE.md §8; Megatron-LM's theoretical_memory_usage is the reference).
+"""Per-GPU memory estimate (docs/config.md "The plan"; Megatron-LM's megatron/training/theoretical_memory_usage.py
+is the reference).
 
 Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam
 (fp32 master + m + v) 12 B/param (8 with optim.state_dtype=bf16) sharded over DP (distributed

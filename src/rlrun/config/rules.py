@@ -1,5 +1,6 @@
-"""Cross-field rules (REFERENCE.md §4): every rule slime applies, and the gaps it leaves. A rule is a small
-function RunConfig -> Problems; check() runs them all so that every problem is reported at once.
+"""Cross-field rules (docs/config.md "Validation"): every rule slime applies (slime/utils/arguments.py,
+slime_validate_args), and the gaps it leaves. A rule is a small function RunConfig -> Problems; check() runs
+them all so that every problem is reported at once.
 Layout rules (parallelism, placement, hardware) live in layout_rules.py, the HF config.json check in
 hfcheck.py; this module holds batch, algorithm, sampling, data and training-schedule rules."""
 from __future__ import annotations

@@ -49,6 +49,14 @@ def existing_run_dirs(cfg: RunConfig) -> list[Path]:
     return sorted(d for d in root.iterdir() if d.is_dir() and (d / "checkpoints").is_dir())
 
 
+def run_dirs_in(folder: Path) -> list[Path]:
+    """The run dirs directly under `folder` (a run name's folder, {run.output_dir}/{run.name}), oldest first:
+    their names are UTC timestamps, so the name order is the time order."""
+    if not folder.is_dir():
+        return []
+    return sorted(d for d in folder.iterdir() if d.is_dir() and (d / "config.yaml").is_file())
+
+
 def choose_run_dir(cfg: RunConfig, now: datetime | None = None) -> Path:
     if cfg.run.resume in ("auto", "must"):
         found = existing_run_dirs(cfg)

@@ -443,3 +443,20 @@ class RunConfig(Section):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def free_form_paths(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[str]:
+    """The sections that take keys of the user's choosing (`+hardware.env.X=1`, `+rollout.sglang.Y=2`): every
+    other key is fixed by this schema, so `+key=value` anywhere else is refused as an unknown key."""
+    import typing
+
+    out: list[str] = []
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) is Union else [ann]
+        for a in args:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                out += free_form_paths(a, f"{prefix}{name}.")
+            elif typing.get_origin(a) is dict:
+                out.append(f"{prefix}{name}")
+    return sorted(set(out))
