@@ -5,7 +5,7 @@
 
 The trainer is MegatronBackend (random-init Qwen3-0.6B shape, bf16); the engine starts from a
 *different* random init, so the sync must move every weight. Export = TP-gathered, HF-named
-buckets from the backend (export_buckets); transfer = rlrun.rollout.engines.broadcast_weights
+buckets from the backend (export_buckets); transfer = rlrun.rollout.engines.group.broadcast_weights
 (/init_weights_update_group + /update_weights_from_distributed, the engine receives exactly as
 SGLang's does). Verified: the engine's weight checksum equals the trainer's export.
 Prints one JSON line: bytes, export seconds, broadcast seconds, GB/s, checksum_equal.
@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlrun.rollout import weights as W  # noqa: E402
-from rlrun.rollout.engines import broadcast_weights, local_engine_group  # noqa: E402
+from rlrun.rollout.engines.group import broadcast_weights, local_engine_group  # noqa: E402
 from rlrun.rollout.process import free_port  # noqa: E402
 from rlrun.rollout.tiny_model import build_tokenizer  # noqa: E402
 

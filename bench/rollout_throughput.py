@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlrun.rollout.client import RolloutClient  # noqa: E402
-from rlrun.rollout.engines import local_engine_group  # noqa: E402
+from rlrun.rollout.engines.group import local_engine_group  # noqa: E402
 from rlrun.rollout.tiny_model import save_tiny_model  # noqa: E402
 
 

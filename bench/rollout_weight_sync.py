@@ -30,13 +30,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from rlrun.rollout import weights as W  # noqa: E402
-from rlrun.rollout.engines import broadcast_weights, local_engine_group  # noqa: E402
+from rlrun.rollout.engines.group import broadcast_weights, local_engine_group  # noqa: E402
 from rlrun.rollout.process import free_port  # noqa: E402
 from rlrun.rollout.tiny_model import build_tokenizer  # noqa: E402
 
 SHAPES = {  # (hidden, ffn, layers, heads, kv heads, head_dim, vocab)
     "small": (256, 768, 4, 4, 2, 64, 4096),  # ~6M params: the CPU run
-    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 128, 151936),  # REFERENCE.md §2
+    "qwen3-0.6b": (1024, 3072, 28, 16, 8, 128, 151936),  # Qwen/Qwen3-0.6B's config.json
 }
 
 

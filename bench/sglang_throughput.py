@@ -73,7 +73,7 @@ def main() -> None:
     a = p.parse_args()
     from rlrun.config import load
     from rlrun.rollout.router import Router
-    from rlrun.rollout.sglang_engine import SGLangEngine
+    from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="sglbench"))
     cfg = load(["hardware=h100", f"model={a.model}", "model.vocab_size=64", "checkpoint.random_init=true", "rollout.engine=sglang",

@@ -163,10 +163,13 @@ def command_parser(name: str) -> argparse.ArgumentParser:
     for o in c.opts:
         if o.metavar is None:
             p.add_argument(*o.flags, dest=o.dest, action="store_true", help=o.help)
-        else:
-            p.add_argument(*o.flags, dest=o.dest, metavar=o.metavar, choices=o.choices, help=o.help)
+        else:  # a value from a fixed set: the help lists it (argparse hides choices behind the metavar)
+            p.add_argument(*o.flags, dest=o.dest, metavar=o.metavar, choices=o.choices,
+                           help=o.help + (f" (one of: {', '.join(o.choices)})" if o.choices else ""))
+    # a command without positionals still collects stray words (a usage error names them), unlisted in its help
     p.add_argument("args", nargs="*", metavar=c.args.split()[0].strip("[") if c.args else "ARG",
-                   help=c.args + (f"; overrides: {OVERRIDES}" if "overrides" in c.args else ""))
+                   help=c.args + (f"; overrides: {OVERRIDES}" if "overrides" in c.args else "") if c.args
+                   else argparse.SUPPRESS)
     return p
 
 

@@ -26,6 +26,7 @@ from rlrun.parts.checkpoints import Checkpoints
 from rlrun.parts.no_engines import NoEngines
 from rlrun.parts.run_metrics import RunMetrics
 from rlrun.records import read_rollout, record_files, recorded_mode, to_samples
+from rlrun.rollout.handle import PolicyVersion
 from rlrun.runner import start_trainer
 
 REPLAY_DIR = "replay"
@@ -97,6 +98,7 @@ class RecordedRollouts:
 
     def __init__(self, source: Path):
         self.source, self.prompts = Path(source), _NoPrompts()
+        self.versions, self.engines = PolicyVersion(), NoEngines()  # the async loop's gate and fleet: idle
 
     def collect(self, rollout_id: int, sampling):
         """The recorded samples of `rollout_id`; kept = the trained ones in their trained order."""
@@ -168,6 +170,7 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     fixed = [f"rollout.num_rollout={hi}", "logging.rollout_records=none", "debug.rollout_only=false",
              "debug.profile_engines=false"]
     cfg = load([*saved, *overrides, *fixed], config_dir)
+    changed = training_changes(load([*saved, *fixed], config_dir), cfg)
     plan = make_plan(cfg)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     # RUN_DIR/replay/<timestamp>, or {run.output_dir}/replay/<timestamp> when the replay sets run.output_dir
@@ -176,8 +179,27 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     print(f"[rlrun] replay of {source} rollouts {lo}:{hi} -> {run_dir}", flush=True)
     with ExitStack() as stack:
         summary = loop.run(build(cfg, plan, run_dir, source, lo, stack))  # the synchronous loop
-    summary["matches"] = compare_train_series(source, run_dir)
+    # equality with the original run means something only where the training is the original's
+    summary["changed"] = changed
+    summary["matches"] = None if changed else compare_train_series(source, run_dir)
     return summary
+
+
+# Where a run writes and what it logs or checks: overrides of these leave the replayed training as it was.
+NOT_TRAINING = ("run.", "logging.", "debug.", "checks.")
+
+
+def training_changes(original, replayed) -> dict[str, tuple]:
+    """The settings the replay's overrides change in the training: dotted key -> (original, replayed)."""
+    def leaves(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
+        return out
+
+    a, b = leaves(original.model_dump(mode="json")), leaves(replayed.model_dump(mode="json"))
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and not k.startswith(NOT_TRAINING)}
 
 
 def compare_train_series(original: Path, replayed: Path, keys=("train/loss", "train/grad_norm")) -> dict[str, int]:
@@ -198,10 +220,15 @@ def replay_main(a) -> int:
 
         raise UsageError("replay takes one RUN_DIR (and optional --rollouts A:B and overrides)")
     s = replay(Path(a.positional[0]), a.overrides, a.rollouts, a.config_dir)
-    m = s.pop("matches")
+    m, changed = s.pop("matches"), s.pop("changed")
     steps = s["steps"]
-    print(f"[rlrun] replay done: {steps} steps; equal to the original run: "
-          + ", ".join(f"{k} {v}/{steps}" for k, v in m.items()), flush=True)
+    if changed:
+        what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in changed.items())
+        print(f"[rlrun] replay done: {steps} steps; not compared with the original run: the overrides change the "
+              f"training ({what}), so equal or different series say nothing about reproduction", flush=True)
+    else:
+        print(f"[rlrun] replay done: {steps} steps; equal to the original run: "
+              + ", ".join(f"{k} {v}/{steps}" for k, v in m.items()), flush=True)
     if steps and s["reward_first"] is not None:
         print(f"[rlrun] recorded reward {s['reward_first']:.3f} -> {s['reward_last']:.3f}; run dir {s['run_dir']}")
     return 0

@@ -64,9 +64,9 @@ def _save(cfg, seed, out):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(cfg, engine group, router, the model the server holds now: a dict so tests can swap it)."""
-    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.engines.group import EngineGroup
     from rlrun.rollout.router import Router
-    from rlrun.rollout.sglang_engine import SGLangEngine
+    from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     tmp = tmp_path_factory.mktemp("sglang")
     cfg = _cfg(tmp)

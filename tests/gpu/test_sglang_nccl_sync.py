@@ -1,5 +1,5 @@
 """The disaggregated weight sync to the real SGLang (0.5.16): the trainer (this process, GPU 0) broadcasts over
-NCCL to an SGLang engine on GPU 1 through rlrun.rollout.engines.broadcast_weights (/init_weights_update_group,
+NCCL to an SGLang engine on GPU 1 through rlrun.rollout.engines.group.broadcast_weights (/init_weights_update_group,
 /update_weights_from_distributed with SGLang's flattened buckets, /destroy_weights_update_group), twice (a second
 sync builds a new group), and the engine then generates with the pushed weights' log-probs.
 
@@ -25,9 +25,9 @@ pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
 @pytest.mark.parametrize("load_format", ["flattened_bucket", None])
 def test_nccl_broadcast_from_the_trainer_to_an_sglang_engine(tmp_path, monkeypatch, load_format):
     from rlrun.config.kinds import ENGINES
-    from rlrun.rollout.engines import broadcast_weights
+    from rlrun.rollout.engines.group import broadcast_weights
     from rlrun.rollout.process import free_port
-    from rlrun.rollout.sglang_engine import SGLangEngine
+    from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     # This process is the trainer: it must run with the engines' NCCL settings (SGLang sets NCCL_CUMEM_ENABLE=0;
     # rlrun's trainer actors get it from the plan's env). With NCCL's default (cuMem on) here, the first broadcast

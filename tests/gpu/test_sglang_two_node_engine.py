@@ -46,7 +46,7 @@ def test_an_engine_over_two_nodes_serves_from_node_rank_0_and_updates_every_tp_r
 
     from rlrun.config.plan import make_plan
     from rlrun.launch.env import actor_env
-    from rlrun.rollout.sglang_engine import RaySGLangEngine
+    from rlrun.rollout.engines.sglang.engine import RaySGLangEngine
 
     cfg = _cfg(tmp_path)
     assert make_plan(cfg).nodes_per_engine == 2

@@ -16,10 +16,11 @@ import requests
 
 from rlrun.config import load
 from rlrun.config.plan import make_plan
-from rlrun.launch.engines import start_sglang_engines
+from rlrun.launch.env import runtime_env
+from rlrun.rollout.engines.sglang.engine import start as start_sglang_engines
 from rlrun.launch.env import actor_env
 from rlrun.launch.placement import Placement
-from rlrun.rollout.engines import EngineGroup
+from rlrun.rollout.engines.group import EngineGroup
 from rlrun.rollout.router import Router
 from rlrun.rollout.tiny_model import save_tiny_model
 
@@ -59,7 +60,7 @@ def main() -> None:
     group = None
     try:
         model = save_tiny_model(tmp / "tiny")
-        engines, restart = start_sglang_engines(cfg, plan, placement, actor_env("cuda", {}), str(model),
+        engines, restart = start_sglang_engines(cfg, plan, placement, runtime_env(actor_env("cuda", {})), str(model),
                                                 str(tmp / "logs"), launcher=STANDIN)
         first = engines[0]
         out.update(first=first.parts, url=first.url, alive=first.alive())

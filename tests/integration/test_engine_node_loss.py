@@ -105,7 +105,7 @@ def test_a_lost_node_with_only_an_engine_does_not_stop_the_run(tmp_path, monkeyp
         text = (tmp_path / "run.log").read_text()
         assert rc == 0, text[-4000:]
         # the lost engine left the router and its restart began; the run does not wait for the restart
-        # (rlrun.rollout.engines.EngineGroup.replace), which may end after the last step on a loaded machine
+        # (rlrun.rollout.engines.group.EngineGroup.replace), which may end after the last step on a loaded machine
         assert "carried only rollout engines" in text and "is unhealthy: out of the router, restarting it" in text, \
             text[-4000:]
         got = rows()

@@ -9,7 +9,8 @@ import requests
 
 from rlrun.rollout import weights as W
 from rlrun.rollout.client import RolloutClient, Sampling
-from rlrun.rollout.engines import local_engine_group
+from rlrun.rollout.engines.group import local_engine_group
+from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -90,8 +91,8 @@ def test_rollout_survives_an_engine_killed_mid_way(cluster):
     assert r.json()["meta_info"]["weight_version"] == "1"
 
 
-class _InProcessEngine:
-    """An hf engine served from this process, in the shape EngineGroup drives."""
+class _InProcessEngine(HTTPEngine):
+    """An hf engine served from this process: a RolloutEngine (HTTPEngine's control plane + alive/stop)."""
 
     def __init__(self, model_dir):
         from rlrun.rollout.hf_engine import HFEngine
@@ -113,7 +114,7 @@ class _InProcessEngine:
 
 
 def test_a_restart_that_fails_is_retried_with_backoff(tmp_path):
-    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.engines.group import EngineGroup
     from rlrun.rollout.router import Router
 
     model_dir = save_tiny_model(tmp_path / "tiny")
@@ -143,7 +144,7 @@ def test_a_restart_that_fails_is_retried_with_backoff(tmp_path):
 
 def test_an_engine_that_keeps_failing_is_given_up_after_max_restarts(tmp_path):
     """rollout.max_engine_restarts=2: the third failure calls on_fatal, naming the engine (its node)."""
-    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.engines.group import EngineGroup
     from rlrun.rollout.router import Router
 
     model_dir = save_tiny_model(tmp_path / "tiny")
@@ -179,7 +180,7 @@ def test_a_slow_restart_does_not_hold_up_weight_pushes(tmp_path):
     only; the replacement then gets the weights the others serve (resync) and joins the router."""
     import threading
 
-    from rlrun.rollout.engines import EngineGroup
+    from rlrun.rollout.engines.group import EngineGroup
     from rlrun.rollout.router import Router
 
     model_dir = save_tiny_model(tmp_path / "tiny")

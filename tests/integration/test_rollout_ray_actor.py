@@ -59,7 +59,7 @@ def test_sglang_engine_actor_on_a_placement_group_bundle(ray_cluster, tmp_path):
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rlrun.config import load
-    from rlrun.rollout.sglang_engine import RaySGLangEngine
+    from rlrun.rollout.engines.sglang.engine import RaySGLangEngine
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     cfg = load(["experiment=qwen3-4b-grpo-mi300x"])

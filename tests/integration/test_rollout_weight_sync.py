@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlrun.rollout import weights as W
-from rlrun.rollout.engines import broadcast_weights, local_engine_group
+from rlrun.rollout.engines.group import broadcast_weights, local_engine_group
 from rlrun.rollout.process import free_port
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 
@@ -35,7 +35,7 @@ def test_broadcast_from_trainer_rank0_to_two_engine_processes(group):
 def test_a_kept_group_serves_many_pushes_and_is_rebuilt_when_the_engines_change(group):
     """BroadcastGroup (the trainer's lead rank keeps one): one join for many pushes; a push to other engines (a
     restart, a subset) builds a new group; close() frees both ends."""
-    from rlrun.rollout.engines import BroadcastGroup
+    from rlrun.rollout.engines.group import BroadcastGroup
 
     kept = BroadcastGroup("127.0.0.1", free_port, "gloo")
     for version, seed in (("21", 21), ("22", 22), ("23", 23)):
@@ -106,7 +106,7 @@ def test_sglang_ipc_payload_between_processes(group):
 def test_buckets_between_pause_and_continue_and_the_version_comes_last(group, monkeypatch, path):
     """Several buckets: each is prepared (the trainer's hook) just before it is sent; only the last
     request carries the version and flush_cache, all of them between pause(in_place) and continue."""
-    from rlrun.rollout import engines as E
+    from rlrun.rollout.engines import group as E
 
     calls, prepared = [], []
     real_post = E._post

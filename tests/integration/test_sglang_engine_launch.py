@@ -8,7 +8,7 @@ import requests
 
 from rlrun.config import load
 from rlrun.rollout.process import free_port
-from rlrun.rollout.sglang_engine import SGLangEngine, engine_slot
+from rlrun.rollout.engines.sglang.engine import SGLangEngine, engine_slot
 from rlrun.rollout.tiny_model import save_tiny_model
 
 

@@ -4,7 +4,7 @@
 engine takes nodes 1 and 2 (Plan.nodes_per_engine 2).
 
 What runs for real: rlrun's plan, Placement (placement group, bundles probed and matched to Ray nodes), the
-engine factory (start_sglang_engines -> RaySGLangEngine: one actor per node part, ports and dist_init_addr
+engine start (rlrun.rollout.engines.sglang.engine.start -> RaySGLangEngine: one actor per node part, ports and dist_init_addr
 picked on the nodes), EngineGroup's fault path and the real sglang-router. What is a test double: the server each
 part starts (tests/integration/sglang_node_standin.py): SGLang itself needs CUDA, and one engine over several
 nodes needs several GPU nodes (the lent device is one GPU), so the real multi-node SGLang is not run here. The

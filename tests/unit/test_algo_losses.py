@@ -12,7 +12,7 @@ from rlrun.algo import (
     compute_loss,
     entropy_from_logits,
     kl,
-    policy_loss,
+    gspo_policy_loss,
     ppo_clip_loss,
     tis_weights,
 )
@@ -47,7 +47,7 @@ def test_gspo_uses_sequence_mean_ratio():
     # seq 1: log-ratio 0 on the trained token, pad ignored in the mean -> r = 1, loss -1.
     logp = torch.tensor([[0.1, 0.3], [0.0, 5.0]], requires_grad=True)
     mask = torch.tensor([[1, 1], [1, 0]])
-    loss, frac, ppo_kl = policy_loss("gspo", logp, torch.zeros(2, 2), torch.ones(2, 2), mask, 0.2, 0.2)
+    loss, frac, ppo_kl = gspo_policy_loss(logp, torch.zeros(2, 2), torch.ones(2, 2), mask, 0.2, 0.2)
     assert torch.allclose(loss, torch.tensor([[-1.2, -1.2], [-1.0, -1.0]]))
     assert torch.allclose(ppo_kl[0], torch.tensor([-0.2, -0.2]))
     assert frac[0].tolist() == [1.0, 1.0] and frac[1, 0] == 0.0

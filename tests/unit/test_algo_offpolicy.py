@@ -229,7 +229,8 @@ def test_masked_tokens_get_exactly_zero_gradient_whatever_they_hold(per_token, l
     loss2, m2, grad2 = run(dirty)
     assert torch.equal(grad[mask == 0], torch.zeros(int((mask == 0).sum())))
     assert torch.equal(grad, grad2) and torch.equal(loss, loss2)
-    assert all(torch.equal(m[k], m2[k]) for k in m)
+    # every metric but opsm_clipfrac, which counts (as slime's) the negative advantages of loss-masked tokens too
+    assert all(torch.equal(m[k], m2[k]) for k in m if k != "opsm_clipfrac")
     assert grad[mask > 0].abs().sum() > 0
 
 
@@ -394,3 +395,26 @@ def test_step_sums_reduce_maxima_with_max_over_two_gloo_ranks():
 
     out = run_on_gloo_ranks(_step_sums_worker)
     assert out[0] == out[1] == {"max/train/tis_weight_max": 5.0, "train/tis_weight_mean": 0.75}
+
+
+def test_opsm_clipfrac_counts_the_dropped_tokens_as_slime_does_for_kl_shaped_advantages():
+    """ppo / reinforce_plus_plus with KL shaping give per-token advantages whose sign changes along a sequence.
+    slime (slime/utils/ppo_utils.py compute_opsm_mask) drops the tokens with a negative advantage in a sequence
+    past delta and counts exactly those (loss-masked ones too) over the sequence's trained tokens."""
+    # one sequence, 4 positions, 3 trained; current -1, old -0.5: divergence .5 > delta .1 (old reference)
+    logp, old = torch.full((1, 4), -1.0), torch.full((1, 4), -0.5)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    adv = torch.tensor([[-1.0, 0.5, -2.0, -3.0]])  # negative at 0, 2 and the loss-masked 3; positive at 1
+    kw = dict(use_opsm=True, opsm_delta=0.1, opsm_reference="old")
+    _, m = compute_loss(logp, old, None, None, adv, mask, None, params(**kw))
+    # slime: 3 dropped (positions 0, 2, 3) / 3 trained = 1.0 (counting the whole sequence gave 4 / 3)
+    assert m["opsm_clipfrac"].item() == pytest.approx(1.0)
+    assert m["opsm_maskfrac"].item() == pytest.approx(2 / 3)  # of the 3 trained tokens, 0 and 2 are dropped
+    _, m = compute_loss(logp, old, None, None, adv, mask, None, params(**kw, calculate_per_token_loss=True))
+    assert m["opsm_clipfrac"].item() == pytest.approx(1 / 3)  # per token: the same 1.0 over the 3 tokens
+    # packed, with a second sequence of positive advantages (nothing dropped there): (3/3 + 0/2) / 2 sequences
+    cu = torch.tensor([0, 4, 6])
+    packed = lambda first, second: torch.cat([first[0], torch.tensor(second)])  # noqa: E731
+    _, m = compute_loss(packed(logp, [-1.0, -1.0]), packed(old, [-0.5, -0.5]), None, None,
+                        packed(adv, [0.25, 1.0]), packed(mask, [1.0, 1.0]), None, params(**kw), cu_seqlens=cu)
+    assert m["opsm_clipfrac"].item() == pytest.approx(1.0 / 2)

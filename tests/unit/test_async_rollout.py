@@ -16,7 +16,7 @@ from rlrun.data import Sample
 from rlrun.loops import steps
 from rlrun.loops.async_loop import staleness
 from rlrun.rollout.client import RolloutClient, Sampling
-from rlrun.rollout.engines import _post
+from rlrun.rollout.engines.group import _post
 from rlrun.rollout.generate_api import single_turn
 from rlrun.rollout.handle import ClientHandle, PolicyVersion
 

@@ -104,3 +104,21 @@ def test_a_failed_run_keeps_a_record_and_show_of_an_empty_run_says_so(tmp_path, 
     assert main(["show", str(failed)]) == 1
     err = capsys.readouterr().err
     assert "the run failed before its first step" in err and "RuntimeError: engine 0 died" in err
+
+
+def test_help_lists_choices_shows_no_bare_positional_and_slimes_commands_have_examples_and_exit_codes(capsys):
+    from rlrun.cli import COMMAND_SPECS
+
+    for cmd, spec in COMMAND_SPECS.items():
+        assert main([cmd, "--help"]) == 0
+        out = capsys.readouterr().out
+        if not spec.args:  # jobs: no positional argument to list (it used to show a bare ARG)
+            assert "positional arguments" not in out and "ARG" not in out, out
+        for opt in spec.opts:
+            if opt.choices:  # --format FMT, --cfg job: the values it takes are named
+                assert f"(one of: {', '.join(opt.choices)})" in out, (cmd, out)
+    assert main(["diff", "--help"]) == 0 and "(one of: text, json, md)" in capsys.readouterr().out
+    for verb in ("export", "import"):
+        assert main([verb, "slime", "--help"]) == 0
+        out = capsys.readouterr().out
+        assert f"examples:\n  rlrun {verb} slime " in out and "exit codes: 0 " in out, out

@@ -115,7 +115,7 @@ def test_a_released_model_means_its_weights_from_the_local_hf_cache(tmp_path, mo
     assert cfg.model.hub_id == "Qwen/Qwen3-4B" and cfg.checkpoint.hf == "Qwen/Qwen3-4B"
     (p,) = list(checkpoints(cfg, None))
     assert p.path == "checkpoint.hf" and "not in the local Hugging Face cache" in p.message
-    assert "huggingface-cli download Qwen/Qwen3-4B" in p.fix and "checkpoint.random_init=true" in p.fix
+    assert "hf download Qwen/Qwen3-4B" in p.fix and "checkpoint.random_init=true" in p.fix
     snap = _hub_cache(tmp_path / "hub", "Qwen/Qwen3-4B", _qwen3_4b())
     cfg = load(base)
     assert cfg.checkpoint.hf == str(snap) == cfg.checkpoint.ref
@@ -141,3 +141,25 @@ def test_real_weights_on_the_toy_task_are_said_plainly(tmp_path, monkeypatch):
     (w,) = [p for p in check(load(ov), ov) if p.path == "data.prompt_data"]
     assert "trains Qwen/Qwen3-4B on rlrun's toy task" in w.message and "data=dapo-math-17k" in w.fix
     assert not [p for p in check(load([]), []) if p.path == "data.prompt_data"]  # the tiny default job: no word
+
+
+def test_the_printed_download_command_exists_and_downloads_into_the_cache_rlrun_reads(tmp_path, monkeypatch):
+    """The fix names a command of the installed huggingface_hub (`hf download`; `huggingface-cli` is gone since
+    huggingface_hub 1.0), and that command accepts the arguments printed (its --help parses them offline)."""
+    import re
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rlrun.launch.preflight import checkpoints
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (p,) = list(checkpoints(load(["model=qwen3-4b", "algo=grpo", "hardware=mi300x"]), None))
+    (command,) = re.findall(r"`([^`]+)`", p.fix)
+    argv = shlex.split(command)
+    assert argv == ["hf", "download", "Qwen/Qwen3-4B"]
+    prog = Path(sys.executable).parent / argv[0]
+    assert prog.is_file(), f"{argv[0]} is not installed next to {sys.executable}"
+    done = subprocess.run([str(prog), *argv[1:], "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--local-dir" in done.stdout, done.stderr

@@ -40,6 +40,22 @@ def test_invalid_config_reports_expected_paths(case):
     for p in problems:
         assert p.message and p.fix, p
     assert len({(p.path, p.message) for p in problems}) == len(problems), "duplicate problems"
+    from test_config_fixes import check_offered_fixes
+
+    check_offered_fixes(overrides, problems)  # each value a fix offers clears its key (test_config_fixes.py)
+
+
+def test_the_fixes_offer_enough_values_to_test():
+    """The catalogue's fixes name enough concrete values for the check above to mean something. It runs after
+    the per-entry test, which filled OFFERED; run alone, it goes through the catalogue itself."""
+    from test_config_fixes import OFFERED, _problems, check_offered_fixes
+
+    if sum(OFFERED.values()) < 100:
+        for overrides, _ in CATALOGUE.values():
+            check_offered_fixes(overrides, _problems(overrides))
+    assert sum(OFFERED.values()) >= 100
+    assert set(OFFERED) >= {"parallelism.tp", "parallelism.pp", "parallelism.ep", "model", "algo.kl_coef",
+                            "rollout.engine"}
 
 
 @pytest.mark.parametrize("case", sorted(CATALOGUE))

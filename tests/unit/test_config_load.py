@@ -38,7 +38,9 @@ def test_seed_recipe_values_and_amd_defaults():
     assert (cfg.train.offload, cfg.rollout.offload, cfg.train.gradient_accumulation_fusion) == (False, False, False)
     assert cfg.train.num_steps_per_rollout == 1  # derived from gbs 256
     assert (cfg.algo.eps_clip, cfg.algo.eps_clip_high, cfg.algo.kl_loss_type) == (0.2, 0.28, "low_var_kl")
-    assert (cfg.eval.interval, cfg.eval.top_p, cfg.eval.temperature) == (20, 0.7, 0.8)  # eval temperature derived
+    assert (cfg.eval.interval, cfg.eval.top_p, cfg.eval.temperature) == (20, 1.0, 1.0)
+    cooler = load(["experiment=qwen3-4b-grpo-mi300x", "rollout.temperature=0.8"])
+    assert cooler.eval.temperature == 0.8  # eval temperature derived from the rollout's
     assert cfg.hardware.env["RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"] == "1"
     assert cfg.checkpoint.ref == "/root/Qwen3-4B_torch_dist"
 

@@ -73,3 +73,23 @@ def test_run_dir_written_before_a_field_existed_is_compared_at_todays_default(tm
     assert main(["diff", str(run), f"optim.lr=1e-3,run.output_dir={tmp_path}"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("note: ") and "optim.lr: 0.002 -> 0.001" in out
+
+
+def test_a_run_name_folder_resolves_to_its_newest_run_and_an_empty_folder_says_what_to_pass(tmp_path, capsys):
+    """`rlrun diff outputs/rec` where outputs/rec is a run name's folder ({run.output_dir}/{run.name}): its
+    newest run dir (timestamps sort in time order), named in a note; a folder with no run dir says what to pass."""
+    runs = []
+    for lr in ("1e-3", "2e-3"):  # two runs of one name; the second is the newer
+        ov = [f"optim.lr={lr}", f"run.output_dir={tmp_path}", "run.name=rec"]
+        cfg = load(ov)
+        runs.append(prepare_run_dir(cfg, make_plan(cfg), ov))
+    assert runs[0].parent == runs[1].parent == tmp_path / "rec" and runs[0].name < runs[1].name
+    assert main(["diff", str(tmp_path / "rec"), str(runs[0])]) == 1
+    out = capsys.readouterr().out
+    assert "optim.lr: 0.002 -> 0.001" in out  # the folder stood for the newer run (lr 2e-3)
+    assert f"holds 2 run(s) of one run name: compared its newest, {runs[1]}" in out
+    assert main(["diff", str(tmp_path / "rec"), str(runs[1])]) == 0
+    (tmp_path / "empty").mkdir()
+    assert main(["diff", str(tmp_path / "empty"), "default"]) == 2
+    err = capsys.readouterr().err
+    assert "is a folder with no run dir in it" in err and "a run dir holds config.yaml" in err

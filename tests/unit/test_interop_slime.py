@@ -1,5 +1,5 @@
-"""slime interop: the flag codec, export, import and round trips on the seed recipe (REFERENCE.md §3), a
-disaggregated H100 variant and a script written the way the seed tutorial shows."""
+"""slime interop: the flag codec, export, import and round trips on the seed recipe (slime's
+scripts/run-qwen3-4B-amd.sh), a disaggregated H100 variant and a script written the way the seed tutorial shows."""
 
 import io
 from pathlib import Path
@@ -45,7 +45,7 @@ def test_decode_seed_values_are_slimes():
     d = decode(parse_args(launch.args))
     v = d.values
     assert d.unknown == []
-    assert (v["rollout.temperature"], v["eval.top_p"], v["eval.temperature"]) == (0.8, 0.7, 0.8)
+    assert (v["rollout.temperature"], v["eval.top_p"], v["eval.temperature"]) == (1.0, 1.0, 1.0)
     assert (v["train.global_batch_size"], v["train.num_steps_per_rollout"]) == (256, 1)  # 32*8 = 256*1
     assert (v["train.offload"], v["rollout.offload"], v["train.gradient_accumulation_fusion"]) == (False, False, False)
     assert v["rollout.num_gpus"] == 8  # colocated: slime sets rollout GPUs = actor GPUs
@@ -153,18 +153,19 @@ def test_import_seed_picks_groups_and_overrides_only_differences(imported):
     assert {g: c.option for g, c in r.choices.items()} == {
         "model": "qwen3-4b", "algo": "grpo", "hardware": "mi300x", "parallelism": "tp2", "data": "dapo-math-17k"}
     o = r.overrides
-    assert (o["rollout.temperature"], o["eval.top_p"], o["algo.eps_clip_high"]) == (0.8, 0.7, 0.28)
+    assert o["algo.eps_clip_high"] == 0.28
     assert o["eval.datasets"] == [{"name": "aime", "path": "/root/aime-2024/aime-2024.jsonl", "rm_type": "deepscaler"}]
     # equal to what the groups give or rlrun derives: left out
-    for path in ("model.num_layers", "parallelism.tp", "train.offload", "rollout.offload",
-                 "train.gradient_accumulation_fusion", "rollout.num_gpus", "eval.temperature", "data.rm_type"):
+    for path in ("model.num_layers", "parallelism.tp", "train.offload", "rollout.offload", "rollout.temperature",
+                 "train.gradient_accumulation_fusion", "rollout.num_gpus", "eval.temperature", "eval.top_p",
+                 "data.rm_type"):
         assert path not in o
     # the flag the script sets is carried; the side rlrun derives from it is null (a problem names the flag)
     assert (o["train.global_batch_size"], o["train.num_steps_per_rollout"]) == (256, None)
-    assert r.unknown == [] and r.filled == {
-        "rollout.max_concurrency": "--sglang-server-concurrency",
-        "rollout.request_timeout_s": "--sglang-router-request-timeout-secs",
-        "rollout.router.request_timeout_s": "--router-request-timeout-secs"}
+    # the flags the script leaves out take slime's defaults, which are rlrun's base values: nothing to fill in
+    assert r.unknown == [] and r.filled == {}
+    for path in ("rollout.max_concurrency", "rollout.request_timeout_s", "rollout.router.request_timeout_s"):
+        assert path not in o
     assert r.yaml_text.startswith("# @package _global_\n")
     assert "  - override /model: qwen3-4b\n" in r.yaml_text
 
@@ -199,9 +200,7 @@ def test_export_of_shipped_seed_experiment_covers_the_seed_script(tmp_path):
     before, after = script_flags(SEED), exported_flags(text, tmp_path)
     assert before - after == set()
     # rlrun's own defaults where the experiment does not follow slime's: listed, so a change is noticed
-    assert {f for f, _ in after - before} == EXPORT_EXTRAS | {
-        "--sglang-server-concurrency", "--sglang-router-request-timeout-secs", "--router-request-timeout-secs",
-        "--use-wandb", "--wandb-mode", "--wandb-project"}
+    assert {f for f, _ in after - before} == EXPORT_EXTRAS | {"--use-wandb", "--wandb-mode", "--wandb-project"}
 
 
 def test_new_user_tutorial_script_imports_plans_and_exports_back(tmp_path):
@@ -224,8 +223,8 @@ def test_new_user_tutorial_script_imports_plans_and_exports_back(tmp_path):
 
 def test_import_reports_unknown_flags_in_yaml_and_never_copies_secrets(tmp_path):
     script = tmp_path / "run.sh"
-    script.write_text(SEED.read_text().replace("--rollout-temperature 0.8",
-                                               "--rollout-temprature 0.8 --wandb-key s3cret --moe-enable-deepep"))
+    script.write_text(SEED.read_text().replace("--rollout-temperature 1\n",
+                                               "--rollout-temprature 0.8 --wandb-key s3cret --moe-enable-deepep\n"))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "qwen3-4B.sh").write_text((DATA / "models" / "qwen3-4B.sh").read_text())
     out, err = io.StringIO(), io.StringIO()
@@ -270,7 +269,7 @@ def test_rlrun_cli_dispatches_export_and_import(tmp_path, capsys):
     from rlrun.cli import main
 
     assert main(["export", "slime", "experiment=qwen3-4b-grpo-mi300x"]) == 0
-    assert "--rollout-temperature 0.8" in capsys.readouterr().out
+    assert "--rollout-temperature 1.0" in capsys.readouterr().out
     assert main(["import", "slime", str(SEED), "--out", str(tmp_path / "experiment" / "seed.yaml")]) == 0
     assert (tmp_path / "experiment" / "seed.yaml").read_text().startswith("# @package _global_")
     # interop's own options reach it through the rlrun CLI (they are not rlrun options)
@@ -534,3 +533,25 @@ def test_export_checks_or_starts_the_ray_it_submits_to():
     text = render_script(load(["experiment=qwen3-4b-grpo-mi300x", "cluster.address=http://head:8265"])
                          .model_dump(mode="python"))
     assert "ray start --head" not in text and "exit 2" in text and "no Ray dashboard answers at http://head:8265" in text
+
+
+def test_a_script_without_its_models_file_names_no_model_it_did_not_match(tmp_path):
+    """slime's Qwen3-4B script copied without scripts/models/qwen3-4B.sh: no model.* value to score the model
+    options on. The report must not call any model a full match, picks the one whose hub id names the
+    --hf-checkpoint folder, and the refusal points at lines that were printed (no did-you-mean here)."""
+    script = tmp_path / "run.sh"
+    script.write_text(SEED.read_text())  # sources ${SCRIPT_DIR}/models/qwen3-4B.sh, which is not there
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_main(["import", "slime", str(script)], out, err) == 2
+    text = err.getvalue()
+    assert "all model.* settings match" not in text and "model=glm4-9b" not in text
+    assert "  model=qwen3-4b (the script sets no model.* setting: the model whose hub id names --hf-checkpoint " \
+           "/root/Qwen3-4B; pass --model NAME to choose another)" in text
+    assert "did-you-mean" not in text and "did you mean" not in text
+    assert "(model flags)" in text and "Fix the script (as each line above says)" in text
+    # a folder no model's hub id names: still no claim of a match, the choice is called a guess
+    script.write_text(SEED.read_text().replace("${MODEL_DIR}/Qwen3-4B\n", "${MODEL_DIR}/my-model\n"))
+    err = io.StringIO()
+    assert cli_main(["import", "slime", str(script)], io.StringIO(), err) == 2
+    assert "all model.* settings match" not in err.getvalue()
+    assert "the script sets no model.* setting: a guess; pass --model NAME" in err.getvalue()

@@ -141,11 +141,11 @@ def test_zero_variance_and_truncation_reward_warn_with_their_values():
     cfg = load(["checks.zero_variance_max=0.5", "checks.truncation_corr_max=0.5"])
     out = io.StringIO()
     inv = Invariants(cfg, out=out)
-    # groups (0,0) (1,1) (0,1): 2 of 3 groups flat
-    s = _samples([0.0, 0.0, 1.0, 1.0, 0.0, 1.0], truncated=(2, 3))
+    # groups (0,0) (0.5,0.5) (0,1): 2 of 3 groups flat below exact_match's top score 1.0
+    s = _samples([0.0, 0.0, 0.5, 0.5, 0.0, 1.0], truncated=(2, 3))
     inv.samples(0, s, s)
     m = inv.pop_metrics()
-    assert m["checks/zero_variance"] == pytest.approx(2 / 3)
+    assert m["checks/zero_variance"] == pytest.approx(2 / 3) and m["rollout/solved_groups"] == 0.0
     # 2 truncated, 4 complete: fewer than TRUNCATION_MIN_EACH (8) of a kind, not judged
     assert m["checks/truncation_reward"] == 0.0 and "'truncation_reward'" not in out.getvalue()
     # 8 truncated (7 score 1) and 8 complete (1 scores 1): t and r each have mean 1/2 and variance 1/4,
@@ -224,3 +224,27 @@ def test_a_custom_generate_function_may_group_samples_of_several_prompts():
     assert broken_groups(samples, "grpo", 3, one_prompt=False) == []
     samples[0].group_id = -1
     assert broken_groups(samples, "grpo", 3, one_prompt=False) == ["1 samples have no group id (-1)"]
+
+
+def test_groups_that_agree_at_the_top_reward_are_convergence_not_a_zero_variance_warning():
+    """The default job once the echo task is learned: every group scores exact_match's top 1.0. That is said
+    once as convergence (rollout/solved_groups), not warned; groups that agree below the top still warn."""
+    cfg = load([])  # data=toy: rm_type exact_match, top score 1.0; checks.zero_variance_max 0.9
+    out = io.StringIO()
+    inv = Invariants(cfg, out=out)
+    solved = _samples([1.0] * 128, group=8)  # the default job's 16 prompts x 8 samples, all right
+    inv.samples(0, solved, solved)
+    inv.samples(1, solved, solved)
+    m = inv.pop_metrics()
+    assert m["checks/zero_variance"] == 0.0 and m["rollout/solved_groups"] == 1.0
+    assert "warning" not in out.getvalue() and inv.warnings == []  # (the samples check passes: 128 of 128)
+    assert out.getvalue().count("100% of the trained groups are solved") == 1  # said once, not every rollout
+    stuck = _samples([0.0] * 128, group=8)  # every sample wrong: no signal
+    inv.samples(2, stuck, stuck)
+    assert inv.pop_metrics()["checks/zero_variance"] == 1.0
+    assert "run invariant 'zero_variance' failed at rollout 2: 100% of the trained groups have rewards that all " \
+           "agree below the top reward" in out.getvalue()
+    # a custom reward has no known top score: agreement is the old warning, at any value
+    custom = Invariants(load(["data.rm_type=my_rewards:score"]), out=io.StringIO())
+    custom.samples(0, solved, solved)
+    assert custom.pop_metrics()["checks/zero_variance"] == 1.0 and len(custom.warnings) == 1

@@ -19,7 +19,17 @@ def _lint(src: Path) -> subprocess.CompletedProcess:
 def test_the_layers_contract_is_kept():
     r = _lint(ROOT / "src")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 1 kept, 0 broken." in r.stdout
+    assert "Contracts: 4 kept, 0 broken." in r.stdout
+
+
+def test_the_fleet_naming_an_engine_kind_breaks_the_rollout_contract(tmp_path):
+    """The finer contracts inside rollout/ can fail too: EngineGroup importing the sglang kind is reported."""
+    shutil.copytree(ROOT / "src" / "rlrun", tmp_path / "rlrun", ignore=shutil.ignore_patterns("__pycache__"))
+    group = tmp_path / "rlrun" / "rollout" / "engines" / "group.py"
+    group.write_text(group.read_text() + "\n\ndef _kind():\n    import rlrun.rollout.engines.sglang.engine  # noqa: F401\n")
+    r = _lint(tmp_path)
+    assert r.returncode == 1 and "rlrun.rollout.engines.group -> rlrun.rollout.engines.sglang.engine" in r.stdout, \
+        r.stdout + r.stderr
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):

@@ -17,6 +17,7 @@ from rlrun.config import ConfigError, load
 from rlrun.config.plan import make_plan
 from rlrun.data import Sample
 from rlrun.parts import Parts
+from rlrun.rollout.handle import PolicyVersion
 
 
 class _Trainer:
@@ -37,6 +38,19 @@ class _Trainer:
             self.calls.append(("returns", [float(x) for x in batch.returns], [float(x) for x in batch.values]))
         return {"train/loss": float(len(self.calls))}
 
+    def offload(self):
+        self.calls.append(("offload",))
+
+    def onload(self):
+        self.calls.append(("onload",))
+
+    def start_profile(self):
+        self.calls.append(("start_profile",))
+
+    def stop_profile(self, rollout_id):
+        self.calls.append(("stop_profile", rollout_id))
+        return []
+
 
 class _Prompts:
     def state_dict(self):
@@ -56,6 +70,7 @@ class _Run:
         self.trainer = _Trainer(self.calls)
         self.logged, self.recorded = [], []
         self.prompts = _Prompts()
+        self.versions, self.engines = PolicyVersion(), self  # the async loop's gate; abort_all below
         self.check_stop = lambda: None
 
     def parts(self) -> Parts:
@@ -67,6 +82,12 @@ class _Run:
         return SimpleNamespace(next_rollout=self.start, data_state={}) if self.start else None
 
     def sync(self, version, only_if_stale=False):
+        pass
+
+    def push_all(self, version, want=None, resume=True):
+        self.calls.append(("push_all", version))
+
+    def abort_all(self):
         pass
 
     def open(self, start):
@@ -195,7 +216,7 @@ class _SyncTrainer:
     def __init__(self, engines):
         self.engines = engines
 
-    def export_weights(self, path):
+    def export_weights(self, path, transport=None):
         return "abc"
 
     def push_weights(self, urls, **how):

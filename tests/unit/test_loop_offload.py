@@ -18,8 +18,9 @@ from rlrun.config.plan import make_plan
 from rlrun.launch.train_group import push_state
 from rlrun.metrics import Timer
 from rlrun.rollout import api
-from rlrun.rollout import engines as engines_mod
-from rlrun.rollout.engines import local_engine_group
+from rlrun.rollout.engines import group as engines_mod
+from rlrun.rollout.engines import http as http_mod
+from rlrun.rollout.engines.group import local_engine_group
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
 from rlrun.rollout.weights import checksum, fingerprint
 from rlrun.parts.offload import Offload
@@ -60,7 +61,7 @@ class _Trainer:
     def offload(self):
         self.calls.append(("trainer.offload", _released(self.group)))
 
-    def export_weights(self, path):
+    def export_weights(self, path, transport=None):
         self.calls.append(("trainer.export", _released(self.group)))
         self.model.save_pretrained(path)
         return checksum(self.model.state_dict())
@@ -78,7 +79,8 @@ def _run(tmp_path, group, monkeypatch, overrides, seed):
         calls.append((path, body))
         return real_post(url, path, body, timeout_s)
 
-    monkeypatch.setattr(engines_mod, "_post", post)
+    monkeypatch.setattr(engines_mod, "_post", post)  # the pushes from the trainer's memory
+    monkeypatch.setattr(http_mod, "post", post)  # each engine's control plane (pause, memory, disk loads)
     cfg = load(overrides)
     plan = make_plan(cfg)
     trainer = _Trainer(group, calls, seed)

@@ -36,7 +36,7 @@ def test_bad_record_mode_is_a_schema_error():
 
 
 def test_hf_engine_answers_501_to_profile_requests(tmp_path):
-    from rlrun.rollout.engines import _profile
+    from rlrun.rollout.engines.group import _profile
     from rlrun.rollout.hf_engine import HFEngine
     from rlrun.rollout.hf_server import ThreadedServer
     from rlrun.rollout.tiny_model import save_tiny_model

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from rlrun.config import load
-from rlrun.rollout import api, sglang_schema
-from rlrun.rollout.sglang_args import EngineSlot, check_sglang_mapping, server_args, to_argv
+from rlrun.rollout import api
+from rlrun.rollout.engines.sglang import schema as sglang_schema
+from rlrun.rollout.engines.sglang.args import EngineSlot, check_sglang_mapping, server_args, to_argv
 
 def _wheel():
     wheel = os.environ.get("RLRUN_SGLANG_WHEEL", "")

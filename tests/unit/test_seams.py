@@ -32,3 +32,24 @@ def test_a_drifted_stand_in_is_a_type_error(tmp_path):
                    "    return d\n")
     r = _mypy(str(bad), cache=tmp_path / "cache")
     assert r.returncode == 1 and 'expected "RolloutPart"' in r.stdout, r.stdout + r.stderr
+
+
+def test_the_loops_and_parts_type_check_against_the_seams(tmp_path):
+    """src/rlrun/loops and src/rlrun/parts under mypy: the loops take `p: Parts`, so a call a seam lacks (or a
+    part that stopped matching its seam) is an error here."""
+    r = subprocess.run([MYPY, "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
+                        "src/rlrun/loops", "src/rlrun/parts"], cwd=ROOT, text=True, capture_output=True, timeout=300)
+    assert r.returncode == 0 and "Success: no issues found" in r.stdout, r.stdout + r.stderr
+    assert all("p: Parts" in (ROOT / "src/rlrun/loops" / f).read_text()
+               for f in ("sync_loop.py", "async_loop.py", "phases.py"))
+
+
+def test_a_call_the_seams_lack_is_a_type_error(tmp_path):
+    bad = tmp_path / "loop.py"
+    bad.write_text("from rlrun.parts import Parts\n\n\n"
+                   "def run(p: Parts) -> None:\n"
+                   "    p.trainer.export_weights(None)  # not on TrainerPart: the loops must not reach it\n")
+    r = subprocess.run([MYPY, "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
+                        str(bad)], cwd=ROOT, text=True, capture_output=True, timeout=300,
+                       env=dict(os.environ, MYPYPATH=str(ROOT / "src")))
+    assert r.returncode == 1 and '"TrainerPart" has no attribute "export_weights"' in r.stdout, r.stdout + r.stderr

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlrun.rollout import weights as W
-from rlrun.rollout.engines import WeightSyncStuck, broadcast_weights, check_nccl_env
+from rlrun.rollout.engines.group import WeightSyncStuck, broadcast_weights, check_nccl_env
 from rlrun.rollout.process import free_port
 
 BOUND_S = 3.0

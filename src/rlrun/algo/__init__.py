@@ -14,9 +14,11 @@ from rlrun.algo.losses import (
     aggregate,
     cispo_loss,
     entropy_from_logits,
+    cispo_policy_loss,
     gspo_log_ratio,
-    policy_loss,
+    gspo_policy_loss,
     ppo_clip_loss,
+    ppo_policy_loss,
     tis_weights,
 )
 from rlrun.algo.packing import packed_to_padded, padded_to_packed
@@ -25,5 +27,5 @@ from rlrun.algo.whiten import whiten
 __all__ = [
     "ESTIMATORS", "KL_KINDS", "AlgoParams", "aggregate", "cispo_loss", "compute_advantages", "compute_loss",
     "discounted_cumsum", "entropy_from_logits", "gae", "group_normalize", "gspo_log_ratio", "kl",
-    "packed_to_padded", "padded_to_packed", "policy_loss", "ppo_clip_loss", "tis_weights", "value_loss", "whiten",
+    "packed_to_padded", "padded_to_packed", "ppo_policy_loss", "gspo_policy_loss", "cispo_policy_loss", "ppo_clip_loss", "tis_weights", "value_loss", "whiten",
 ]

@@ -23,20 +23,7 @@ import torch.distributed as dist
 from rlrun.algo.kl import kl as kl_estimate
 from rlrun.algo.packing import packed_to_padded, padded_to_packed
 from rlrun.algo.whiten import whiten
-from rlrun.config.kinds import ESTIMATORS  # the estimators' specs (group-normalised, critic, policy loss)
-
-# name -> token rule (rewards after the spec's group normalisation -> (advantages, returns) [B, T]), registered
-# with @register_adv_est under the name of its spec in rlrun.config.kinds.ESTIMATORS
-TOKEN_RULES: dict = {}
-
-
-def register_adv_est(name: str):
-    """Register the token rule of estimator `name` (its spec lives in rlrun.config.kinds.ESTIMATORS).
-    The rule is called as fn(r, lmask, rmask, tok_kl, values, kl_coef=, gamma=, lambd=) -> (adv, ret)."""
-    def deco(fn):
-        TOKEN_RULES[name] = fn
-        return fn
-    return deco
+from rlrun.config.kinds import ESTIMATORS, resolve  # the estimators' specs (token rule, normalisation, critic)
 
 
 def group_normalize(rewards: torch.Tensor, n_samples_per_prompt: int, normalize_std: bool, eps: float = 1e-6,
@@ -145,7 +132,7 @@ def compute_advantages(
     before whitening (slime `apply_opd_kl_to_advantages` in slime/backends/megatron_utils/loss.py); the
     returns (PPO's value targets) are left as they are, as slime does.
     """
-    if estimator not in ESTIMATORS or estimator not in TOKEN_RULES:
+    if estimator not in ESTIMATORS:
         raise ValueError(f"algo.advantage_estimator={estimator!r} is unknown; use one of {', '.join(ESTIMATORS)}")
     spec = ESTIMATORS[estimator]
     if cu_seqlens is not None:  # packed: compute on a padded view, then pack back
@@ -171,7 +158,7 @@ def compute_advantages(
 
     if spec.group_normalised:
         r = group_normalize(r, n_samples_per_prompt, normalize_std and spec.std_normalised, group_ids=group_ids)
-    adv, ret = TOKEN_RULES[estimator](r, lmask, rmask, tok_kl, values, kl_coef=kl_coef, gamma=gamma, lambd=lambd)
+    adv, ret = resolve(spec.token_rule)(r, lmask, rmask, tok_kl, values, kl_coef=kl_coef, gamma=gamma, lambd=lambd)
     if teacher_logp is not None:
         if logp is None:
             raise ValueError("on-policy distillation (teacher_logp) needs the student's log-probs `logp`")
@@ -182,30 +169,26 @@ def compute_advantages(
     return adv, ret
 
 
-@register_adv_est("grpo")
-@register_adv_est("gspo")
-@register_adv_est("cispo")
-def _group_reward(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+# The token rules the built-in estimators name (rlrun.config.kinds.ESTIMATORS: EstimatorKind.token_rule)
+
+def group_reward(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
     adv = r[:, None] * rmask
     return adv, adv
 
 
-@register_adv_est("reinforce_plus_plus_baseline")
-def _reinforce_baseline(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+def reinforce_baseline(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
     adv = (r[:, None] - kl_coef * tok_kl) * rmask
     return adv, adv
 
 
-@register_adv_est("reinforce_plus_plus")
-def _reinforce(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+def reinforce(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
     # KL-shaped token rewards on trained tokens, scalar reward at the last trained token.
     tok_r = -kl_coef * tok_kl * lmask + last_token_mask(lmask) * r[:, None]
     adv = discounted_cumsum(tok_r, gamma) * rmask
     return adv, adv
 
 
-@register_adv_est("ppo")
-def _gae(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
+def gae_rule(r, lmask, rmask, tok_kl, values, *, kl_coef, gamma, lambd):
     # scalar reward at the last response token, GAE with the critic
     tok_r = -kl_coef * tok_kl + last_token_mask(rmask) * r[:, None]
     return gae(tok_r, values, rmask, gamma, lambd)

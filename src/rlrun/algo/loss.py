@@ -24,8 +24,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from rlrun.algo.kl import kl as kl_estimate
-from rlrun.config.kinds import ESTIMATORS
-from rlrun.algo.losses import aggregate, policy_loss
+from rlrun.config.kinds import ESTIMATORS, resolve
+from rlrun.algo.losses import aggregate
 from rlrun.algo.offpolicy import Rejection, masked_max, opsm_keep, rollout_correction, rollout_kl, seq_max
 from rlrun.algo.packing import seq_broadcast, seq_sum
 
@@ -91,22 +91,23 @@ class AlgoParams:
         return cls(**values)
 
     @property
-    def policy_loss_kind(self) -> str:
-        return ESTIMATORS[self.advantage_estimator].policy_loss
+    def policy_loss(self):
+        """The estimator's per-token policy loss (EstimatorKind.policy_loss, rlrun.algo.losses)."""
+        return resolve(ESTIMATORS[self.advantage_estimator].policy_loss)
 
     @property
     def rejection(self) -> Rejection | None:
         return Rejection(self.rs_level, self.rs_clip_low, self.rs_clip, self.rs_veto_threshold) if self.use_rs else None
 
 
-def _opsm_clipfrac(keep_seq, mask, per_token, cu, reduce):
-    """slime's `opsm_clipfrac`: a masked sequence counts its response length (loss-masked tokens too) over
-    its trained tokens (ppo_utils.compute_opsm_mask); summed over sequences, then rlrun's divisor."""
+def _opsm_clipfrac(dropped, mask, per_token, cu, reduce):
+    """slime's `opsm_clipfrac` (slime/utils/ppo_utils.py compute_opsm_mask): per sequence, the tokens OPSM drops
+    (a negative advantage in a sequence past delta; loss-masked tokens too) over its trained tokens; summed over
+    sequences, then rlrun's divisor. Equal to the sequence's length for GRPO-style advantages (one sign per
+    sequence); fewer where KL-shaped advantages (ppo, reinforce_plus_plus) change sign along it."""
     m = mask.to(torch.float32)
     tokens = seq_sum(m, cu)
-    masked = (seq_sum((1.0 - keep_seq) * m, cu) > 0).to(m.dtype)
-    length = torch.full_like(tokens, m.shape[-1]) if cu is None else (cu[1:] - cu[:-1]).to(m.dtype)
-    per_seq = masked * length / tokens.clamp_min(1)
+    per_seq = seq_sum(dropped.to(torch.float32), cu) / tokens.clamp_min(1)
     # aggregate sums x * mask per sequence and divides by the tokens (per sample) or not (per token)
     return reduce(seq_broadcast(per_seq if not per_token else per_seq / tokens.clamp_min(1), m, cu))
 
@@ -182,11 +183,12 @@ def policy_loss_and_metrics(
     neutral = lambda x, fill: None if x is None else torch.where(keep, x, fill)  # noqa: E731
     old = cur if old_logp is None else neutral(old_logp, cur)
     rollout, ref = neutral(rollout_logp, old), neutral(ref_logp, cur)
+    given_advantages = advantages  # slime's opsm_clipfrac counts them on loss-masked tokens too
     advantages = neutral(advantages, torch.zeros_like(cur))
     reduce = lambda x: aggregate(x, loss_mask, p.calculate_per_token_loss, cu_seqlens, normalizer)  # noqa: E731
     reduce_kept = reduce  # the terms a rejected token leaves (tis_reject_scope=all): numerators only
-    pg_tok, clipfrac, ppo_kl = policy_loss(
-        p.policy_loss_kind, logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
+    pg_tok, clipfrac, ppo_kl = p.policy_loss(
+        logp, old, advantages, loss_mask, p.eps_clip, p.eps_clip_high, p.dual_clip_c, cu_seqlens
     )
     metrics = {"ois": reduce(torch.exp(-ppo_kl))}  # mean pi_theta / pi_old (slime's `ois`)
     if rollout is not None:  # the engines' log-probs vs the trainer's: always reported when known
@@ -207,7 +209,8 @@ def policy_loss_and_metrics(
         keep_seq = opsm_keep(logp, behaviour, advantages, loss_mask, p.opsm_delta, cu_seqlens)
         pg_tok = pg_tok * keep_seq
         metrics["opsm_maskfrac"] = reduce(1.0 - keep_seq)
-        metrics["opsm_clipfrac"] = _opsm_clipfrac(keep_seq, loss_mask, p.calculate_per_token_loss, cu_seqlens, reduce)
+        dropped = 1.0 - opsm_keep(logp, behaviour, given_advantages, loss_mask, p.opsm_delta, cu_seqlens)
+        metrics["opsm_clipfrac"] = _opsm_clipfrac(dropped, loss_mask, p.calculate_per_token_loss, cu_seqlens, reduce)
     pg_loss = reduce(pg_tok)
     loss = pg_loss
     metrics.update(pg_loss=pg_loss, pg_clipfrac=reduce_kept(clipfrac), ppo_kl=reduce_kept(ppo_kl))

@@ -14,9 +14,6 @@ import torch
 from rlrun.algo.offpolicy import rollout_correction
 from rlrun.algo.packing import seq_broadcast, seq_sum
 
-POLICY_LOSSES = ("ppo", "gspo", "cispo")
-
-
 def ppo_clip_loss(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
@@ -57,32 +54,31 @@ def cispo_loss(
     return -truncated.detach() * advantages * logp, (truncated != ratio).to(logp.dtype)
 
 
-def policy_loss(
-    kind: str,
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    eps_clip: float,
-    eps_clip_high: float,
-    dual_clip_c: float | None = None,
-    cu_seqlens: torch.Tensor | None = None,
-):
-    """Per-token policy loss for kind ppo | gspo | cispo -> (loss, clipfrac, ppo_kl).
+# The per-token policy losses the estimators name (rlrun.config.kinds.EstimatorKind.policy_loss): each
+# (logp, old_logp, advantages, mask, eps_clip, eps_clip_high, dual_clip_c, cu_seqlens) -> (loss, clipfrac, ppo_kl);
+# ppo_kl is old_logp - logp per token (the sequence mean for gspo), reported as a metric.
 
-    ppo_kl is old_logp - logp per token (the sequence mean for gspo), reported as a metric.
-    """
-    if kind == "gspo":
-        log_ratio = gspo_log_ratio(logp, old_logp, mask, cu_seqlens)
-    elif kind in ("ppo", "cispo"):
-        log_ratio = logp - old_logp
-    else:
-        raise ValueError(f"policy loss {kind!r} is unknown; use one of {', '.join(POLICY_LOSSES)}")
-    if kind == "cispo":
-        loss, clipfrac = cispo_loss(logp, old_logp, advantages, eps_clip, eps_clip_high)
-    else:
-        loss, clipfrac = ppo_clip_loss(torch.exp(log_ratio), advantages, eps_clip, eps_clip_high, dual_clip_c)
+def ppo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                    eps_clip: float, eps_clip_high: float, dual_clip_c: float | None = None,
+                    cu_seqlens: torch.Tensor | None = None):
+    log_ratio = logp - old_logp
+    loss, clipfrac = ppo_clip_loss(torch.exp(log_ratio), advantages, eps_clip, eps_clip_high, dual_clip_c)
     return loss, clipfrac, -log_ratio.detach()
+
+
+def gspo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                     eps_clip: float, eps_clip_high: float, dual_clip_c: float | None = None,
+                     cu_seqlens: torch.Tensor | None = None):
+    log_ratio = gspo_log_ratio(logp, old_logp, mask, cu_seqlens)
+    loss, clipfrac = ppo_clip_loss(torch.exp(log_ratio), advantages, eps_clip, eps_clip_high, dual_clip_c)
+    return loss, clipfrac, -log_ratio.detach()
+
+
+def cispo_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                      eps_clip: float, eps_clip_high: float, dual_clip_c: float | None = None,
+                      cu_seqlens: torch.Tensor | None = None):
+    loss, clipfrac = cispo_loss(logp, old_logp, advantages, eps_clip, eps_clip_high)
+    return loss, clipfrac, -(logp - old_logp).detach()
 
 
 def tis_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, tis_clip: float, tis_clip_low: float):

@@ -262,15 +262,22 @@ def unknown_key(path: str, keys: Sequence[str], all_paths: Sequence[str] = ()) -
     fix = (f"write {best}" if best else
            f"use one of the keys{where}: {', '.join(keys)}" if keys else "check the key's spelling")
     mean = f' (did you mean "{best}"?)' if best else ""
+    from rlrun.config.schema import free_form_paths
+
     return Problem(path, f"unknown key {leaf!r}{where}{mean}",
-                   fix + " (`rlrun --cfg job` prints the whole tree; +key=value adds a key on purpose)", value=path)
+                   fix + " (`rlrun --cfg job` prints the whole tree; +key=value adds a key only under "
+                   f"{' or '.join(free_form_paths())}, whose keys are free)", value=path)
 
 
 def new_keys_problem(path: str, detail: str) -> Problem:
     m = re.search(r"Key '([^']+)' is not in struct", detail)
     extra = f" ({m.group(1)!r} is not in {path})" if m else ""
-    return Problem(path, f"the new value of {path} adds keys to a section with a fixed set of keys{extra}",
-                   f"add each new key on purpose with +{path}.<key>=value", value=path)
+    from rlrun.config.schema import free_form_paths
+
+    fix = (f"add each new key with +{path}.<key>=value" if path in free_form_paths() else
+           f"set {path}'s existing keys one by one ({path}.<key>=value; `rlrun --cfg job` lists them)")
+    return Problem(path, f"the new value of {path} adds keys to a section with a fixed set of keys{extra}", fix,
+                   value=path)
 
 
 def _unparsable(overrides: Sequence[str]) -> str | None:

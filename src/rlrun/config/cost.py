@@ -29,7 +29,7 @@ from math import ceil
 from pathlib import Path
 from typing import Any
 
-from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, auto_transport, use_critic
 from rlrun.config.memory import GiB, Memory, _attention_widths, estimate, kv_bytes_per_token
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
@@ -253,7 +253,7 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
     phases.update({ph: s for ph, s in trainer_phases(cfg, k, be, sh, mem, prompt + frac * r.max_response_len).items()
                    if ph in PHASES})
     ws = k.c.get("weight_sync", {}).get(transport, {"gb_per_s": 1.0, "fixed_s": 0.0})
-    sync_bytes = sh.total * (2 if BACKENDS[t.backend].memory == "distributed" else 4)
+    sync_bytes = sh.total * (2 if BACKENDS[t.backend].memory == "sharded" else 4)
     interval = r.update_weights_interval if t.async_train else 1
     phases["weight_sync"] = (ws["fixed_s"] + sync_bytes / (ws["gb_per_s"] * 1e9)) / interval
     state = (mem.trainer_weights + mem.trainer_grads + mem.trainer_optimizer) * GiB
@@ -370,7 +370,7 @@ def advise(cfg: RunConfig, transport: str, table: dict | None = None) -> list[di
         mem = estimate(var)
         if not mem.fits:
             return
-        step = predict(var, transport if colocate else "distributed", table, mem)["step_s"]
+        step = predict(var, transport if colocate else auto_transport(var), table, mem)["step_s"]
         rows.append({"layout": name, "step_s": round(step, 3), "gain": round(base / step, 2) if step else None,
                      "current": (colocate == t.colocate and async_train == t.async_train and train_gpus == t.num_gpus)})
 

@@ -87,15 +87,21 @@ def _plan_dict(cfg, choices: dict) -> dict:
 def load_side(arg: str, config_dir=None, composer=None) -> Side:
     import yaml
 
-    from rlrun.config.rundir import read_run_dir
+    from rlrun.config.rundir import read_run_dir, run_dirs_in
     from rlrun.config.schema import RunConfig
 
     path = Path(arg)
+    picked: list[str] = []
+    if path.is_dir() and not (path / "config.yaml").is_file() and run_dirs_in(path):  # a run name's folder
+        runs = run_dirs_in(path)
+        path = runs[-1]
+        picked = [f"{arg} holds {len(runs)} run(s) of one run name: compared its newest, {path} (pass a run dir "
+                  f"to pick another)"]
     if path.is_dir() and (path / "config.yaml").is_file():  # a run dir
         raw, _ = read_run_dir(path)
         plan_file = path / "plan.json"
         choices = json.loads(plan_file.read_text()).get("choices", {}) if plan_file.is_file() else {}
-        notes = _fill_missing(raw, _defaults_for(choices, composer), str(path), _written_by(path))
+        notes = picked + _fill_missing(raw, _defaults_for(choices, composer), str(path), _written_by(path))
         cfg = _validate_saved(raw, f"{path}/config.yaml")
         return Side(str(path), cfg.to_dict(), _plan_dict(cfg, choices), choices, notes)
     if path.is_file() and path.suffix in (".yaml", ".yml"):
@@ -111,6 +117,11 @@ def load_side(arg: str, config_dir=None, composer=None) -> Side:
         return _from_overrides([], "default", config_dir, composer)
     if "=" in arg or arg.startswith("~"):
         return _from_overrides(split_overrides(arg), arg, config_dir, composer)
+    if path.is_dir():  # a folder, but no run dir in it (nor one itself)
+        raise ConfigError([Problem(arg, "is a folder with no run dir in it (a run dir holds config.yaml: "
+                                   "{run.output_dir}/{run.name}/{timestamp})",
+                                   "pass a run dir, e.g. one of its subfolders holding config.yaml, a YAML file, "
+                                   "or overrides such as 'model=qwen3-4b,optim.lr=1e-6'")])
     raise ConfigError([Problem(arg, "not found: no such run dir or YAML file, and not an override list",
                                "pass a run dir, a YAML file, or overrides such as 'model=qwen3-4b,optim.lr=1e-6'")])
 

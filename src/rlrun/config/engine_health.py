@@ -1,5 +1,5 @@
 """How long a dead engine can keep answering errors before it is out of the router: the numbers
-EngineGroup (rlrun.rollout.engines) and RayEngine (rlrun.launch.engines) poll with, and the retry
+EngineGroup (rlrun.rollout.engines.group) and RayEngine (rlrun.rollout.engines.hf.engine) poll with, and the retry
 window the rollout client derives from them (rollout.retry_window_s null; docs/rollout.md).
 Imports nothing: `rlrun plan` derives the window without torch or ray."""
 from __future__ import annotations

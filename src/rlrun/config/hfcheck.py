@@ -166,12 +166,14 @@ def model_family(cfg: RunConfig) -> Iterator[Problem]:
             yield Problem(f"model.{key}", f"family {m.family} builds {key}={value} (its modeling code fixes it), "
                           f"got {getattr(m, key)}", f"set model.{key}={json.dumps(value)}", getattr(m, key))
     if not builds(cfg.train.backend, m.family, fam.backends):
+        spec = BACKENDS[fam.backends[0]]
+        gpu = " and hardware=h100 (or other GPU hardware)" if spec.needs_gpu and cfg.hardware.vendor == "cpu" else ""
         yield Problem("train.backend", f"the {cfg.train.backend} backend does not build family {m.family} "
                       f"(built by: {', '.join(fam.backends)})",
-                      f"set train.backend={fam.backends[0]}" + (" (data parallel: parallelism=tp1, "
-                                                                "rollout.gpus_per_engine=1)"
-                                                                if not BACKENDS[fam.backends[0]].model_parallel
-                                                                else ""), cfg.train.backend)
+                      f"set train.backend={fam.backends[0]}{gpu}" + (" (data parallel: parallelism=tp1, "
+                                                                     "rollout.gpus_per_engine=1)"
+                                                                     if not spec.model_parallel else ""),
+                      cfg.train.backend)
 
 
 def hf_note(cfg: RunConfig) -> Optional[str]:

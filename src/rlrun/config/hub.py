@@ -34,5 +34,9 @@ def cached_snapshot(repo_id: str) -> Optional[str]:
     return str(snap) if (snap / "config.json").is_file() else None
 
 
-def download_command(repo_id: str) -> str:
-    return f"huggingface-cli download {repo_id}"
+DOWNLOAD_CLI = "hf"  # huggingface_hub's CLI (its `huggingface-cli` is gone since huggingface_hub 1.0)
+
+
+def download_command(repo_id: str | None = None) -> str:
+    """The command that puts `repo_id` (or a model folder) into the local Hugging Face cache."""
+    return f"{DOWNLOAD_CLI} download {repo_id or 'REPO_ID'}"

@@ -6,7 +6,7 @@ no torch and no ray (`rlrun plan` reads it). Kinds registered at run time (a plu
 everything that reads the registries: nothing copies their names.
 
     from rlrun.config.kinds import ENGINES, BACKENDS, ESTIMATORS
-    ENGINES["sglang"].needs_gpu                     # True
+    ENGINES["hf"].needs_gpu                         # False
     ESTIMATORS.register(EstimatorKind("my_est", group_normalised=True))
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 K = TypeVar("K")
 
@@ -46,31 +46,74 @@ class Kinds(Generic[K]):
             self.unregister(spec.name)  # type: ignore[attr-defined]
 
     def names(self) -> tuple[str, ...]:
+        discover()
         return tuple(self._specs)
 
     def __getitem__(self, name: str) -> K:
+        discover()
         try:
             return self._specs[name]
         except KeyError:
             raise ValueError(f"{self.what}={name!r} is unknown; use one of {', '.join(self._specs)}") from None
 
     def __contains__(self, name: object) -> bool:
+        discover()
         return name in self._specs
 
     def __iter__(self) -> Iterator[str]:
+        discover()
         return iter(self._specs)
 
     def __len__(self) -> int:
+        discover()
         return len(self._specs)
 
     def items(self):
+        discover()
         return self._specs.items()
 
+    def values(self):
+        discover()
+        return self._specs.values()
 
-def resolve(path: str) -> Any:
-    """"package.module:attr" -> the object (a kind's factory, imported only when a run builds it)."""
+
+# ---- discovery -------------------------------------------------------------------------------------------
+# The one mechanism that finds the kinds and rules outside this package: the modules below register theirs
+# (ENGINES, TRANSPORTS, @RULES, ...) when imported, and every registry imports them on first use, so that
+# config imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun
+# plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+PLUGINS: list[str] = [
+    "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
+    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
+    # rule modules (@RULES): config's own and the packages above it
+    "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
+    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules",
+]
+_discovered: list[bool] = [False]
+
+
+def discover() -> None:
+    """Import PLUGINS once (each registers its kinds and rules)."""
+    if _discovered[0]:
+        return
+    _discovered[0] = True
+    for name in PLUGINS:
+        importlib.import_module(name)
+
+
+def resolve(path: Any) -> Any:
+    """"package.module:attr" -> the object (a kind's start, backend class, token rule, policy loss: imported only
+    when a run uses it, so that config imports no other rlrun package). The one way a spec names code; a spec may
+    also hold the object itself (a kind registered at run time by code that has it)."""
+    if not isinstance(path, str):
+        return path
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def paths(spec: Any) -> dict[str, str]:
+    """The "module:attr" fields of a spec (tests/unit/test_discovery.py resolves every one)."""
+    return {k: v for k, v in vars(spec).items() if isinstance(v, str) and ":" in v and "." in v.partition(":")[0]}
 
 
 def _one_of(spec: Any, key: str, allowed: tuple[str, ...], value: Any = None) -> None:
@@ -82,29 +125,77 @@ def _one_of(spec: Any, key: str, allowed: tuple[str, ...], value: Any = None) ->
 
 # ---- rollout engines -------------------------------------------------------------------------------------
 
-TRANSPORTS = ("tensor", "distributed", "disk")  # rollout.weight_sync's transports (besides auto)
+@dataclass(frozen=True)
+class TransportKind:
+    """A weight transport (rollout.weight_sync): one module of rlrun.rollout.transports owns both ends and
+    registers this spec. The plan picks it (`auto`), the rules ask it (`rules`), the weight sync part
+    drives it (rlrun.parts.weight_sync), the trainer's lead rank runs its push (rlrun.launch.train_group)."""
+    name: str
+    # rollout.weight_sync=auto picks the first registered transport whose auto(cfg) is true
+    auto: Callable[[Any], bool]
+    # its plan rule: cfg -> Problems (run by rlrun validate when the run's transport is this one)
+    rules: Callable[[Any], Iterable[Any]]
+    # "fingerprint": the trainer pushes from its memory and fingerprints what it sent (rlrun.rollout.weights);
+    # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
+    check: str = "fingerprint"
+    # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
+    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=) -> bytes pushed per engine (keep: a dict the
+    # transport keeps across the rank's pushes, e.g. its process group); None: the trainer writes a file
+    push: Callable[..., int] | None = None
+    # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
+    # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
+    write: Callable[..., None] | None = None
+    receive: Callable[..., None] | None = None
+    # its metrics for the step's row: (bytes per engine, seconds) -> {name: value}
+    metrics: Callable[[int, float], dict] = field(default=lambda nbytes, seconds: {})
+
+    @property
+    def file(self) -> bool:
+        return self.push is None
+
+    def __post_init__(self) -> None:
+        _one_of(self, "check", ("fingerprint", "sha256"))
+        if (self.push is None) == (self.write is None or self.receive is None):
+            raise ValueError(f"TransportKind({self.name!r}): give push (from the trainer's memory) or write + "
+                             "receive (a file), not both")
+
+
+TRANSPORTS: Kinds[TransportKind] = Kinds("rollout.weight_sync")
+
+
+def auto_transport(cfg: Any) -> str:
+    """The transport rollout.weight_sync=auto picks for cfg's layout: the first registered whose auto(cfg) holds."""
+    return next(t.name for t in TRANSPORTS.values() if t.auto(cfg))
 
 
 @dataclass(frozen=True)
 class EngineKind:
+    """A rollout engine kind: one package rlrun.rollout.engines.<kind>/ whose pure spec.py registers this (its
+    arguments, rules and capabilities) and whose engine.py holds its Ray actor and RolloutEngine adapter
+    (rlrun.rollout.engines.protocol)."""
     name: str
     needs_gpu: bool
-    # rollout.weight_sync transports the engine accepts (auto picks among them: rlrun.config.plan.weight_sync)
-    weight_sync: tuple[str, ...] = TRANSPORTS
+    # rollout.weight_sync transports the engine accepts (None: every registered one; rlrun.config.plan.weight_sync)
+    weight_sync: tuple[str, ...] | None = None
     max_gpus_per_engine: int | None = None   # None: any rollout.gpus_per_engine (tensor parallel engines)
-    # one engine may span several nodes (one server process per node: SGLang's --nnodes/--node-rank)
+    # one engine may span several nodes (one server process per node)
     multi_node: bool = False
-    server_args: bool = False                # reads rollout.sglang (SGLang ServerArgs); else they are refused
-    server_args_check: str = ""              # "module:function"(args dict) -> Problems, run by rlrun validate
+    # its own arguments: the rollout key that holds them (free-form, passed through to the engine; another kind
+    # refuses them) and their check (args dict -> Problems, run by rlrun validate); "": it takes none
+    args_key: str = ""
+    args_check: Callable[[dict], Iterable[Any]] | None = None
+    rules: Callable[[Any], Iterable[Any]] | None = None  # its plan rules (cfg -> Problems) when it is the engine
     # the engine answers a checksum of the weights it holds (a push is verified against the trainer's);
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
     sharded_weights: bool = False            # each of the engine's GPUs takes its own copy of a push
     # memory model (rlrun.config.memory): "static_pool" = mem_fraction_static of the GPU is reserved for
-    # weights + KV (SGLang); "per_sequence" = weights + the KV of the sequences it runs
+    # weights + KV; "per_sequence" = weights + the KV of the sequences it runs
     memory: str = "per_sequence"
-    # "module:function"(cfg, plan, placement, env, model_dir, log_dir) -> (engines, restart(i))
-    factory: str = ""
+    # "module:function"(cfg, plan, placement, runtime_env, model_dir, log_dir) -> (engines, restart(i))
+    # (rlrun.rollout.engines.protocol), imported when a run starts its engines
+    start: str = ""
+    packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
     lora: bool = False                       # serves a LoRA run (takes the merged weights at each sync)
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
@@ -116,18 +207,15 @@ class EngineKind:
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
-        for t in self.weight_sync:
-            _one_of(self, "weight_sync", TRANSPORTS, t)
+        for t in self.weight_sync or ():
+            _one_of(self, "weight_sync", TRANSPORTS.names(), t)
+
+    def transports(self) -> tuple[str, ...]:
+        """The transports it accepts, of those registered."""
+        return tuple(t for t in TRANSPORTS if self.weight_sync is None or t in self.weight_sync)
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
-ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True,
-                            memory="per_sequence", factory="rlrun.launch.engines:start_hf_engines"))
-ENGINES.register(EngineKind("sglang", needs_gpu=True, server_args=True, sharded_weights=True, multi_node=True,
-                            nccl_env={"NCCL_CUMEM_ENABLE": "0"},
-                            server_args_check="rlrun.rollout.sglang_args:check_sglang_mapping",
-                            memory="static_pool", factory="rlrun.launch.engines:start_sglang_engines",
-                            requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))
 
 
 # ---- trainer backends ------------------------------------------------------------------------------------
@@ -145,7 +233,7 @@ class BackendKind:
     # bytes a checkpoint holds per parameter, by optim.state_dtype (rlrun.checkpoint's layout)
     checkpoint_bytes: Mapping[str, int] = field(default_factory=dict)
     # trainer memory per parameter (rlrun.config.memory): "fp32" = fp32 weights, grads and Adam moments
-    # replicated per DP rank; "distributed" = bf16 weights, fp32/bf16 grads, fp32 master + moments over DP
+    # replicated per DP rank; "sharded" = bf16 weights, fp32/bf16 grads, fp32 master + moments over DP
     memory: str = "fp32"
     # its activation terms were checked against measured peaks (docs/benchmarks.md, "Memory"); otherwise the gate
     # refuses a config for memory only when the rest (weights, grads, optimizer, engine) already overflows
@@ -163,7 +251,7 @@ class BackendKind:
     requires: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
-        _one_of(self, "memory", ("fp32", "distributed"))
+        _one_of(self, "memory", ("fp32", "sharded"))
         for d in self.state_dtypes:
             _one_of(self, "state_dtypes", ("fp32", "bf16"), d)
 
@@ -178,7 +266,7 @@ BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, cr
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
-                              memory="distributed", activations_calibrated=True, teacher=True,
+                              memory="sharded", activations_calibrated=True, teacher=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
                               requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
@@ -188,22 +276,31 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
 
 @dataclass(frozen=True)
 class EstimatorKind:
+    """An advantage estimator: its whole behaviour is here (the token rule and policy loss by path)."""
     name: str
+    # rewards after the group normalisation -> (advantages, returns) per token: "module:function"(r, lmask, rmask,
+    # tok_kl, values, kl_coef=, gamma=, lambd=) (rlrun.algo.advantages)
+    token_rule: Any = ""
     group_normalised: bool = False           # rewards normalised within each prompt's group (needs n >= 2)
     std_normalised: bool = True              # with group_normalised: also / group std (algo.normalize_std)
     needs_critic: bool = False               # a value model (GAE): the backend must build a critic
     needs_whitening: bool = False            # algo.normalize_advantages must be on
-    policy_loss: str = "ppo"                 # rlrun.algo.losses kind used by default
+    # per-token policy loss: "module:function"(logp, old_logp, advantages, mask, eps_clip, eps_clip_high,
+    # dual_clip_c, cu_seqlens) -> (loss, clipfrac, ppo_kl) (rlrun.algo.losses)
+    policy_loss: Any = "rlrun.algo.losses:ppo_policy_loss"
 
 
+_ADV = "rlrun.algo.advantages:"
 ESTIMATORS: Kinds[EstimatorKind] = Kinds("algo.advantage_estimator")
-ESTIMATORS.register(EstimatorKind("grpo", group_normalised=True))
-ESTIMATORS.register(EstimatorKind("gspo", group_normalised=True, policy_loss="gspo"))
-ESTIMATORS.register(EstimatorKind("cispo", group_normalised=True, policy_loss="cispo"))
-ESTIMATORS.register(EstimatorKind("reinforce_plus_plus", needs_whitening=True))
-ESTIMATORS.register(EstimatorKind("reinforce_plus_plus_baseline", group_normalised=True, std_normalised=False,
-                                  needs_whitening=True))
-ESTIMATORS.register(EstimatorKind("ppo", needs_critic=True))
+ESTIMATORS.register(EstimatorKind("grpo", _ADV + "group_reward", group_normalised=True))
+ESTIMATORS.register(EstimatorKind("gspo", _ADV + "group_reward", group_normalised=True,
+                                  policy_loss="rlrun.algo.losses:gspo_policy_loss"))
+ESTIMATORS.register(EstimatorKind("cispo", _ADV + "group_reward", group_normalised=True,
+                                  policy_loss="rlrun.algo.losses:cispo_policy_loss"))
+ESTIMATORS.register(EstimatorKind("reinforce_plus_plus", _ADV + "reinforce", needs_whitening=True))
+ESTIMATORS.register(EstimatorKind("reinforce_plus_plus_baseline", _ADV + "reinforce_baseline", group_normalised=True,
+                                  std_normalised=False, needs_whitening=True))
+ESTIMATORS.register(EstimatorKind("ppo", _ADV + "gae_rule", needs_critic=True))
 
 
 # ---- loss types (algo.loss_type; slime --loss-type) ------------------------------------------------------

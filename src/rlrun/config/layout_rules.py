@@ -1,5 +1,6 @@
 """Layout rules: parallel sizes vs the model, GPUs vs the hardware and the cluster, engines vs nodes.
-slime checks none of these before Megatron or Ray fail deep inside a worker (REFERENCE.md §4 gaps)."""
+slime checks none of these before Megatron or Ray fail deep inside a worker (docs/config.md "Validation": the
+gaps slime leaves)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -16,12 +17,29 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _tp_fits_model(m, tp: int) -> bool:
+    """TP splits the heads, and the KV groups divide TP or TP divides them (megatron-core >= 0.16 replicates KV
+    heads when TP is a multiple of the groups: glm4-9b's 2 groups at TP 4)."""
+    g = m.num_query_groups
+    return m.num_attention_heads % tp == 0 and (m.mla is not None or g % tp == 0 or tp % g == 0)
+
+
+def _tps(cfg: RunConfig, world: int | None = None) -> list[int]:
+    """The TP sizes every layout rule accepts for this model: the heads split, the KV groups fit, and (with
+    `world`) TP x PP x CP divides the trainer's GPUs; the first six, as a printed hint."""
+    p = cfg.parallelism
+    ok = [t for t in _divisors(cfg.model.num_attention_heads) if _tp_fits_model(cfg.model, t)]
+    if world is not None:
+        ok = [t for t in ok if world % (t * p.pp * p.cp) == 0] or ok
+    return ok[:6]
+
+
 @rule
 def world_size(cfg: RunConfig) -> Iterator[Problem]:
     p, world = cfg.parallelism, cfg.train.num_gpus
     mp = p.tp * p.pp * p.cp
     if world % mp:
-        ok = [d for d in _divisors(world) if d <= 8]
+        ok = [d for d in _divisors(world) if d <= 8 and _tp_fits_model(cfg.model, d)]
         yield Problem("parallelism.tp", f"trainer world size {world} (train.num_nodes {cfg.train.num_nodes} x "
                       f"gpus_per_node {cfg.train.gpus_per_node}) is not TP*PP*CP*DP: TP {p.tp} x PP {p.pp} x CP "
                       f"{p.cp} = {mp} does not divide {world}",
@@ -34,12 +52,12 @@ def heads_and_groups(cfg: RunConfig) -> Iterator[Problem]:
     m, tp = cfg.model, cfg.parallelism.tp
     if m.num_attention_heads % tp:
         yield Problem("parallelism.tp", f"{m.num_attention_heads} attention heads do not split over TP {tp}",
-                      f"use tp in {_divisors(m.num_attention_heads)[:6]}", tp)
+                      f"use tp in {_tps(cfg, cfg.train.num_gpus)}", tp)
     if m.mla is None and m.num_query_groups % tp and tp % m.num_query_groups:
         # megatron-core >= 0.16 replicates KV heads when TP is a multiple of the groups (glm4-9b: 2 groups, TP 4).
         g = m.num_query_groups
         yield Problem("parallelism.tp", f"{g} KV groups and TP {tp}: neither divides the other",
-                      f"use a tp that divides {g} or is a multiple of it (e.g. {', '.join(map(str, _divisors(g)[-2:] + [2 * g]))})",
+                      f"use a tp that divides {g} or is a multiple of it: tp in {_tps(cfg, cfg.train.num_gpus)}",
                       {"num_query_groups": g, "tp": tp})
     if m.num_attention_heads % m.num_query_groups:
         yield Problem("model.num_query_groups", f"{m.num_attention_heads} heads are not a multiple of "
@@ -79,10 +97,11 @@ def experts(cfg: RunConfig) -> Iterator[Problem]:
                           "set parallelism.ep=1", p.ep)
         return
     e = m.moe
-    if e.num_experts % p.ep:
-        yield Problem("parallelism.ep", f"{e.num_experts} experts do not split over EP {p.ep}",
-                      f"use ep in {[d for d in _divisors(e.num_experts) if d <= 64]}", p.ep)
     per_stage = cfg.train.num_gpus // p.pp
+    if e.num_experts % p.ep:  # the EPs offered also divide a stage's ranks (the rule below)
+        ok = [d for d in _divisors(e.num_experts) if d <= 64 and per_stage % d == 0]
+        yield Problem("parallelism.ep", f"{e.num_experts} experts do not split over EP {p.ep}",
+                      f"use ep in {ok}", p.ep)
     if per_stage % p.ep:
         # Experts run with expert-tensor-parallel 1: the EP group comes out of the world / PP ranks.
         yield Problem("parallelism.ep", f"EP {p.ep} does not divide the {per_stage} ranks of a pipeline stage "

@@ -1,4 +1,5 @@
-"""Per-GPU memory estimate (REFERENCE.md §8; Megatron-LM's theoretical_memory_usage is the reference).
+"""Per-GPU memory estimate (docs/config.md "The plan"; Megatron-LM's megatron/training/theoretical_memory_usage.py
+is the reference).
 
 Static state: bf16 weights 2 B/param, fp32 main grads 4 B/param (2 with train.fp32_grads=false), Adam
 (fp32 master + m + v) 12 B/param (8 with optim.state_dtype=bf16) sharded over DP (distributed
@@ -164,7 +165,7 @@ def _activations(cfg: RunConfig, tokens: int) -> float:
         stored = sum(per_layer)
     stored *= tokens
     final_norm = 2 * layer_input * tokens
-    if BACKENDS[cfg.train.backend].memory == "distributed":  # chunked fused logits + loss
+    if BACKENDS[cfg.train.backend].memory == "sharded":  # chunked fused logits + loss
         logits = 2.5 * LOGIT_CHUNK_BYTES + 6 * m.vocab_size / p.tp * m.hidden_size
     else:
         logits = tokens * m.vocab_size / p.tp * LOGIT_BYTES
@@ -216,7 +217,7 @@ def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
     (megatron on NVIDIA GPUs); "" when they are already on or not available."""
     t = cfg.train
     spec = BACKENDS[t.backend]
-    if spec.memory != "distributed" or "bf16" not in spec.state_dtypes or cfg.hardware.vendor != "cuda":
+    if spec.memory != "sharded" or "bf16" not in spec.state_dtypes or cfg.hardware.vendor != "cuda":
         return ""
     flags = [flag for flag, off in (("optim.state_dtype=bf16", cfg.optim.state_dtype == "fp32"),
                                     ("train.fp32_grads=false", t.fp32_grads)) if off]
@@ -241,7 +242,7 @@ def estimate(cfg: RunConfig) -> Memory:
         notes.append("KV sequences count responses only (data.max_prompt_len is null)")
     if critic == 2:
         notes.append(f"{cfg.algo.advantage_estimator}: trainer memory includes a critic of the actor's size")
-    if BACKENDS[t.backend].memory == "distributed":
+    if BACKENDS[t.backend].memory == "sharded":
         weights = 2 * n
         grads, optim = _megatron_state(n, dp, t.fp32_grads, cfg.optim.state_dtype)
         host = cpu_offload_fraction(cfg)

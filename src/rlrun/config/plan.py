@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
-from rlrun.config.kinds import ENGINES, needs_rollout
+from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -63,7 +63,7 @@ class Plan:
     total_samples: int
     offload_train: bool
     offload_rollout: bool
-    weight_sync: str           # the transport: tensor | distributed | disk (rollout.weight_sync, auto resolved)
+    weight_sync: str           # the transport (rollout.weight_sync, auto resolved; rlrun.rollout.transports)
     weight_sync_bucket_mb: int
     env: dict[str, str]
     placement: list[Slot]
@@ -138,15 +138,13 @@ def nodes_per_engine(slots: list[Slot]) -> int:
 
 
 def weight_sync(cfg: RunConfig) -> str:
-    """The weight-sync transport rollout.weight_sync names; auto: tensor when the engines share the
-    trainer's GPUs (colocated) on one node, distributed (a broadcast from trainer rank 0) when they
-    have GPUs of their own, disk for colocation across nodes (CUDA IPC does not cross nodes, NCCL
-    refuses two ranks on one GPU; the run dir must then be on a shared filesystem)."""
+    """The weight-sync transport rollout.weight_sync names; auto: the first registered transport
+    (rlrun.config.kinds.TRANSPORTS, rlrun.rollout.transports) whose auto(cfg) holds: IPC colocated on one
+    node, a broadcast from trainer rank 0 when the engines have GPUs of their own, a file for colocation
+    across nodes."""
     if cfg.rollout.weight_sync != "auto":
         return cfg.rollout.weight_sync
-    if not cfg.train.colocate:
-        return "distributed"
-    return "tensor" if cfg.train.num_nodes == 1 else "disk"
+    return auto_transport(cfg)
 
 
 def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:

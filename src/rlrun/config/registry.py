@@ -2,7 +2,6 @@
 and returns every problem (rules, capability checks, warnings and the preflight each hold one). Pure Python."""
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 
 from rlrun.config.errors import Problem
@@ -34,13 +33,6 @@ class Checks(Generic[F]):
 
 Rule = Callable[["RunConfig"], Iterable[Problem]]
 # The cross-field rules `rlrun validate` runs (before Ray starts). A package registers its own rules here with
-# @RULES from its module, and names that module in RULE_MODULES (by path: config imports no other rlrun package;
-# the modules are imported on the first validation, as a kind's factory is imported when a run builds it).
+# @RULES from its module, and names that module in rlrun.config.kinds.PLUGINS (the one discovery mechanism:
+# config imports no other rlrun package; the modules are imported on the first validation).
 RULES: Checks[Rule] = Checks()
-RULE_MODULES = ["rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
-                "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules"]
-
-
-def load_rule_modules() -> None:
-    for name in RULE_MODULES:
-        importlib.import_module(name)

@@ -1,5 +1,6 @@
-"""Cross-field rules (REFERENCE.md §4): every rule slime applies, and the gaps it leaves. A rule is a small
-function RunConfig -> Problems; check() runs them all so that every problem is reported at once.
+"""Cross-field rules (docs/config.md "Validation"): every rule slime applies (slime/utils/arguments.py,
+slime_validate_args), and the gaps it leaves. A rule is a small function RunConfig -> Problems; check() runs
+them all so that every problem is reported at once.
 Layout rules (parallelism, placement, hardware) live in layout_rules.py, the HF config.json check in
 hfcheck.py; this module holds batch, algorithm, sampling, data and training-schedule rules."""
 from __future__ import annotations
@@ -8,10 +9,10 @@ from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, resolve, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TRANSPORTS, discover, resolve, use_critic
 from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
 from rlrun.config.plan import weight_sync as transport_of
-from rlrun.config.registry import RULES, load_rule_modules
+from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size as dp_ranks, known_sample_tokens, sample_tokens
 
@@ -19,7 +20,7 @@ rule = RULES  # the decorator; rules of other modules register through rlrun.con
 
 
 def check(cfg: RunConfig) -> list[Problem]:
-    load_rule_modules()
+    discover()  # every plugin's rules
     return RULES.run(cfg)
 
 
@@ -276,6 +277,8 @@ def lengths(cfg: RunConfig) -> Iterator[Problem]:
 
 @rule
 def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
+    """The engine kind's capabilities, its arguments (rollout.<args_key>: only its own, checked by its spec) and
+    its own rules (rlrun.rollout.engines.<kind>.spec)."""
     r = cfg.rollout
     kind = ENGINES[r.engine]
     if kind.max_gpus_per_engine is not None and r.gpus_per_engine > kind.max_gpus_per_engine:
@@ -283,15 +286,16 @@ def rollout_engine(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("rollout.gpus_per_engine", f"the {r.engine} engine runs on one device, got gpus_per_engine "
                       f"{r.gpus_per_engine}", f"set rollout.gpus_per_engine={kind.max_gpus_per_engine} or "
                       f"rollout.engine={wider[0]}", r.gpus_per_engine)
-    if not kind.server_args and r.sglang:
-        servers = [e for e, spec in ENGINES.items() if spec.server_args]
-        yield Problem("rollout.sglang", f"sglang server args {sorted(r.sglang)} are set but rollout.engine is "
-                      f"{r.engine}, so they would be ignored", f"set rollout.engine={servers[0]} or remove "
-                      "rollout.sglang", r.sglang)
-    elif r.sglang:  # the engine's own check of its server args (pure Python, owned by the rollout layer)
-        yield from resolve(kind.server_args_check)(dict(r.sglang))
-        yield from _sglang_dp(r)
-        yield from _sglang_pp(r)
+    for other, spec in ENGINES.items():
+        args = r.args_of(other)
+        if other != r.engine and args and spec.args_key != kind.args_key:
+            yield Problem(f"rollout.{spec.args_key}", f"{other} engine arguments {sorted(args)} are set but "
+                          f"rollout.engine is {r.engine}, so they would be ignored",
+                          f"set rollout.engine={other} or remove rollout.{spec.args_key}", args)
+    if kind.args_check is not None and r.args_of():
+        yield from kind.args_check(r.args_of())
+    if kind.rules is not None:
+        yield from kind.rules(cfg)
 
 
 @rule
@@ -308,63 +312,16 @@ def train_passthrough(cfg: RunConfig) -> Iterator[Problem]:
         yield from resolve(kind.passthrough_check)(cfg)
 
 
-def _sglang_pp(r) -> Iterator[Problem]:
-    """SGLang's pp_size: an engine of rollout.gpus_per_engine GPUs runs pp_size pipeline stages of
-    gpus_per_engine / pp_size tensor-parallel GPUs (rlrun.rollout.sglang_args.server_args, as slime's
-    sglang_utils/arguments.py validate_args sets sglang_tp_size), so pp_size must divide gpus_per_engine."""
-    pp, gpus = r.sglang.get("pp_size", 1), r.gpus_per_engine
-    if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 and gpus % pp:
-        yield Problem("rollout.sglang.pp_size", f"an engine's {gpus} GPUs (rollout.gpus_per_engine) do not split "
-                      f"into {pp} pipeline stages (slime asserts rollout_num_gpus_per_engine % sglang_pp_size == 0)",
-                      f"use a pp_size that divides {gpus}, or rollout.gpus_per_engine a multiple of {pp}", pp)
-
-
-def _sglang_dp(r) -> Iterator[Problem]:
-    """SGLang's dp_size: without enable_dp_attention a server runs dp_size replicas of tp_size GPUs each
-    (dp * tp GPUs), but rlrun gives an engine rollout.gpus_per_engine (its tp_size) GPUs and puts replicas
-    behind the router itself; with enable_dp_attention the dp_size attention groups split the tp_size GPUs,
-    so dp_size must divide tp_size."""
-    dp, tp = r.sglang.get("dp_size", 1), r.gpus_per_engine
-    if not isinstance(dp, int) or isinstance(dp, bool) or dp <= 1:
-        return
-    if not r.sglang.get("enable_dp_attention", False):
-        yield Problem("rollout.sglang.dp_size", f"dp_size {dp} without enable_dp_attention makes each engine "
-                      f"{dp} replicas of {tp} GPUs ({dp * tp} GPUs), but an engine gets rollout.gpus_per_engine "
-                      f"= {tp}", f"remove rollout.sglang.dp_size (rlrun runs rollout.num_gpus / gpus_per_engine "
-                      "engines behind the router: raise rollout.num_gpus for more replicas), or set "
-                      "rollout.sglang.enable_dp_attention=true (DP attention inside one engine)", dp)
-    elif tp % dp:
-        yield Problem("rollout.sglang.dp_size", f"with enable_dp_attention the {dp} attention DP groups split the "
-                      f"engine's {tp} GPUs (tp_size = rollout.gpus_per_engine), and {dp} does not divide {tp}",
-                      f"use a dp_size that divides {tp}", dp)
-
-
 @rule
 def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
-    r, t = cfg.rollout, cfg.train
-    takes, transport = ENGINES[r.engine].weight_sync, transport_of(cfg)
+    """The engine takes the run's transport, and the transport's own rule (rlrun.rollout.transports)."""
+    r = cfg.rollout
+    takes, transport = ENGINES[r.engine].transports(), transport_of(cfg)
     if transport not in takes:
         yield Problem("rollout.weight_sync", f"the {r.engine} engine takes weights by {' or '.join(takes)}; this run's "
                       f"transport is {transport}" + (" (auto)" if r.weight_sync == "auto" else ""),
                       f"set rollout.weight_sync={takes[0]}", r.weight_sync)
-    if r.weight_sync == "tensor" and not t.colocate:
-        yield Problem("rollout.weight_sync", "weight_sync=tensor hands the engines CUDA IPC handles (shared "
-                      "memory on the CPU) of the trainer's tensors, so trainer and engines must share GPUs, but "
-                      "train.colocate is false",
-                      "set rollout.weight_sync=distributed (or auto), or train.colocate=true",
-                      r.weight_sync)
-    elif r.weight_sync == "tensor" and t.num_nodes > 1:
-        spans = r.gpus_per_engine > t.gpus_per_node
-        yield Problem("rollout.weight_sync", f"weight_sync=tensor is pushed by trainer rank 0 to every engine through "
-                      f"CUDA IPC, which does not cross nodes, but train.num_nodes={t.num_nodes}"
-                      + ("; colocated engines spanning nodes need the feature rlrun lacks: slime gathers each "
-                         "engine's per-GPU CUDA-IPC payloads from the trainer ranks on that engine's GPUs, on every "
-                         "node (update_weight_from_tensor.py, _send_to_colocated_engine)" if spans else ""),
-                      "set rollout.weight_sync=disk (a run dir on a shared filesystem) or use one node", r.weight_sync)
-    if r.weight_sync == "distributed" and t.colocate and cfg.hardware.vendor != "cpu":
-        yield Problem("rollout.weight_sync", "weight_sync=distributed broadcasts over NCCL from trainer rank 0, and "
-                      "NCCL refuses two ranks of one group on one GPU, which colocated engine 0 and trainer rank 0 "
-                      "are", "set rollout.weight_sync=tensor (or auto) for colocated runs", r.weight_sync)
+    yield from TRANSPORTS[transport].rules(cfg)
 
 
 # ---- data, rewards, eval, checkpoints --------------------------------------------------------------------

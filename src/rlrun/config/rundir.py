@@ -12,17 +12,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlrun.config.errors import ConfigError, Problem
+from rlrun.config.kinds import ENGINES
 from rlrun.config.schema import RunConfig
 
 FILES = ("config.yaml", "overrides.yaml", "plan.json", "versions.json")
 PACKAGES = ("rlrun", "hydra-core", "omegaconf", "pydantic", "torch", "ray", "transformers", "tokenizers",
-            "sglang-router", "sglang", "megatron-core", "wandb")
+            "sglang-router", "megatron-core", "wandb")  # + each engine kind's packages (EngineKind.packages)
 
 
 def versions() -> dict[str, Any]:
     """Installed versions, read from package metadata (importing torch or ray here would cost seconds)."""
     out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in PACKAGES:
+    for pkg in PACKAGES + tuple(p for spec in ENGINES.values() for p in spec.packages):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -46,6 +47,14 @@ def existing_run_dirs(cfg: RunConfig) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(d for d in root.iterdir() if d.is_dir() and (d / "checkpoints").is_dir())
+
+
+def run_dirs_in(folder: Path) -> list[Path]:
+    """The run dirs directly under `folder` (a run name's folder, {run.output_dir}/{run.name}), oldest first:
+    their names are UTC timestamps, so the name order is the time order."""
+    if not folder.is_dir():
+        return []
+    return sorted(d for d in folder.iterdir() if d.is_dir() and (d / "config.yaml").is_file())
 
 
 def choose_run_dir(cfg: RunConfig, now: datetime | None = None) -> Path:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TRANSPORTS, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -21,16 +21,21 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
-def _kind(kinds: Kinds) -> Any:
+def _kind(kinds: Kinds, also: tuple[str, ...] = ()) -> Any:
     """A name from a kind registry (rlrun.config.kinds), read when a config is validated, so that a kind
-    registered later is allowed; an unknown name is reported as pydantic reports a Literal."""
+    registered later is allowed; an unknown name is reported as pydantic reports a Literal. also: names
+    allowed besides the kinds (rollout.weight_sync's auto)."""
     def known(name: str) -> str:
-        if name not in kinds:
-            names = [repr(n) for n in kinds.names()]
+        if name not in kinds and name not in also:
+            names = [repr(n) for n in (*also, *kinds.names())]
             expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
             raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
         return name
-    return Annotated[str, AfterValidator(known), kinds]  # kinds: read by rlrun.config.contract_docs
+    return Annotated[str, AfterValidator(known), kinds, KindNames(also)]  # read by rlrun.config.contract_docs
+
+
+class KindNames(tuple):
+    """Names a kind field allows besides its registry's (metadata for rlrun.config.contract_docs)."""
 
 
 class Section(BaseModel):
@@ -232,11 +237,44 @@ class RolloutSection(Section):
     balance_data: bool
     max_turns: PosInt
     tool_timeout_s: PosFloat
-    weight_sync: Literal["auto", "tensor", "distributed", "disk"]  # auto: tensor colocated, else distributed
-    weight_sync_bucket_mb: PosInt             # bucket size of the tensor/distributed pushes
+    weight_sync: _kind(TRANSPORTS, also=("auto",))  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
+    weight_sync_bucket_mb: PosInt             # bucket size of the pushes from the trainer's memory
     weight_sync_timeout_s: PosFloat           # bound of each step of a push (group join, a bucket, a request)
     router: RouterSection
-    sglang: dict[str, Any]
+    # + one free-form section per engine kind that takes arguments (rollout.<EngineKind.args_key>, e.g. the
+    # SGLang server args): read by that kind's spec (rlrun.config.kinds.engine_args), refused by the others
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _engine_args(cls, data: Any, handler: Any) -> Any:
+        """The engine kinds' argument sections are kept aside (every other unknown key stays an error)."""
+        args = {}
+        if isinstance(data, dict):
+            keys = set(cls.extra_keys())
+            args = {k: v for k, v in data.items() if k in keys}
+            data = {k: v for k, v in data.items() if k not in keys}
+            for k, v in args.items():
+                if not isinstance(v, dict):
+                    raise PydanticCustomError("dict_type", "rollout.{key} should be a mapping of the engine's "
+                                              "arguments, got {value!r}", {"key": k, "value": v})
+        self = handler(data)
+        if args:
+            object.__setattr__(self, "__pydantic_extra__", {**(self.__pydantic_extra__ or {}), **args})
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump_engine_args(self, handler: Any) -> dict:
+        return {**handler(self), **(self.__pydantic_extra__ or {})}
+
+    @classmethod
+    def extra_keys(cls) -> list[str]:
+        """The engine kinds' argument sections, in registration order (rlrun.config.contract_docs lists them)."""
+        return list(dict.fromkeys(spec.args_key for spec in ENGINES.values() if spec.args_key))
+
+    def args_of(self, engine: str | None = None) -> dict:
+        """The arguments rollout.<args_key> holds for engine kind `engine` (default: this run's)."""
+        key = ENGINES[engine or self.engine].args_key
+        return dict((self.__pydantic_extra__ or {}).get(key) or {}) if key else {}
 
     @property
     def num_engines(self) -> int:
@@ -413,3 +451,20 @@ class RunConfig(Section):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def free_form_paths(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[str]:
+    """The sections that take keys of the user's choosing (`+hardware.env.X=1`, `+rollout.sglang.Y=2`): every
+    other key is fixed by this schema, so `+key=value` anywhere else is refused as an unknown key."""
+    import typing
+
+    out: list[str] = []
+    for name, f in model.model_fields.items():
+        ann = f.annotation
+        args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) is Union else [ann]
+        for a in args:
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                out += free_form_paths(a, f"{prefix}{name}.")
+            elif typing.get_origin(a) is dict:
+                out.append(f"{prefix}{name}")
+    return sorted(set(out))

@@ -107,10 +107,45 @@ def problems_from_pydantic(err: ValidationError, raw: dict) -> list[Problem]:
             expected = e.get("ctx", {}).get("expected", "")
             options = [o.strip().strip("'") for o in expected.replace(" or ", ",").split(",") if o.strip()]
             out.append(Problem(path, f"{value!r} is not allowed{did_you_mean(str(value), options)}",
-                               f"use one of: {', '.join(options)}", value))
+                               _one_of(raw, loc, path, options), value))
         else:
             out.append(Problem(path, f"{e['msg']} (got {value!r})", _fix_for(kind, path, e.get("ctx", {})), value))
     return out
+
+
+_PROBING = False  # _one_of validates variants of the config: no probing inside those
+
+
+def _one_of(raw: dict, loc: tuple, path: str, options: list[str]) -> str:
+    """`use one of: ...` naming only the options the rest of this config takes (sglang on hardware=cpu is not
+    one: its own rule refuses it), each refused option with the reason, so the printed fix leads to a valid
+    config."""
+    global _PROBING
+    if _PROBING:
+        return f"use one of: {', '.join(options)}"
+    import copy
+
+    refused: dict[str, str] = {}
+    _PROBING = True
+    try:
+        for option in options:
+            variant = copy.deepcopy(raw)
+            node = variant
+            for part in loc[:-1]:
+                node = node[part]
+            node[loc[-1]] = option
+            try:
+                validate(variant)
+            except ConfigError as e:
+                refused.update({option: p.message for p in e.problems if p.path == path})
+            except Exception:  # noqa: BLE001 - a variant that cannot even be built says nothing about the option
+                pass
+    finally:
+        _PROBING = False
+    ok = [o for o in options if o not in refused]
+    if not refused or not ok:
+        return f"use one of: {', '.join(options)}"
+    return f"use one of: {', '.join(ok)} ({'; '.join(f'{o}: {why}' for o, why in refused.items())})"
 
 
 def _fix_for(kind: str, path: str, ctx: dict) -> str:

@@ -26,7 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable, Optional
 
-GROUP_ESTIMATORS = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")  # as rlrun.config.rules
+from rlrun.config.kinds import ESTIMATORS
+
 MISMATCH = "train/train_rollout_logp_abs_diff"  # mean |train - rollout| log-prob per loss token
 # truncation_reward judges a rollout only with at least this many truncated AND this many complete
 # samples. The correlation is highest when the k samples of the rarer kind all score on one side of
@@ -135,7 +136,7 @@ def broken_groups(samples: list, estimator: str, n: int, one_prompt: bool = True
         seen.add(gid)
         if one_prompt and len({tuple(s.prompt_tokens) for s in g}) > 1:
             out.append(f"group {gid} holds samples of {len({tuple(s.prompt_tokens) for s in g})} different prompts")
-        elif estimator in GROUP_ESTIMATORS and n > 1 and len(g) == 1:
+        elif estimator in ESTIMATORS and ESTIMATORS[estimator].group_normalised and n > 1 and len(g) == 1:
             out.append(f"group {gid} has 1 sample: its {estimator} advantage is 0 (n_samples_per_prompt={n})")
     return out
 
@@ -194,13 +195,22 @@ def logprob_jump(inv, ev) -> Verdict:
         f"{len(history)} earlier rollouts{after} (checks.logprob_jump_factor={c.logprob_jump_factor})")
 
 
+def _agree_below_top(inv, groups: list) -> list:
+    """The groups whose rewards all agree below the reward's top score (rlrun.reward.rules.top_score; any value
+    for a reward whose top rlrun does not know): no signal. Agreement at the top is a solved prompt."""
+    from rlrun.reward.rules import top_score
+
+    top = top_score(inv.cfg.data.rm_type)
+    return [g for g in groups if len(g) > 1 and len({s.reward for s in g}) == 1 and (top is None or g[0].reward != top)]
+
+
 def _zero_variance_fix(inv, ev) -> str:
     """The response length, where the agreeing groups' samples were all cut at it (the labels may not fit)."""
     from rlrun.data.groups import groups_of
 
-    base = "the task is too easy or too hard for the policy: rollout.dynamic_sampling=nonzero_std drops these " \
-           "groups, or change the data"
-    flat = [g for g in groups_of(ev.kept) if len(g) > 1 and len({s.reward for s in g}) == 1]
+    base = "the task is too hard for the policy (or too easy below the reward's top score): " \
+           "rollout.dynamic_sampling=nonzero_std drops these groups, or change the data"
+    flat = _agree_below_top(inv, groups_of(ev.kept))
     cut = sum(all(str(getattr(s.status, "value", s.status)) == "truncated" for s in g) for g in flat)
     if not cut:
         return base
@@ -212,15 +222,29 @@ def _zero_variance_fix(inv, ev) -> str:
 
 @check("zero_variance", "samples", fix=_zero_variance_fix)
 def zero_variance(inv, ev) -> Verdict:
+    """The share of trained groups whose rewards all agree below the reward's top score: no signal. Groups that
+    agree at the top score (every sample right) are solved prompts: convergence, reported as
+    rollout/solved_groups and said once, not a fault."""
     from rlrun.data.groups import groups_of
+    from rlrun.reward.rules import top_score
 
     gs = [g for g in groups_of(ev.kept) if len(g) > 1]
     if not gs:
         return None
-    flat = sum(1 for g in gs if len({s.reward for s in g}) == 1) / len(gs)
+    flat = sum(1 for g in gs if len({s.reward for s in g}) == 1)
+    stuck = len(_agree_below_top(inv, gs)) / len(gs)
+    solved = flat / len(gs) - stuck
+    top = top_score(inv.cfg.data.rm_type)
     limit = inv.cfg.checks.zero_variance_max
-    return flat, None if flat <= limit else (
-        f"{flat:.0%} of the trained groups have rewards that all agree (no signal; checks.zero_variance_max={limit})")
+    inv.pending["rollout/solved_groups"] = solved
+    if solved > limit and not inv.said_solved:
+        inv.said_solved = True
+        print(f"[rlrun] rollout {ev.rollout_id}: {solved:.0%} of the trained groups are solved (every sample scores "
+              f"{inv.cfg.data.rm_type}'s top reward {top:g}): the policy has learned these prompts, so they add no "
+              "gradient (rollout/solved_groups in metrics.jsonl)", file=inv.out, flush=True)
+    return stuck, None if stuck <= limit else (
+        f"{stuck:.0%} of the trained groups have rewards that all agree below the top reward (no signal; "
+        f"checks.zero_variance_max={limit})")
 
 
 @check("truncation_reward", "samples", fix="truncated answers should not score higher: check the reward function "
@@ -263,6 +287,7 @@ class Invariants:
         self.start, self.steps_trained = 0, 0
         self.mismatch_history: list[float] = []
         self.warnings: list[str] = []
+        self.said_solved = False  # zero_variance: the note that groups are solved, once per run
 
     def run(self, kind: str, rollout_id: int | None = None, **data) -> None:
         ev = SimpleNamespace(kind=kind, rollout_id=rollout_id, **data)

@@ -29,7 +29,15 @@ def _export(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     from rlrun.config import ConfigError
     from rlrun.interop.slime_export import export_config
 
-    parser = argparse.ArgumentParser(prog="rlrun export slime", add_help=True)
+    parser = argparse.ArgumentParser(
+        prog="rlrun export slime", add_help=True, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="slime's launch script (bash arrays + `ray job submit ... -- python3 train.py`) for the resolved "
+                    "config, on stdout; settings slime has no flag for are listed in its header (docs/slime.md)",
+        epilog="examples:\n"
+               "  rlrun export slime experiment=qwen3-4b-grpo-mi300x > run-qwen3-4B.sh\n"
+               "  rlrun export slime --config-dir conf experiment=mine rollout.num_rollout=200\n\n"
+               "exit codes: 0 written, 1 the config does not validate (its problems on stderr, nothing written), "
+               "2 usage")
     parser.add_argument("--config-dir", default=None, help="an extra config dir (e.g. one holding experiment/)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, as for `rlrun plan`")
     args = parser.parse_args(argv)
@@ -47,7 +55,15 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     from rlrun.interop.slime_decode import blocking
     from rlrun.interop.slime_import import experiment_name, import_script
 
-    parser = argparse.ArgumentParser(prog="rlrun import slime")
+    parser = argparse.ArgumentParser(
+        prog="rlrun import slime", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="a slime run script as an rlrun experiment: the config groups that match it best, then the "
+                    "settings where the script differs (docs/slime.md)",
+        epilog="examples:\n"
+               "  rlrun import slime scripts/run-qwen3-4B-amd.sh --out conf/experiment/qwen3-4b.yaml\n"
+               "  rlrun import slime run.sh --env BASE_DIR=/data --model qwen3-8b\n\n"
+               "exit codes: 0 written (or printed), 2 refused (a flag rlrun cannot carry over, or one slime would "
+               "stop on: nothing written) or usage")
     parser.add_argument("script", help="the slime run script (its models/*.sh is read when it sources one)")
     parser.add_argument("--out", default=None, help="write the experiment here (default: print it)")
     parser.add_argument("--name", default=None, help="experiment name (default: --out's or the script's stem)")
@@ -87,9 +103,11 @@ def _import(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     if refused or result.fails:  # --allow-unknown does not change what slime would stop on (result.fails)
         err.write(result.report(written=False) + "\n")
     if refused:
+        hint = "see the did-you-mean above" if any("did you mean" in why for _, why in refused) else \
+            "as each line above says"
         err.write(f"rlrun import slime: nothing written: {len(refused)} flag(s) would be left out, so the experiment "
                   f"would not run what the script runs: {', '.join(o.flag for o, _ in refused)}. Fix the script "
-                  "(see the did-you-mean above) or pass --allow-unknown to import without them\n")
+                  f"({hint}) or pass --allow-unknown to import without them\n")
     if result.fails:
         err.write(f"rlrun import slime: nothing written: slime would not run this script ({len(result.fails)} "
                   f"problem(s) above: {', '.join(p.path for p in result.fails)}). Fix the script as each fix says\n")

@@ -27,6 +27,8 @@ class Choice:
     option: str
     differing: tuple[str, ...]  # dotted paths where the option differs from the script
     runner_up: str | None
+    # why this option, where the script sets none of the group's own settings (the score says nothing then)
+    basis: str = ""
 
 
 def vendor_of(env: dict[str, str]) -> str:
@@ -78,6 +80,26 @@ def choose_groups(composer: Any, values: dict[str, Any], env: dict[str, str], di
             raise ValueError(f"no {group} option for a {vendor} machine among {options}; "
                              f"pick one with --{group} NAME")
         scored.sort(key=lambda s: s[0])  # stable: ties keep the preferred order
+        basis = ""
+        if group not in forced and not any(p.startswith(group + ".") for p in values):
+            scored, basis = _unscored(group, scored, composer, base, dirs, values)
         best = scored[0]
-        out[group] = Choice(group, best[1], best[2], scored[1][1] if len(scored) > 1 else None)
+        out[group] = Choice(group, best[1], best[2], scored[1][1] if len(scored) > 1 else None, basis)
     return out
+
+
+def _unscored(group: str, scored: list, composer: Any, base: dict, dirs: list[Path],
+              values: dict[str, Any]) -> tuple[list, str]:
+    """The script sets none of the group's settings (a model without its scripts/models/*.sh): the options tie
+    on what they set; a model whose hub id names the script's --hf-checkpoint folder goes first."""
+    why = f"the script sets no {group}.* setting"
+    hf = values.get("checkpoint.hf")
+    if group == "model" and isinstance(hf, str) and hf.strip("/"):
+        folder = Path(hf.rstrip("/")).name.lower()
+        named = [s for s in scored
+                 if str(_option_tree(composer, base, group, s[1], dirs)["model"].get("hub_id") or "")
+                 .rsplit("/", 1)[-1].lower() == folder]
+        if named:
+            return named + [s for s in scored if s not in named], \
+                f"{why}: the model whose hub id names --hf-checkpoint {hf}; pass --model NAME to choose another"
+    return scored, f"{why}: a guess; pass --{group} NAME"

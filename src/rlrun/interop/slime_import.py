@@ -53,7 +53,7 @@ class ImportResult:
     def report(self, written: bool = True) -> str:
         lines = [f"experiment {self.name}:"]
         for c in self.choices.values():
-            detail = f"all {c.group}.* settings match" if not c.differing else \
+            detail = c.basis or f"all {c.group}.* settings match" if not c.differing else \
                 f"{len(c.differing)} {c.group}.* setting(s) overridden: {', '.join(c.differing[:6])}" + \
                 (" ..." if len(c.differing) > 6 else "")
             lines.append(f"  {c.group}={c.option} ({detail})")

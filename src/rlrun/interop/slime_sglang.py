@@ -1,4 +1,4 @@
-"""slime's `--sglang-*` flags resolved against the pinned SGLang ServerArgs (rlrun.rollout.sglang_schema):
+"""slime's `--sglang-*` flags resolved against the pinned SGLang ServerArgs (rlrun.rollout.engines.sglang.schema):
 the field name, its typed value, and what slime's argparse would have done with an abbreviation.
 
 slime registers every ServerArgs flag with a `--sglang-` prefix and argparse accepts unique
@@ -30,7 +30,7 @@ class SglangFlag:
 
 @lru_cache(maxsize=1)
 def _flags() -> dict[str, tuple[str, dict]]:
-    from rlrun.rollout.sglang_schema import server_args_schema  # json only: no sglang, torch or ray
+    from rlrun.rollout.engines.sglang.schema import server_args_schema  # json only: no sglang, torch or ray
 
     schema = server_args_schema()
     out: dict[str, tuple[str, dict]] = {}

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# Flags every GPU actor needs (REFERENCE.md section 7). Ray reads the NOSET flags from the
-# actor's runtime env, so they must be in the env passed at actor creation, not set later.
+# Flags every GPU actor needs (docs/runner.md "Env."; https://docs.ray.io/en/latest/ray-core/scheduling/accelerators.html).
+# Ray reads the NOSET flags from the actor's runtime env, so they must be in the env passed at actor creation,
+# not set later.
 _GPU_BASE_ENV = {
     "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
     "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES": "1",

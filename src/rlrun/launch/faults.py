@@ -12,7 +12,7 @@ main thread (SIGUSR2) and the run fails the same way.
 
 A lost node that carried only rollout engines (and not this driver) does not stop the run
 (`engines_only`): Ray reschedules the placement group's bundles of a dead node onto the nodes
-left, rlrun.rollout.engines.EngineGroup restarts the engines there with the current weights, and
+left, rlrun.rollout.engines.group.EngineGroup restarts the engines there with the current weights, and
 rollout.max_engine_restarts bounds it (then the run stops naming the engine's node).
 """
 from __future__ import annotations

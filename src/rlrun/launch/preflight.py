@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import urlparse
 
 from rlrun.config.errors import Problem
+from rlrun.config.hub import download_command
 from rlrun.config.kinds import BACKENDS, use_critic
 from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
@@ -74,7 +75,7 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
 
     ck = cfg.checkpoint
     if ck.hf is not None and ck.hf == cfg.model.hub_id and not Path(ck.hf).expanduser().exists():
-        from rlrun.config.hub import cache_dir, download_command
+        from rlrun.config.hub import cache_dir
 
         yield Problem("checkpoint.hf", f"model={cfg.model.name} means the released weights of {ck.hf}, which are "
                       f"not in the local Hugging Face cache ({cache_dir()})",
@@ -149,7 +150,7 @@ def _holds(key: str, path: str, wanted: tuple[tuple[str, tuple[str, ...]], ...])
     for what, globs in wanted:
         if not any(next(folder.glob(g), None) for g in globs):
             yield Problem(key, f"{path} has no {what} (looked for {', '.join(globs)})",
-                          f"point {key} at a complete Hugging Face model folder (e.g. a `huggingface-cli download`)",
+                          f"point {key} at a complete Hugging Face model folder (e.g. `{download_command()} --local-dir DIR`)",
                           path)
 
 

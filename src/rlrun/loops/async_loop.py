@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from rlrun.data.groups import groups_of
 from rlrun.loops import phases
 from rlrun.metrics import Timer
+from rlrun.parts import Parts
 from rlrun.parts.sampling import rollout_metrics
 from rlrun.rollout.client import Sampling
 from rlrun.guard.invariants import staleness  # noqa: F401 - also the loop's public name
@@ -40,7 +41,7 @@ class Produced:
 class Producer:
     """The rollout side in a thread: rollouts start..num_rollout-1 into a queue of `size`."""
 
-    def __init__(self, p, sampling: Sampling, start: int):
+    def __init__(self, p: Parts, sampling: Sampling, start: int):
         r = p.cfg.rollout
         self.p, self.sampling, self.start, self.end = p, sampling, start, r.num_rollout
         self.max_staleness = r.max_staleness
@@ -104,7 +105,7 @@ class _Stopped(Exception):
     pass
 
 
-def run(p) -> dict:
+def run(p: Parts) -> dict:
     """Run rollouts from the resume point to rollout.num_rollout; returns a summary."""
     r = p.cfg.rollout
     start = phases.resume(p)

@@ -7,9 +7,10 @@ import torch
 
 from rlrun.config.kinds import LOSS_TYPES, use_critic, use_teacher
 from rlrun.loops import steps
+from rlrun.parts import Parts
 
 
-def resume(p) -> int:
+def resume(p: Parts) -> int:
     """Restore the newest checkpoint when resuming, bring the engines to the trainer's weights,
     open the metrics; returns the first rollout to run."""
     state = p.checkpoints.restore()
@@ -26,14 +27,14 @@ def resume(p) -> int:
     return start
 
 
-def record(p, rollout_id: int, samples: list, kept: list) -> None:
+def record(p: Parts, rollout_id: int, samples: list, kept: list) -> None:
     """The rollout's samples -> its records (logging.rollout_records), then the run invariants
     on what was generated and what will train (groups, staleness, rewards; rlrun.guard.invariants)."""
     p.metrics.record(rollout_id, samples, kept)
     p.invariants.samples(rollout_id, samples, kept)
 
 
-def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]:
+def train(p: Parts, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]:
     """Steps 4-7 on the trainer, ending with the weight sync to `version` (checksum verified;
     push=False: none this step); with offload the engines and the trainer swap GPU memory
     around it. Returns (the mean train metrics, trained tokens)."""
@@ -71,7 +72,7 @@ def train(p, kept: list, version: int, t, push: bool = True) -> tuple[dict, int]
 
 
 @contextmanager
-def profiled(p, rollout_id: int):
+def profiled(p: Parts, rollout_id: int):
     """debug.profile_steps: the trainer's work of this rollout (not the weight sync) under
     torch.profiler on every rank, a chrome trace per rank (rlrun.train.profile)."""
     if rollout_id not in p.cfg.debug.profile_steps:
@@ -83,7 +84,7 @@ def profiled(p, rollout_id: int):
     print(f"[rlrun] trainer profile of rollout {rollout_id}: {', '.join(paths)}", flush=True)
 
 
-def end_step(p, rollout_id: int, metrics: dict, t, tokens: dict, data_state: dict) -> None:
+def end_step(p: Parts, rollout_id: int, metrics: dict, t, tokens: dict, data_state: dict) -> None:
     """8. eval and 9. save on their intervals (and save once more at the very end), then the row.
     data_state: the prompt iterator's state after this rollout's prompts (what a resume draws next)."""
     cfg = p.cfg
@@ -98,6 +99,6 @@ def end_step(p, rollout_id: int, metrics: dict, t, tokens: dict, data_state: dic
     p.metrics.log(rollout_id, metrics)
 
 
-def summary(p) -> dict:
+def summary(p: Parts) -> dict:
     p.invariants.end()
     return p.metrics.summary(p.checkpoints.latest())

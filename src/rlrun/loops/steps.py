@@ -73,6 +73,8 @@ def distill_metrics(batch: TrainBatch, teacher_logp: list[torch.Tensor]) -> dict
     the mean over samples of each sample's token mean (slime's opd_reverse_kl, sum_of_sample_mean), and
     `distill/reverse_kl_token`, the mean over all trained tokens; `distill/teacher_logp` and
     `distill/student_logp`, token means."""
+    if batch.old_logp is None:
+        raise ValueError("distill_metrics needs the student's log-probs (batch.old_logp)")
     per_sample, tok, n, t_sum, s_sum = [], 0.0, 0.0, 0.0, 0.0
     for m, s, t in zip(batch.trained_mask, batch.old_logp, teacher_logp):
         k = float(m.sum())

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from rlrun.loops import phases
 from rlrun.metrics import Timer
+from rlrun.parts import Parts
 from rlrun.parts.sampling import rollout_metrics
 from rlrun.rollout.client import Sampling
 
 
-def run(p) -> dict:
+def run(p: Parts) -> dict:
     """Run rollouts from the resume point to rollout.num_rollout; returns a summary."""
     sampling = Sampling.from_config(p.cfg.rollout)
     start = phases.resume(p)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from rlrun.config.kinds import TRANSPORTS
+
 
 class Offload:
     def __init__(self, cfg, plan, trainer, engines, weights):
@@ -19,8 +21,8 @@ class Offload:
         their GPU memory for the block and get it back around the weight push, in the order
         SGLang needs (docs/rollout.md); with train.offload the trainer holds the GPU only here:
             [pause, release weights+kv_cache+cuda_graph] [trainer onload] -> block
-            tensor/distributed: -> [resume weights] -> push + verify -> [trainer offload]
-            disk:               -> export -> [trainer offload] [resume weights] -> push + verify
+            from memory (IPC, NCCL): -> [resume weights] -> push + verify -> [trainer offload]
+            a file (disk):           -> export -> [trainer offload] [resume weights] -> push + verify
             -> [resume kv_cache+cuda_graph, continue]
         The trainer pushes from its GPU memory (CUDA IPC handles, NCCL), so it offloads after the
         push; the disk export is a file, so the trainer leaves first. The bracketed calls are
@@ -30,7 +32,7 @@ class Offload:
         block without a push (async's update_weights_interval) releases only kv_cache+cuda_graph."""
         lend = self.cfg.train.colocate and self.cfg.rollout.offload
         swap = self.cfg.train.offload
-        disk = self.plan.weight_sync == "disk" and push
+        disk = TRANSPORTS[self.plan.weight_sync].file and push  # a file transport: the trainer leaves first
         self.engines.defer_restarts()
         if lend or swap:
             with timer("offload"):

@@ -7,18 +7,27 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rlrun.agent.resolve import load_generate_fn
+from rlrun.config.kinds import ENGINES, resolve
+from rlrun.data import GroupCollector
 from rlrun.data.groups import groups_of
 from rlrun.data.sample import Status
 from rlrun.metrics import BOARD
 from rlrun.parts import sampling as steps
+from rlrun.launch.env import runtime_env
+from rlrun.rollout.engines.group import EngineGroup
 from rlrun.rollout.handle import PolicyVersion, generate_samples
+from rlrun.rollout.router import Router
+from rlrun.train.profile import trace_path
 
 MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
 
 
 class RolloutSide:
+    placement: Any = None  # which nodes carry only engines (rlrun.launch.faults.engines_only); set by start()
+
     def __init__(self, cfg, tokenizer, run_dir: Path, router, engines, model_dir: str | None = None):
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.router, self.engines, self.model_dir = router, engines, model_dir
@@ -36,11 +45,8 @@ class RolloutSide:
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
         """Engines (Ray actors) -> sglang-router -> the engines registered and watched; each
         stopped by `stack` in reverse order."""
-        from rlrun.launch.engines import start_engines
-        from rlrun.rollout.engines import EngineGroup
-        from rlrun.rollout.router import Router
-
-        engines, restart = start_engines(cfg, plan, placement, env, model_dir, str(Path(run_dir) / "logs"))
+        engines, restart = resolve(ENGINES[cfg.rollout.engine].start)(cfg, plan, placement, runtime_env(env), model_dir,
+                                                                      str(Path(run_dir) / "logs"))
         router = Router.from_config(cfg.rollout, Path(run_dir) / "logs")
         stack.callback(router.stop)
         router.start()
@@ -48,7 +54,7 @@ class RolloutSide:
         stack.callback(group.stop)
         group.start()
         side = cls(cfg, tokenizer, run_dir, router, group, model_dir)
-        side.placement = placement  # which nodes carry only engines (rlrun.launch.faults.engines_only)
+        side.placement = placement
         return side
 
     def generate(self, samples: list, sampling, seeds: list[int], evaluation: bool = False) -> tuple[list, dict]:
@@ -67,8 +73,6 @@ class RolloutSide:
         if not (d.profile_engines and rollout_id in d.profile_steps):
             yield
             return
-        from rlrun.train.profile import trace_path
-
         out = trace_path(self.run_dir, rollout_id, 0).parent / "engines"
         cannot = self.engines.start_profile(str(out.resolve()))
         if cannot:
@@ -92,15 +96,14 @@ class RolloutSide:
             return self._collect(rollout_id, sampling)
 
     def _collect(self, rollout_id: int, sampling):
-        from rlrun.data import GroupCollector
-
         if self.rollout_fn is not None:
             return self._collect_with_rollout_fn(rollout_id)
         r = self.cfg.rollout
         n = r.n_samples_per_prompt
         collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
         per_round = r.rollout_batch_size if r.dynamic_sampling is None else r.over_sampling_batch_size
-        samples, info = [], {"rollout/retries": 0.0, "time/reward_s": 0.0}
+        samples: list = []
+        info = {"rollout/retries": 0.0, "time/reward_s": 0.0}
         while not collector.done and collector.rounds < MAX_DRAWS:
             new = self._draw(collector.prompts_to_request(per_round), n, collector.generated)
             if self.source is not None:  # a data source's buffered groups, not generated again

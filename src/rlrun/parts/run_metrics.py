@@ -28,12 +28,18 @@ class RunMetrics:
         self.records = RecordsWriter(self.run_dir, self.cfg.logging.rollout_records,
                                      self.cfg.rollout.n_samples_per_prompt)
 
+    def _opened(self) -> tuple[MetricsLogger, RecordsWriter]:
+        if self.logger is None or self.records is None:
+            raise RuntimeError("RunMetrics: open() first (the loop opens it at its resume point)")
+        return self.logger, self.records
+
     def record(self, rollout_id: int, samples: list, kept: list) -> None:
         """The rollout's samples -> RUN_DIR/rollouts (logging.rollout_records); the rows -> a wandb table."""
-        self.logger.log_samples(rollout_id, self.records.write(rollout_id, samples, kept))
+        logger, records = self._opened()
+        logger.log_samples(rollout_id, records.write(rollout_id, samples, kept))
 
     def log(self, rollout_id: int, metrics: dict[str, float]) -> None:
-        self.logger.log(rollout_id, {**metrics, **self.extra()})
+        self._opened()[0].log(rollout_id, {**metrics, **self.extra()})
 
     def close(self) -> None:
         if self.logger is None:

@@ -8,6 +8,11 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from rlrun.data import PromptDataset, make_group, reward_std_nonzero
+from rlrun.data.toy import write_toy_jsonl
+from rlrun.reward import score_batch
+from rlrun.rollout.generate_api import load_object
+
 TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cycled by data.num_epochs
 
 
@@ -20,8 +25,6 @@ def load_source(cfg, prompts):
     """data.source -> a DataSource over `prompts` (None: the runner reads `prompts` directly)."""
     if cfg.data.source is None:
         return None
-    from rlrun.rollout.generate_api import load_object
-
     return load_object(cfg.data.source, "data.source class")(prompts, cfg.rollout.n_samples_per_prompt)
 
 
@@ -29,8 +32,6 @@ def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) ->
     """Sets sample.reward of the samples that have none (a generate function, an environment or a
     reused group may have set it); returns the reward counters (timeouts, errors, seconds).
     remote_url: data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample."""
-    from rlrun.reward import score_batch
-
     metrics: dict[str, float] = {}
     todo = [s for s in samples if s.reward is None]
     if not todo:
@@ -69,29 +70,25 @@ def _short(value, width: int = 200) -> str:
 
 def group_filter(mode: str | None):
     """rollout.dynamic_sampling -> the GroupCollector keep function (None keeps every group)."""
-    from rlrun.data import reward_std_nonzero
-
     if mode not in (None, "nonzero_std"):
         raise ValueError(f"rollout.dynamic_sampling={mode!r} is not one of null|nonzero_std")
     return None if mode is None else reward_std_nonzero
 
 
-def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, train: bool = True):
+def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | Path | None = None, train: bool = True):
     """The training prompts (data.*) or an eval set (`path`) as a PromptDataset.
 
     data.prompt_data=null means the packaged toy task: it is written once into the run dir, so
     the run dir holds the exact prompts it trained on.
     """
-    from rlrun.data import PromptDataset
-    from rlrun.data.toy import write_toy_jsonl
-
     d = cfg.data
     if path is None:
         path = d.prompt_data
         if path is None:
-            path = run_dir / "data" / "toy.jsonl"
-            if not path.exists():
-                write_toy_jsonl(path, TOY_PROMPTS, cfg.run.seed, d.toy_task)
+            toy = run_dir / "data" / "toy.jsonl"
+            if not toy.exists():
+                write_toy_jsonl(toy, TOY_PROMPTS, cfg.run.seed, d.toy_task)
+            path = toy
     return PromptDataset(path, input_key=d.input_key, label_key=d.label_key, metadata_key=d.metadata_key,
                          tokenizer=tokenizer, apply_chat_template=d.apply_chat_template,
                          max_prompt_len=d.max_prompt_len, shuffle=d.shuffle and train, seed=cfg.run.seed,
@@ -100,8 +97,6 @@ def load_prompts(cfg, tokenizer, run_dir: Path, *, path: str | None = None, trai
 
 def make_samples(items: list, n: int, group_offset: int) -> list:
     """n Samples per prompt item (a GRPO group), laid out group after group."""
-    from rlrun.data import make_group
-
     return [s for g, item in enumerate(items) for s in make_group(item, n, group_offset + g)]
 
 

@@ -1,22 +1,13 @@
 """The seams between the loops and the parts: one Protocol per part, holding what the loops (rlrun.loops) call.
-The real parts (rlrun.parts.*, rlrun.launch.train_group.TrainGroup), replay's stand-ins (rlrun.replay) and the
-tests' doubles satisfy them; mypy checks that (tests/unit/test_seams.py runs it on tests/unit/seam_conformance.py).
-Pure typing: no torch, no ray. The async loop also reaches the rollout side's engines and weight versions
-(rollout.engines, rollout.versions), which have no stand-in: they are not part of these seams."""
+The loops take `p: Parts` (rlrun.parts.Parts, whose fields are typed by these), and mypy checks src/rlrun/loops
+and src/rlrun/parts against them; the real parts (rlrun.parts.*, rlrun.launch.train_group.TrainGroup), replay's
+stand-ins (rlrun.replay) and the tests' doubles satisfy them (tests/unit/test_seams.py runs mypy on
+tests/unit/seam_conformance.py). Pure typing: no torch, no ray. One engine's own seam is
+rlrun.rollout.engines.protocol.RolloutEngine (the fleet below is what the loops see of the engines)."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
-
-
-class EngineHandle(Protocol):
-    """One rollout engine as rlrun.rollout.engines.EngineGroup drives it: the url it serves (for the router),
-    whether it is alive, and stop. An engine kind's factory (rlrun.config.kinds.EngineKind.factory) returns
-    these: rlrun.launch.engines.RayEngine (hf), rlrun.rollout.sglang_engine.RaySGLangEngine, HFEngineProcess."""
-    @property
-    def url(self) -> str | None: ...  # None only before it started (HFEngineProcess); EngineGroup gets started ones
-    def alive(self) -> bool: ...
-    def stop(self) -> None: ...
+from typing import Any, Callable, Protocol
 
 
 class PromptState(Protocol):
@@ -25,24 +16,45 @@ class PromptState(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+class PolicyVersions(Protocol):
+    """The weight version the engines serve (rlrun.rollout.handle.PolicyVersion): the async producer's gate."""
+    def wait_at_least(self, version: int, check_stop: Callable[[], None] = ...) -> None: ...
+    def close(self) -> None: ...
+
+
+class Fleet(Protocol):
+    """The engines as the loops see them (rlrun.rollout.engines.group.EngineGroup)."""
+    def abort_all(self) -> None: ...
+
+
 class RolloutPart(Protocol):
     """Samples for a rollout: generate, score, keep the groups that carry signal (rlrun.parts.rollout_side)."""
     @property
     def prompts(self) -> PromptState: ...
+    @property
+    def versions(self) -> PolicyVersions: ...
+    @property
+    def engines(self) -> Fleet: ...
     def collect(self, rollout_id: int, sampling: Any) -> tuple[list, list, dict]: ...
     def profiling(self, rollout_id: int) -> AbstractContextManager[Any]: ...
 
 
 class TrainerPart(Protocol):
-    """The trainer ranks as one backend (rlrun.launch.train_group.TrainGroup; rlrun.train.base.TrainerBackend)."""
+    """The trainer as the loops call it: rlrun.train.base.TrainerBackend's collective calls, lifted from one rank
+    to the group (rlrun.launch.train_group.TrainGroup forwards each by that contract's own method)."""
     def compute_log_probs(self, batch: Any, which: str) -> list: ...
     def compute_values(self, batch: Any) -> list: ...
     def train_step(self, batch: Any) -> dict[str, float]: ...
+    def offload(self) -> None: ...
+    def onload(self) -> None: ...
+    def start_profile(self) -> None: ...
+    def stop_profile(self, rollout_id: int) -> list[str]: ...
 
 
 class WeightSyncPart(Protocol):
     """Trainer weights -> engines, versioned and verified (rlrun.parts.weight_sync)."""
     def sync(self, version: int, only_if_stale: bool = False) -> None: ...
+    def push_all(self, version: int, want: str | None = None, resume: bool = True) -> None: ...
 
 
 class OffloadPart(Protocol):

@@ -7,13 +7,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rlrun.data.sft import sft_sample
+from rlrun.parts.no_engines import NoEngines
 from rlrun.parts.sampling import load_prompts
+from rlrun.rollout.handle import PolicyVersion
 
 
 class SftData:
     def __init__(self, cfg, tokenizer, run_dir: Path):
         self.cfg, self.tokenizer = cfg, tokenizer
         self.prompts = load_prompts(cfg, tokenizer, Path(run_dir))
+        self.versions, self.engines = PolicyVersion(), NoEngines()  # the rollout seam's gate and fleet: idle
 
     def collect(self, rollout_id: int, sampling):
         """The next rollout_batch_size rows -> (samples, samples to train, metrics)."""
@@ -22,7 +25,7 @@ class SftData:
             raise RuntimeError(f"the SFT data ran out after {self.prompts.epoch} epochs (data.num_epochs="
                                f"{self.cfg.data.num_epochs}); raise data.num_epochs or lower rollout.num_rollout")
         samples = [sft_sample(item, self.tokenizer, group_id=i) for i, item in enumerate(items)]
-        trained = sum(sum(s.loss_mask) for s in samples)
+        trained = sum(sum(s.loss_mask or ()) for s in samples)
         return samples, samples, {"sft/trained_tokens": float(trained)}
 
     @contextmanager

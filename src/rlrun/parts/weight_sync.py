@@ -1,10 +1,11 @@
 """Trainer weights -> every engine, versioned and verified.
 
-rollout.weight_sync (plan.weight_sync, auto resolved): "tensor" and "distributed" are pushed by
-the trainer's lead rank itself (TrainGroup.push_weights: the tensors never pass through this
-driver) and verified by fingerprint; "disk" is a safetensors file under the run dir, loaded by
-every engine and verified by sha256. SGLang servers have no checksum endpoint: for
-rollout.engine=sglang the check is that every engine reports the pushed weight_version.
+rollout.weight_sync (plan.weight_sync, auto resolved) names a transport (rlrun.rollout.transports):
+one that pushes from the trainer's memory (IPC, NCCL) is run by the trainer's lead rank itself
+(TrainGroup.push_weights: the tensors never pass through this driver) and verified by fingerprint;
+a file transport (disk) is written by the trainer under the run dir, loaded by every engine and
+verified by sha256. An engine kind without a checksum endpoint (SGLang's) is checked by the
+weight_version every engine reports.
 
 Every push runs inside `versions.pushing(version)` (new generation requests wait for it to end);
 with rollout.partial_rollout the requests in flight are aborted first (/abort_request) and the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrun.config.kinds import ENGINES
+from rlrun.config.kinds import ENGINES, TRANSPORTS
 from rlrun.config.sizes import push_flushes_cache
 from rlrun.guard.invariants import Invariants, WeightSyncError  # noqa: F401 - WeightSyncError: public name
 
@@ -28,6 +29,7 @@ class WeightSync:
         # the engines' weight dtype (the trainer fingerprints in it), the latest verified
         # (version, checksum) for restarts, the latest push's metrics for the step's row
         self.kind = ENGINES[cfg.rollout.engine]
+        self.transport = TRANSPORTS[plan.weight_sync]
         self.engine_dtype = engines.weight_dtype() if self.kind.checksums else None
         self.synced: tuple[int, str] | None = None
         self.last_metrics: dict[str, float] = {}
@@ -41,7 +43,7 @@ class WeightSync:
         engine_init/); never skipped for sglang engines, which cannot be asked."""
         if only_if_stale and self.kind.checksums and self.engines_hold():
             return
-        self.push_all(version, self.export() if self.plan.weight_sync == "disk" else None)
+        self.push_all(version, self.export() if self.transport.file else None)
 
     def push_all(self, version: int, want: str | None = None, resume: bool = True) -> None:
         """Every engine (held restarts included) gets `version`; disk: `want` is the export's checksum.
@@ -61,7 +63,7 @@ class WeightSync:
         return all(c == want for c in self.engines.checksums(kind).values())
 
     def check_kind(self) -> str:
-        return "sha256" if self.plan.weight_sync == "disk" else "fingerprint"
+        return self.transport.check
 
     def push_args(self, version: int, resume: bool = True) -> dict:
         r = self.cfg.rollout
@@ -76,21 +78,21 @@ class WeightSync:
                     tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
 
     def export(self) -> str:
-        """disk: the trainer writes its weights under the run dir; returns their sha256."""
-        return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR))
+        """A file transport: the trainer writes its weights under the run dir; returns their sha256."""
+        return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR), self.plan.weight_sync)
 
     def push(self, version: int, urls: list[str], want: str | None = None, resume: bool = True) -> None:
         """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
         the export's checksum (the file is already written). resume: see push_all."""
-        if self.plan.weight_sync == "disk":
-            self.engines.update_weights_from_disk(str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
+        if self.transport.receive is not None:  # the file is written: the engines' end
+            if want is None:
+                raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")
+            self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
         else:
             out = self.trainer.push_weights(urls, **self.push_args(version, resume))
             want = out["fingerprint"]
-            if out["bytes"]:
-                # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
-                self.last_metrics = {"perf/weight_sync_gb_per_s": out["bytes"] / out["seconds"] / 1e9,
-                                     "perf/weight_sync_gb": out["bytes"] / 1e9}
+            # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
+            self.last_metrics = self.transport.metrics(out["bytes"], out["seconds"])
         self.verify(version, urls, want)
         self.synced = (version, want)
 

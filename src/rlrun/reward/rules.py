@@ -158,6 +158,14 @@ LABEL_IN_RESPONSE = ("deepscaler", "math", "dapo", "f1", "exact_match", "char_ma
 REMOTE_TYPES = ("remote", "remote_rm")  # rm_type values that post to data.rm_url (rlrun.reward.score_batch)
 
 
+def top_score(rm_type: str) -> float | None:
+    """The score of a right answer under `rm_type` (every rule above gives 1.0 to it: exact and character match,
+    F1 of an equal answer, the math graders), or None for a remote or custom reward, whose range rlrun does not
+    know. Groups that all agree at it are solved prompts (rlrun.guard.invariants.zero_variance)."""
+    base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
+    return 1.0 if base in RULES else None
+
+
 def rule_score(rm_type: str, response: str, label, metadata=None) -> float:
     """Score with a rule type, honouring the `boxed_` prefix; unknown types raise with the list."""
     base = rm_type

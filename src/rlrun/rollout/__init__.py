@@ -1,4 +1,5 @@
-"""Rollout: SGLang's HTTP API (api), the hf engine (hf_engine, hf_server, generation), the real
-sglang-router (router), the async client (client), engine groups with weight sync and fault
-tolerance (engines, weights) and the sglang engine kind (sglang_args, sglang_schema, sglang_engine).
-Importing this package imports nothing heavy; see docs/rollout.md and docs/sglang.md."""
+"""Rollout: SGLang's HTTP API (api), the data plane (client, handle, generate_api, the real sglang-router: router),
+the engines (engines/: the RolloutEngine protocol, its HTTP adapter, the fleet EngineGroup, one package per engine
+kind: engines/hf, engines/sglang), the hf engine's server (hf_engine, hf_server, generation), weight transports
+(transports/: one module each) and their tensor plumbing (weights). Importing this package imports nothing heavy;
+see docs/rollout.md and docs/sglang.md."""

@@ -7,7 +7,7 @@ definition of the wire format. Field names follow sglang 0.5.16 (the pin; unchan
   - finish_reason      = sglang.srt.managers.schedule_batch.FINISH_* .to_json()
   - weight-sync bodies = the *ReqInput dataclasses in io_struct.py
 tests/unit/test_rollout_contract.py checks these names against the sglang wheel when it is available
-and against the committed snapshot (sglang_io_struct.json) otherwise.
+and against the committed snapshot (rollout/engines/sglang/io_struct.json) otherwise.
 """
 from __future__ import annotations
 

@@ -75,11 +75,27 @@ class TrainBatch:
 
 
 class TrainerBackend(abc.ABC):
-    """One DP rank of a trainer. Every call is collective: all ranks call it with their shard."""
+    """One DP rank of a trainer. Every call is collective: all ranks call it with their shard.
+
+    The one trainer contract: rlrun.launch.train_group.TrainGroup runs these methods on every rank (it forwards
+    each by this class's own method, so a renamed one fails there), and the loops see the group through
+    rlrun.parts.seams.TrainerPart, which is this contract lifted to the group."""
+    sync_is_collective = True  # state_dict_for_sync needs every rank (a TP gather); False: rank 0 alone exports
+
+    @staticmethod
+    def master_address() -> tuple[str, int]:
+        """Address for the process group, taken by rank 0 on its own node."""
+        import socket
+
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
 
     @abc.abstractmethod
-    def init(self) -> None:
-        """Build the model(s), optimizer and the process group."""
+    def init(self, master_addr: str = "127.0.0.1", master_port: int = 0) -> None:
+        """Build the model(s), optimizer and the process group (rank 0's master_address())."""
 
     @abc.abstractmethod
     def compute_log_probs(self, batch: TrainBatch, which: str = "actor") -> list[torch.Tensor]:

@@ -96,7 +96,6 @@ class MegatronBackend(TrainerBackend):
         self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse
 
     # Rank 0 picks the process-group address the same way for both backends.
-    master_address = staticmethod(TorchBackend.master_address)
 
     # -- setup ------------------------------------------------------------------------------
     def init(self, master_addr: str = "127.0.0.1", master_port: int = 0) -> None:

@@ -15,7 +15,6 @@ same way as the policy loss.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import torch
@@ -58,15 +57,6 @@ class TorchBackend(TrainerBackend):
         self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse
 
     # -- setup ------------------------------------------------------------------------------
-    @staticmethod
-    def master_address() -> tuple[str, int]:
-        """Address for the process group, taken by rank 0 on its own node."""
-        import ray
-
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return ray.util.get_node_ip_address(), s.getsockname()[1]
-
     def init(self, master_addr: str = "127.0.0.1", master_port: int = 0) -> None:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)

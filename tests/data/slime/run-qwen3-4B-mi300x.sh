@@ -1,6 +1,7 @@
 #!/bin/bash
-# The seed recipe (rlrun test data, written from its facts): Qwen3-4B GRPO on 8x MI300X, colocated,
-# offload off for train and rollout, no gradient-accumulation fusion (no apex on ROCm).
+# The seed recipe (rlrun test data, written from the facts of slime's scripts/run-qwen3-4B-amd.sh at commit
+# 624b824): Qwen3-4B GRPO on 8x MI300X, colocated, offload off for train and rollout, no gradient-accumulation
+# fusion (no apex on ROCm).
 set -euxo pipefail
 
 MODEL_DIR="${MODEL_DIR:-/root}"
@@ -34,7 +35,7 @@ ROLLOUT_ARGS=(
    --rollout-batch-size 32
    --n-samples-per-prompt 8
    --rollout-max-response-len 8192
-   --rollout-temperature 0.8
+   --rollout-temperature 1
    # 32 prompts x 8 samples = 256 samples = one optimizer step of 256
    --global-batch-size 256
    --balance-data
@@ -45,7 +46,7 @@ EVAL_ARGS=(
    --eval-prompt-data aime ${DATA_DIR}/aime-2024/aime-2024.jsonl
    --n-samples-per-eval-prompt 16
    --eval-max-response-len 16384
-   --eval-top-p 0.7
+   --eval-top-p 1
 )
 
 PERF_ARGS=(

@@ -1,7 +1,9 @@
-"""A group of rollout engines behind one sglang-router: registration, weight sync, fault tolerance.
+"""The fleet: a group of rollout engines behind one router: registration, fleet-wide control, weight pushes
+from the trainer's memory, fault tolerance.
 
-An engine is anything with `.url`, `.alive()` and `.stop()`: HFEngineProcess below (a local
-subprocess), or the runner's wrapper around a Ray actor (HFEngineActor / SGLangEngineActor).
+An engine is a RolloutEngine (rlrun.rollout.engines.protocol): HFEngineProcess below (a local
+subprocess), or an engine kind's adapter around its Ray actor(s) (rlrun.rollout.engines.<kind>.engine).
+The group calls each engine's control plane; it compares no kind.
 An engine that dies and is restarted from the base checkpoint is brought to the current weights
 before the router sends it traffic again:
 
@@ -28,16 +30,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-import requests
-
-from rlrun.rollout import api
 from rlrun.config import engine_health as H
+from rlrun.rollout import api
 from rlrun.rollout import weights as W
+from rlrun.rollout.engines.http import HTTPEngine, post as _post, profile as _profile  # noqa: F401 - public
 from rlrun.rollout.process import ServerProcess
 from rlrun.rollout.router import Router
 
 
-class HFEngineProcess:
+class HFEngineProcess(HTTPEngine):
     """`python -m rlrun.rollout.hf_engine` as a child process on this machine. It binds port 0 and
     logs 'READY <url>' (no race for a port picked here and bound later); `url` is known after
     wait_healthy()."""
@@ -45,7 +46,7 @@ class HFEngineProcess:
     def __init__(self, model_dir: str | Path, *, seed: int = 0, log_dir: str | Path = "/tmp/rlrun-engines",
                  host: str = "127.0.0.1", threads: int = 1, max_batch_size: int = 64,
                  device: str = "cpu", dtype: str = "float32", env: dict[str, str] | None = None):
-        self.url: str | None = None
+        self.url = ""  # known after wait_healthy()
         argv = [sys.executable, "-m", "rlrun.rollout.hf_engine", "--model-dir", str(model_dir),
                 "--host", host, "--port", "0", "--seed", str(seed), "--threads", str(threads),
                 "--max-batch-size", str(max_batch_size), "--device", device, "--dtype", dtype]
@@ -72,27 +73,6 @@ class HFEngineProcess:
 
     def stop(self) -> None:
         self.process.stop()
-
-
-def _post(url: str, path: str, body: dict, timeout_s: float = 600.0) -> dict | None:
-    # connecting gets H.CONNECT_TIMEOUT_S, the answer timeout_s: an engine whose host vanished without a
-    # reset (a lost node) fails the weight push in seconds, not after the answer's 600 s
-    r = requests.post(f"{url}{path}", json=body, timeout=(H.CONNECT_TIMEOUT_S, timeout_s))
-    if r.status_code != 200:
-        raise RuntimeError(f"POST {url}{path} failed: HTTP {r.status_code} {r.text[:500]}")
-    data = r.json() if r.content else None
-    if isinstance(data, dict) and data.get("success") is False:
-        raise RuntimeError(f"POST {url}{path} failed: {data.get('message')}")
-    return data
-
-
-def _profile(url: str, path: str, body: dict) -> bool:
-    """False when the engine has no profiler (501); other errors raise."""
-    r = requests.post(f"{url}{path}", json=body, timeout=120)
-    if r.status_code == 501:
-        return False
-    r.raise_for_status()
-    return True
 
 
 def _nbytes(bucket: list) -> int:
@@ -205,6 +185,7 @@ class EngineGroup:
         self._deferring = False  # restarts wait for the next sync() (the trainer changes weights)
         self._held: set[int] = set()  # restarted while deferring: out of the router until sync()
         self._down: set[int] = set()  # found dead by the monitor, not replaced yet: pushes skip them
+        self._joining: dict[str, object] = {}  # url -> a restarted engine getting its weights before it joins
         self._lock = threading.RLock()  # weight pushes and replacements never interleave
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="engine-monitor", daemon=True)
@@ -230,9 +211,6 @@ class EngineGroup:
         self._pool.shutdown(wait=False)
 
     # ------------------------------------------------------------------ weights
-    def _each(self, fn: Callable[[str], object], urls: list[str] | None = None) -> list:
-        return list(self._pool.map(fn, urls if urls is not None else self.urls))
-
     def _push(self, urls: list[str], named: list, version: str, transport: str, bucket_bytes: int) -> None:
         push_tensors(urls, named, version, transport=transport, bucket_bytes=bucket_bytes, pool=self._pool)
 
@@ -248,77 +226,69 @@ class EngineGroup:
             self._named, self._disk_path, self.weight_version = named, None, str(version)
             self._transport, self._bucket_bytes = transport, bucket_bytes
 
+    def _engines(self, urls: list[str] | None = None) -> list:
+        if urls is None:
+            return list(self.engines)
+        by_url = {**self._joining, **{e.url: e for e in self.engines}}
+        return [by_url[u] for u in urls]
+
+    def _every(self, fn: Callable[[object], object], urls: list[str] | None = None) -> list:
+        """fn(engine) on every engine (or those at urls) at once; results in order."""
+        return list(self._pool.map(fn, self._engines(urls)))
+
     def update_weights_from_disk(self, model_path: str, version: str, urls: list[str] | None = None) -> None:
         """Every engine (or those at `urls`) loads the HF checkpoint dir `model_path`."""
-        body = api.update_weights_from_disk_body(model_path, str(version))
         with self._lock:
-            self._each(lambda url: _post(url, "/update_weights_from_disk", body), urls)
+            self._every(lambda e: e.load_weights(model_path, str(version)), urls)
             self._named, self._disk_path, self.weight_version = None, model_path, str(version)
 
     def pause(self, mode: str = "abort") -> None:
-        """/pause_generation on every engine (abort: in-flight requests end with finish_reason abort)."""
-        body = api.pause_generation_body(mode)
-        self._each(lambda url: _post(url, "/pause_generation", body))
+        """Pause every engine (abort: in-flight requests end with finish_reason abort)."""
+        self._every(lambda e: e.pause(mode))
 
     def start_profile(self, output_dir: str) -> list[str]:
-        """SGLang's /start_profile on every engine (torch profiler traces into output_dir, on the
-        engine's host); returns the engines that cannot profile (the hf engine answers 501)."""
-        body = {"output_dir": output_dir, "activities": ["CPU", "GPU"]}
-        return [u for u, ok in zip(self.urls, self._each(lambda url: _profile(url, "/start_profile", body))) if not ok]
+        """Every engine's profiler (torch profiler traces into output_dir, on the engine's host); returns the
+        engines that cannot profile (the hf engine)."""
+        return [e.url for e, ok in zip(self.engines, self._every(lambda e: e.start_profile(output_dir))) if not ok]
 
     def stop_profile(self) -> None:
-        self._each(lambda url: _profile(url, "/stop_profile", {}))
+        self._every(lambda e: e.stop_profile())
 
     def abort_all(self) -> None:
-        """/abort_request {abort_all: true} on every engine: in-flight and queued requests end at
-        once with finish_reason abort and the tokens generated so far (partial rollout)."""
-        body = api.abort_request_body(abort_all=True)
-        self._each(lambda url: _post(url, "/abort_request", body))
+        """In-flight and queued requests end at once with finish_reason abort and the tokens generated so
+        far (partial rollout)."""
+        self._every(lambda e: e.abort())
 
     def continue_generation(self) -> None:
-        self._each(lambda url: _post(url, "/continue_generation", {}))
+        self._every(lambda e: e.continue_generation())
 
     def release_memory(self, tags: list[str] | None = None) -> None:
         """Colocated training: engines free weights/kv_cache/cuda_graph (None = all) while the trainer
         runs (SGLang frees GPU memory only with enable_memory_saver = rollout.offload)."""
-        body = api.memory_occupation_body(tags)
-        self._each(lambda url: _post(url, "/release_memory_occupation", body))
+        self._every(lambda e: e.release_memory(tags))
 
     def resume_memory(self, tags: list[str] | None = None) -> None:
-        body = api.memory_occupation_body(tags)
-        self._each(lambda url: _post(url, "/resume_memory_occupation", body))
+        self._every(lambda e: e.resume_memory(tags))
 
     def checksums(self, kind: str = "sha256", urls: list[str] | None = None) -> dict[str, str]:
-        """hf engines: GET /rlrun/weights_checksum?kind=sha256|fingerprint per engine."""
-        def ask(url: str) -> str:
-            r = requests.get(f"{url}/rlrun/weights_checksum", params={"kind": kind}, timeout=120)
-            if r.status_code != 200:
-                raise RuntimeError(f"GET {url}/rlrun/weights_checksum?kind={kind}: HTTP {r.status_code} {r.text[:300]}")
-            return r.json()["checksum"]
-
-        urls = urls if urls is not None else self.urls
-        return dict(zip(urls, self._each(ask, urls)))
+        """Each engine's checksum of the weights it holds (kinds with checksums: the hf engine)."""
+        engines = self._engines(urls)
+        return dict(zip([e.url for e in engines], self._every(lambda e: e.checksum(kind), urls)))
 
     def versions(self, urls: list[str] | None = None) -> dict[str, str]:
-        urls = urls if urls is not None else self.urls
-        return dict(zip(urls, self._each(
-            lambda url: requests.get(f"{url}/model_info", timeout=30).json()["weight_version"], urls)))
+        engines = self._engines(urls)
+        return dict(zip([e.url for e in engines], self._every(lambda e: e.version(), urls)))
 
     def weight_dtype(self) -> str:
-        """The dtype the (hf) engines hold their weights in, from /server_info; they must agree."""
-        dtypes = set(self._each(lambda url: requests.get(f"{url}/server_info", timeout=30).json()["weight_dtype"]))
+        """The dtype the engines hold their weights in; they must agree."""
+        dtypes = set(self._every(lambda e: e.weight_dtype()))
         if len(dtypes) != 1:
             raise RuntimeError(f"engines hold weights in different dtypes {sorted(dtypes)}; they must agree")
         return dtypes.pop()
 
     # ------------------------------------------------------------------ fault tolerance
     def _healthy(self, engine) -> bool:
-        if not engine.alive():
-            return False
-        try:
-            return requests.get(f"{engine.url}/health", timeout=self.health_timeout_s).status_code == 200
-        except requests.RequestException:
-            return False
+        return engine.alive() and engine.healthy(self.health_timeout_s)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.health_interval_s):
@@ -390,17 +360,19 @@ class EngineGroup:
                 self._failures[i] = 0
                 self.restarts += 1
                 return
+            self._joining[new.url] = new
             try:
                 if self.resync is not None:
                     self.resync(new.url)
                 elif self._named is not None:
                     self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes)
                 elif self._disk_path is not None:
-                    _post(new.url, "/update_weights_from_disk",
-                          api.update_weights_from_disk_body(self._disk_path, self.weight_version))
+                    new.load_weights(self._disk_path, self.weight_version)
             except Exception:
                 new.stop()  # never leave an engine with stale weights running
                 raise
+            finally:
+                self._joining.pop(new.url, None)
             self.engines[i] = new
             self._down.discard(i)
             self._failures[i] = 0

@@ -2,11 +2,11 @@
 
 SGLang needs CUDA and pins torch==2.11.0 (the CPU machine has 2.13), so it is never imported here: the
 facts rlrun needs from it are extracted from the wheel's source text and committed as JSON next to this file:
-  sglang_server_args.json  every ServerArgs field: type, default, CLI flag and argparse action
-  sglang_io_struct.json    the request dataclasses of the HTTP endpoints rlrun calls
+  server_args.json  every ServerArgs field: type, default, CLI flag and argparse action
+  io_struct.json    the request dataclasses of the HTTP endpoints rlrun calls
 Regenerate after bumping the pin:
     pip download sglang==0.5.16 --no-deps -d /tmp/w
-    python -m rlrun.rollout.sglang_schema /tmp/w/sglang-0.5.16-*.whl
+    python -m rlrun.rollout.engines.sglang.schema /tmp/w/sglang-0.5.16-*.whl
 Since 0.5.13 most ServerArgs fields declare their flag in the annotation, `A[type, "help"]` or
 `A[type, Arg(choices=..., aliases=..., action=..., no_cli=True)]` (sglang/srt/arg_groups/arg_utils.py,
 `add_cli_args_from_dataclass`); the rest still call `parser.add_argument` in `add_cli_args`. Both are read.
@@ -23,8 +23,8 @@ from pathlib import Path
 
 SGLANG_VERSION = "0.5.16"
 HERE = Path(__file__).parent
-SERVER_ARGS_JSON = HERE / "sglang_server_args.json"
-IO_STRUCT_JSON = HERE / "sglang_io_struct.json"
+SERVER_ARGS_JSON = HERE / "server_args.json"
+IO_STRUCT_JSON = HERE / "io_struct.json"
 SERVER_ARGS_SRC = "sglang/srt/server_args.py"
 IO_STRUCT_SRC = "sglang/srt/managers/io_struct.py"
 # The request classes whose bodies rlrun builds (see rlrun.rollout.api.BODY_BUILDERS) + /generate.
@@ -215,7 +215,7 @@ def io_struct_schema() -> dict:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.exit(f"usage: python -m rlrun.rollout.sglang_schema sglang-{SGLANG_VERSION}-py3-none-any.whl")
+        sys.exit(f"usage: python -m rlrun.rollout.engines.sglang.schema sglang-{SGLANG_VERSION}-py3-none-any.whl")
     server_args, io_struct = extract_from_wheel(argv[0])
     SERVER_ARGS_JSON.write_text(json.dumps(server_args, indent=1, sort_keys=True) + "\n")
     IO_STRUCT_JSON.write_text(json.dumps(io_struct, indent=1, sort_keys=True) + "\n")

@@ -1,17 +1,14 @@
-"""Rollout engines as Ray actors on the bundles the plan gives them.
-
-rlrun.rollout.engines.EngineGroup drives engines through `.url`, `.alive()` and `.stop()`;
-RayEngine is that shape around an HFEngineActor placed by rlrun.launch.placement. The restart
-callable re-creates engine i on the same bundle, so a replacement lands where the plan says.
+"""The hf engine kind's Ray side: an HFEngineActor on the bundle the plan gives it, and RayEngine, its
+RolloutEngine adapter (SGLang's HTTP API through HTTPEngine; alive/stop through the actor). start() is the
+kind's `start` (rlrun.rollout.engines.protocol); its restart re-creates engine i on the same bundle, so a
+replacement lands where the plan says.
 """
 from __future__ import annotations
 
 import ray
 
-from rlrun.config.kinds import ENGINES, resolve
-from rlrun.launch.env import runtime_env
-from rlrun.launch.placement import Placement
 from rlrun.config.engine_health import ALIVE_TIMEOUT_S as _ALIVE_TIMEOUT_S
+from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.hf_engine import HFEngineActor
 
 _START_TIMEOUT_S = 600.0  # loading a large HF checkpoint from network storage takes minutes
@@ -37,15 +34,15 @@ class _PlacedHFEngine(HFEngineActor):
         return f"engine {self.engine_id}"
 
 
-class RayEngine:
-    def __init__(self, engine_id: int, placement: Placement, env: dict[str, str], model_dir: str, seed: int,
+class RayEngine(HTTPEngine):
+    def __init__(self, engine_id: int, placement, runtime_env: dict, model_dir: str, seed: int,
                  max_batch_size: int, threads: int):
         gpus = placement.gpu_ids("engine", engine_id)
         if len(gpus) > 1:
             raise ValueError(f"the hf engine runs on one device, but engine {engine_id} spans GPUs {gpus}; "
-                             f"set rollout.gpus_per_engine=1 or rollout.engine=sglang")
+                             f"set rollout.gpus_per_engine=1 or an engine kind that spans GPUs")
         actor = ray.remote(_PlacedHFEngine).options(**placement.options("engine", engine_id),
-                                                     runtime_env=runtime_env(env))
+                                                     runtime_env=runtime_env)
         # Listen on its node's address (asked in the actor), so that the router reaches engines on other nodes.
         host = placement.bundle_of("engine", engine_id)[0].node_ip
         self.node = host  # named when the engine keeps failing (EngineGroup.max_restarts)
@@ -73,31 +70,14 @@ class RayEngine:
         ray.kill(self.actor)
 
 
-def start_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
-    """Engines of the plan plus the restart callable EngineGroup needs (the engine kind's factory)."""
-    return resolve(ENGINES[cfg.rollout.engine].factory)(cfg, plan, placement, env, model_dir, log_dir)
-
-
-def start_sglang_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str,
-                         launcher: tuple[str, ...] | None = None):
-    """launcher: `python -m sglang.launch_server` unless a test passes a stand-in server."""
-    from rlrun.rollout.sglang_engine import LAUNCHER, RaySGLangEngine
-
-    def make_sglang(i: int) -> RaySGLangEngine:
-        parts = placement.engine_parts(i)  # one per node: an engine spanning nodes is a server per node
-        return RaySGLangEngine(cfg, i, [[b.gpu_id for b in p if b.gpu_id is not None] for p in parts],
-                               [placement.part_options(p) for p in parts], runtime_env(env), log_dir,
-                               model_path=model_dir, launcher=launcher or LAUNCHER)
-
-    return [make_sglang(i) for i in range(plan.num_engines)], make_sglang
-
-
-def start_hf_engines(cfg, plan, placement: Placement, env: dict[str, str], model_dir: str, log_dir: str):
+def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str):
+    """The plan's hf engines, started, and the restart callable EngineGroup needs."""
     # Several engines share the machine's cores on the cpu profile; one thread each keeps them
     # from oversubscribing (threads=0 leaves torch's default, fine on GPU nodes).
+    env = runtime_env.get("env_vars", {})
     threads = int(env.get("OMP_NUM_THREADS", 0)) if cfg.hardware.vendor == "cpu" else 0
 
     def make(i: int) -> RayEngine:
-        return RayEngine(i, placement, env, model_dir, cfg.run.seed + i, cfg.rollout.max_concurrency, threads)
+        return RayEngine(i, placement, runtime_env, model_dir, cfg.run.seed + i, cfg.rollout.max_concurrency, threads)
 
     return [make(i) for i in range(plan.num_engines)], make

@@ -2,7 +2,7 @@
 
 Pure Python (no torch/ray/sglang): the config layer calls check_sglang_mapping() at validation
 time, long before a GPU is touched. Field names, types, CLI flags and argparse actions come from
-the pinned sglang's ServerArgs (sglang_server_args.json, see sglang_schema.py).
+the pinned sglang's ServerArgs (server_args.json, see schema.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from rlrun.config.errors import Problem, did_you_mean
 from rlrun.config.sizes import push_flushes_cache
-from rlrun.rollout.sglang_schema import server_args_schema
+from rlrun.rollout.engines.sglang.schema import server_args_schema
 
 # ServerArgs fields that rlrun sets from typed config; setting them in rollout.sglang is an error
 # because two sources of truth for one value drift apart.
@@ -24,7 +24,7 @@ TYPED_FIELDS = {
     "enable_memory_saver": "rollout.offload", "host": "(the engine node's address, chosen by rlrun)",
     "port": "(chosen by rlrun per engine)", "nccl_port": "(chosen by rlrun per engine)",
     "base_gpu_id": "(from the placement plan)", "dist_init_addr": "(chosen by rlrun per engine)",
-    # an engine wider than a node: one process per node (rlrun.rollout.sglang_engine.RaySGLangEngine)
+    # an engine wider than a node: one process per node (rlrun.rollout.engines.sglang.engine.RaySGLangEngine)
     "nnodes": "rollout.gpus_per_engine / hardware.gpus_per_node", "node_rank": "(one per node of the engine)",
 }
 

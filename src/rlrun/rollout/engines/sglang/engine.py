@@ -26,8 +26,9 @@ import os
 import sys
 from pathlib import Path
 
+from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.process import ServerProcess, free_port, free_port_range
-from rlrun.rollout.sglang_args import EngineSlot, server_args, to_argv
+from rlrun.rollout.engines.sglang.args import EngineSlot, server_args, to_argv
 
 LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 # Consecutive free ports reserved at node 0's --dist-init-addr: SGLang's TCP store binds the port itself and
@@ -49,7 +50,7 @@ def pick_dist_init_addr(node_ip: str, dp_size: int = 1) -> str:
     return f"{node_ip}:{free_port_range(DIST_INIT_PORTS + dp_size, node_ip)}"
 
 
-class SGLangEngine:
+class SGLangEngine(HTTPEngine):
     def __init__(self, args: dict, *, log_dir: str | Path, env: dict[str, str] | None = None,
                  launcher: tuple[str, ...] = LAUNCHER):
         self.args = dict(args)
@@ -95,7 +96,7 @@ class SGLangEngineActor:
 
         self.node_ip, self.node_id = ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
         if nnodes > 1 and node_rank == 0:
-            dp = cfg.rollout.sglang.get("dp_size", 1)
+            dp = cfg.rollout.args_of().get("dp_size", 1)
             dist_init_addr = pick_dist_init_addr(self.node_ip, dp if isinstance(dp, int) else 1)
         self.dist_init_addr = dist_init_addr
         self.name = f"engine {rank}" + (f" node {node_rank}" if nnodes > 1 else "")
@@ -122,7 +123,7 @@ class SGLangEngineActor:
         self.engine.stop()
 
 
-class RaySGLangEngine:
+class RaySGLangEngine(HTTPEngine):
     """What EngineGroup drives (.url, .alive(), .stop()) around the SGLangEngineActor(s) of one engine.
 
         parts = placement.engine_parts(i)   # the engine's bundles, one group per node
@@ -179,3 +180,16 @@ class RaySGLangEngine:
                 pass
         for a in self.actors:
             self._ray.kill(a)
+
+
+def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
+          launcher: tuple[str, ...] | None = None):
+    """The kind's start (rlrun.rollout.engines.protocol): the plan's engines and their restart callable.
+    launcher: `python -m sglang.launch_server` unless a test passes a stand-in server."""
+    def make(i: int) -> RaySGLangEngine:
+        parts = placement.engine_parts(i)  # one per node: an engine spanning nodes is a server per node
+        return RaySGLangEngine(cfg, i, [[b.gpu_id for b in p if b.gpu_id is not None] for p in parts],
+                               [placement.part_options(p) for p in parts], runtime_env, log_dir,
+                               model_path=model_dir, launcher=launcher or LAUNCHER)
+
+    return [make(i) for i in range(plan.num_engines)], make

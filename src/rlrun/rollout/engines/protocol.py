@@ -1,0 +1,39 @@
+"""The RolloutEngine protocol: one engine's control plane, as rlrun.rollout.engines.group.EngineGroup (the fleet)
+drives it. The data plane is the engine's `url` behind the router (generation never goes through this object).
+An engine kind (rlrun.rollout.engines.<kind>/) has a pure spec.py registering its EngineKind, whose `start`
+("module:function") builds the engines:
+
+    start(cfg, plan, placement, runtime_env, model_dir, log_dir) -> (engines, restart)
+        engines: a RolloutEngine per engine of the plan, started and healthy; restart(i): engine i again
+
+Engines that speak SGLang's HTTP API (both built-in kinds: the hf engine implements it) get every method but
+alive/stop from rlrun.rollout.engines.http.HTTPEngine. Pure typing: no torch, no ray.
+"""
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    @property
+    def url(self) -> str: ...                                   # where the router sends its requests
+    # ---- lifecycle: start is the kind's start(); restart is start again
+    def alive(self) -> bool: ...                                # its process(es) run
+    def healthy(self, timeout_s: float) -> bool: ...            # it answers (GET /health)
+    def stop(self) -> None: ...
+    # ---- generation control
+    def pause(self, mode: str) -> None: ...                     # "abort" | "in_place" | "retract"
+    def continue_generation(self) -> None: ...
+    def abort(self) -> None: ...                                # every request in flight ends now
+    # ---- memory (colocated with the trainer: lend the GPU while it trains)
+    def release_memory(self, tags: list[str] | None) -> None: ...
+    def resume_memory(self, tags: list[str] | None) -> None: ...
+    # ---- weights: a file transport's engine end (pushes from the trainer's memory post to `url` directly)
+    def load_weights(self, path: str, version: str) -> None: ...
+    def version(self) -> str: ...                               # the weight_version it serves
+    def checksum(self, kind: str) -> str: ...                   # "sha256" | "fingerprint" (kinds with checksums)
+    def weight_dtype(self) -> str: ...
+    # ---- profiling: False when it has no profiler
+    def start_profile(self, output_dir: str) -> bool: ...
+    def stop_profile(self) -> None: ...

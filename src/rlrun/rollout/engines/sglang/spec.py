@@ -1,0 +1,57 @@
+"""The sglang engine kind's spec (pure: rlrun plan reads it): `python -m sglang.launch_server` per engine, any
+number of GPUs and nodes per engine, a static memory pool (mem_fraction_static), each TP rank takes its own copy
+of a push, no checksum endpoint (a push is verified by the weight_version every engine reports). Its arguments
+are rollout.sglang (SGLang's ServerArgs, slime's vocabulary), checked against the pinned ServerArgs (args.py),
+and its rules are SGLang's DP/PP layout below."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from rlrun.config.errors import Problem
+from rlrun.config.kinds import ENGINES, EngineKind
+from rlrun.rollout.engines.sglang.args import check_sglang_mapping
+
+
+def rules(cfg) -> Iterator[Problem]:
+    r = cfg.rollout
+    if r.args_of():
+        yield from _sglang_dp(r)
+        yield from _sglang_pp(r)
+
+
+def _sglang_pp(r) -> Iterator[Problem]:
+    """SGLang's pp_size: an engine of rollout.gpus_per_engine GPUs runs pp_size pipeline stages of
+    gpus_per_engine / pp_size tensor-parallel GPUs (rlrun.rollout.engines.sglang.args.server_args, as slime's
+    sglang_utils/arguments.py validate_args sets sglang_tp_size), so pp_size must divide gpus_per_engine."""
+    pp, gpus = r.args_of().get("pp_size", 1), r.gpus_per_engine
+    if isinstance(pp, int) and not isinstance(pp, bool) and pp > 1 and gpus % pp:
+        yield Problem("rollout.sglang.pp_size", f"an engine's {gpus} GPUs (rollout.gpus_per_engine) do not split "
+                      f"into {pp} pipeline stages (slime asserts rollout_num_gpus_per_engine % sglang_pp_size == 0)",
+                      f"use a pp_size that divides {gpus}, or rollout.gpus_per_engine a multiple of {pp}", pp)
+
+
+def _sglang_dp(r) -> Iterator[Problem]:
+    """SGLang's dp_size: without enable_dp_attention a server runs dp_size replicas of tp_size GPUs each
+    (dp * tp GPUs), but rlrun gives an engine rollout.gpus_per_engine (its tp_size) GPUs and puts replicas
+    behind the router itself; with enable_dp_attention the dp_size attention groups split the tp_size GPUs,
+    so dp_size must divide tp_size."""
+    dp, tp = r.args_of().get("dp_size", 1), r.gpus_per_engine
+    if not isinstance(dp, int) or isinstance(dp, bool) or dp <= 1:
+        return
+    if not r.args_of().get("enable_dp_attention", False):
+        yield Problem("rollout.sglang.dp_size", f"dp_size {dp} without enable_dp_attention makes each engine "
+                      f"{dp} replicas of {tp} GPUs ({dp * tp} GPUs), but an engine gets rollout.gpus_per_engine "
+                      f"= {tp}", f"remove rollout.sglang.dp_size (rlrun runs rollout.num_gpus / gpus_per_engine "
+                      "engines behind the router: raise rollout.num_gpus for more replicas), or set "
+                      "rollout.sglang.enable_dp_attention=true (DP attention inside one engine)", dp)
+    elif tp % dp:
+        yield Problem("rollout.sglang.dp_size", f"with enable_dp_attention the {dp} attention DP groups split the "
+                      f"engine's {tp} GPUs (tp_size = rollout.gpus_per_engine), and {dp} does not divide {tp}",
+                      f"use a dp_size that divides {tp}", dp)
+
+
+SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping,
+                                   rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
+                                   nccl_env={"NCCL_CUMEM_ENABLE": "0"},
+                                   start="rlrun.rollout.engines.sglang.engine:start", packages=("sglang",),
+                                   requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))

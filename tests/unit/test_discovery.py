@@ -1,0 +1,34 @@
+"""The one discovery mechanism (rlrun.config.kinds.PLUGINS + resolve): every plugin module imports without torch
+or ray (rlrun plan reads them), every kind it registers is in its registry, and every "module:attr" path a
+registered spec holds resolves to a callable, so a renamed function or a moved module fails here, not in a run."""
+import subprocess
+import sys
+
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, PLUGINS, TRANSPORTS, paths, resolve
+from rlrun.config.registry import RULES
+
+
+def test_every_registered_path_resolves():
+    seen = 0
+    for registry in (ENGINES, BACKENDS, ESTIMATORS, TRANSPORTS):
+        for name, spec in registry.items():
+            for field, path in paths(spec).items():
+                if registry is BACKENDS and field == "factory" and "megatron" in path:
+                    continue  # megatron-core is not installed on the CPU machine (tests/gpu builds it)
+                assert callable(resolve(path)), f"{registry.what}={name}: {field}={path!r}"
+                seen += 1
+    assert seen >= 2 + 1 + 6 + 6  # engines' start, torch's factory, estimators' token rules + policy losses
+
+
+def test_the_built_in_kinds_come_from_their_plugin_modules():
+    assert ENGINES.names() == ("hf", "sglang") and TRANSPORTS.names() == ("tensor", "distributed", "disk")
+    assert ENGINES["sglang"].args_key == "sglang" and ENGINES["sglang"].start.startswith("rlrun.rollout.engines.sglang.")
+    assert len(RULES) > 30  # config's rule modules and rlrun.agent.rules, all through PLUGINS
+
+
+def test_plugins_import_no_torch_and_no_ray():
+    code = ("import sys; from rlrun.config.kinds import PLUGINS, discover; discover(); "
+            "print(sorted(m for m in ('torch', 'ray', 'requests') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert all(p.startswith("rlrun.") for p in PLUGINS)
