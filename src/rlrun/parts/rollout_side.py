@@ -7,7 +7,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rlrun.agent.resolve import load_generate_fn
 from rlrun.config.kinds import ENGINES, resolve
@@ -36,7 +36,7 @@ class RolloutSide:
         self.generate_fn = load_generate_fn(cfg.rollout.generate_fn, cfg)
         self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
         self.source = steps.load_source(cfg, self.prompts)  # data.source; None = the prompts directly
-        self.rollout_fn = None  # rollout.rollout_fn: slime's rollout function (rlrun.agent.slime_rollout)
+        self.rollout_fn: Callable[[int], list] | None = None  # rollout.rollout_fn: slime's rollout function (rlrun.agent.slime_rollout)
         if cfg.rollout.rollout_fn is not None:
             from rlrun.agent.slime_rollout import SlimeRolloutFn
             self.rollout_fn = SlimeRolloutFn(cfg.rollout.rollout_fn, cfg, self.prompts, router.url, model_dir)
@@ -97,7 +97,7 @@ class RolloutSide:
 
     def _collect(self, rollout_id: int, sampling):
         if self.rollout_fn is not None:
-            return self._collect_with_rollout_fn(rollout_id)
+            return self._collect_with_rollout_fn(self.rollout_fn, rollout_id)
         r = self.cfg.rollout
         n = r.n_samples_per_prompt
         collector = GroupCollector(r.rollout_batch_size, keep=steps.group_filter(r.dynamic_sampling))
@@ -128,11 +128,11 @@ class RolloutSide:
             self.source.add_samples(collector.kept[r.rollout_batch_size:])
         return samples, kept, info
 
-    def _collect_with_rollout_fn(self, rollout_id: int):
+    def _collect_with_rollout_fn(self, fn: Callable[[int], list], rollout_id: int):
         """rollout.rollout_fn: slime's rollout function makes (and scores) the whole rollout; samples it left
         unscored get data.rm_type's reward."""
         t0 = time.perf_counter()
-        samples = self.rollout_fn(rollout_id)
+        samples = fn(rollout_id)
         info = {"rollout/retries": 0.0, "time/rollout_fn_s": time.perf_counter() - t0}
         if any(s.reward is None for s in samples):
             d, n = self.cfg.data, self.cfg.rollout.n_samples_per_prompt
