@@ -3,7 +3,7 @@ its wheel by tools/megatron_schema.py) and handed unchanged to the objects the m
 
 megatron-core 0.19.2 needs Python >= 3.12; where megatron-core 0.16.1 (the last for 3.11) is importable, the
 construction path (rlrun.train.megatron.model.transformer_config, OptimizerConfig, DistributedDataParallelConfig)
-is run for real; otherwise the kwargs the backend passes are checked (the GPU test tests/gpu/test_megatron_passthrough.py
+is run for real; otherwise the kwargs the backend passes are checked (the GPU test tests/gpu/test_gpu_megatron_passthrough.py
 builds them with the pinned megatron-core)."""
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 Reports the peak GPU memory of the train steps (torch.cuda.max_memory_allocated, after init), the mean step time of
 steps 2.. (the first builds the optimizer state), the grad norms, the inner optimizer's class and where its state lives,
 and the TransformerConfig / OptimizerConfig / DDP config values of every train.megatron field (what megatron-core
-got). tests/gpu/test_megatron_passthrough.py runs it with and without train.megatron.optimizer_cpu_offload and with a
+got). tests/gpu/test_gpu_megatron_passthrough.py runs it with and without train.megatron.optimizer_cpu_offload and with a
 MoE dispatcher / token-drop setting.
 """
 from __future__ import annotations
