@@ -90,8 +90,8 @@ def test_the_tp_hint_for_qwen3_4b_offers_only_tps_its_32_heads_and_8_kv_groups_t
 
 def test_plus_key_hint_names_the_sections_that_take_new_keys():
     (problem,) = _problems(["optim.foo=1"])
-    assert "+key=value adds a key only under hardware.env or rollout.sglang" in problem.fix
-    assert free_form_paths() == ["hardware.env", "rollout.sglang"]
+    assert "+key=value adds a key only under hardware.env or rollout.sglang or train.megatron" in problem.fix
+    assert free_form_paths() == ["hardware.env", "rollout.sglang", "train.megatron"]
     assert [p.path for p in _problems(["+optim.foo=1"])] == ["optim.foo"]  # refused, as the hint now says
     assert _problems(["+hardware.env.MY_FLAG=1"]) == []
     assert [p.path for p in _problems(["+rollout.sglang.disable_radix_cache=true"])] == ["rollout.sglang"]  # hf

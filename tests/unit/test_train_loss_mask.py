@@ -46,6 +46,12 @@ def _step_grads(backend, batch: TrainBatch):
     return grads, backend.train_step(batch)
 
 
+def _but_opsm_clipfrac(metrics: dict) -> dict:
+    """Every metric but opsm_clipfrac, which counts (as slime's, slime/utils/ppo_utils.py) the negative advantages of
+    loss-masked tokens too: the garbage put there moves it, by design (tests/unit/test_algo_offpolicy.py)."""
+    return {k: v for k, v in metrics.items() if "opsm_clipfrac" not in k}
+
+
 @pytest.mark.parametrize("per_token", ["false", "true"])
 def test_torch_backend_masked_tokens_have_no_effect(per_token):
     b = torch_backend(*ALGO, f"train.calculate_per_token_loss={per_token}")
@@ -54,7 +60,7 @@ def test_torch_backend_masked_tokens_have_no_effect(per_token):
     g_clean, m_clean = _step_grads(b, batch)
     g_dirty, m_dirty = _step_grads(b, _dirty(batch))
     assert g_clean.keys() == g_dirty.keys() and all(torch.equal(g_clean[k], g_dirty[k]) for k in g_clean)
-    assert m_clean == m_dirty
+    assert _but_opsm_clipfrac(m_clean) == _but_opsm_clipfrac(m_dirty)
     assert sum(float(g.abs().sum()) for g in g_clean.values()) > 0
     # the holes matter: the same step with every token trained has another gradient
     g_full, _ = _step_grads(b, batch.with_(loss_mask=[torch.ones_like(m) for m in batch.loss_mask]))
@@ -118,7 +124,7 @@ def test_megatron_loss_path_masked_tokens_have_no_effect():
 
     grad, sums = run(batch)
     grad2, sums2 = run(_dirty(batch))
-    assert torch.equal(grad, grad2) and sums == sums2
+    assert torch.equal(grad, grad2) and _but_opsm_clipfrac(sums) == _but_opsm_clipfrac(sums2)
     trained = torch.zeros(grad.shape[0], dtype=torch.bool)
     trained[mb.logit_rows[:mb.response_tokens][torch.cat(batch.loss_mask) > 0]] = True
     assert torch.equal(grad[~trained], torch.zeros_like(grad[~trained]))  # masked, prompt and pad rows

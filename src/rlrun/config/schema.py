@@ -467,4 +467,6 @@ def free_form_paths(model: type[BaseModel] = RunConfig, prefix: str = "") -> lis
                 out += free_form_paths(a, f"{prefix}{name}.")
             elif typing.get_origin(a) is dict:
                 out.append(f"{prefix}{name}")
+        if name == "rollout" and model is RunConfig:  # the engine kinds' argument sections (rollout.sglang, ...)
+            out += [f"rollout.{key}" for key in RolloutSection.extra_keys()]
     return sorted(set(out))
