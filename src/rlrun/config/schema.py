@@ -239,7 +239,7 @@ class RolloutSection(Section):
     tool_timeout_s: PosFloat
     weight_sync: _kind(TRANSPORTS, also=("auto",))  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
     weight_sync_bucket_mb: PosInt             # bucket size of the pushes from the trainer's memory
-    weight_sync_timeout_s: PosFloat           # bound of each step of a push (group join, a bucket, a request)
+    weight_sync_timeout_s: PosFloat           # each step of a tensor/distributed push (group join, a bucket, a request)
     router: RouterSection
     # + one free-form section per engine kind that takes arguments (rollout.<EngineKind.args_key>, e.g. the
     # SGLang server args): read by that kind's spec (rlrun.config.kinds.engine_args), refused by the others

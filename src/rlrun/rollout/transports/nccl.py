@@ -1,5 +1,5 @@
 """rollout.weight_sync=distributed: trainer rank 0 broadcasts every bucket to the engines over a process group
-made for the push (NCCL on GPUs, gloo on the CPU; SGLang's /init_weights_update_group +
+made for weight sync and kept across pushes (NCCL on GPUs, gloo on the CPU; SGLang's /init_weights_update_group +
 /update_weights_from_distributed). For engines on GPUs of their own: auto picks it when not colocated (NCCL
 refuses two ranks of one group on one GPU, which colocated engine 0 and trainer rank 0 would be)."""
 from __future__ import annotations
