@@ -143,23 +143,6 @@ async def generate(handle, sample, sampling):
 '''
 
 
-def test_a_resume_that_would_train_nothing_and_a_broken_group_id_stop_with_their_check(tmp_path):
-    from rlrun.guard.invariants import InvariantError
-
-    run_dir, summary = run(tmp_path, ["rollout.num_rollout=2"])
-    assert summary["steps"] == 2
-    t0 = time.monotonic()
-    with pytest.raises(InvariantError, match="resumes at rollout 2 but rollout.num_rollout=2") as e:
-        run(tmp_path, ["rollout.num_rollout=2", "run.resume=auto"])
-    assert e.value.check == "resume_trains" and time.monotonic() - t0 < 120
-    assert len(read_metrics(run_dir / METRICS_FILE)) == 2  # nothing ran, nothing was logged twice
-
-    fn = tmp_path / "broken.py"
-    fn.write_text(BREAK_GROUPS)
-    with pytest.raises(InvariantError, match=r"failed at rollout 0: group ids broken: 8 samples have no group id"):
-        run(tmp_path / "b", [f"rollout.generate_fn={fn}:generate"])
-
-
 NAN_REWARD = '''
 def reward(response, label, metadata=None):  # a user's reward function that divides by zero somewhere
     return float("nan")
@@ -172,18 +155,31 @@ def _tree_digest(d: Path) -> dict[str, str]:
     return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def test_a_loss_blown_up_by_the_real_trainer_stops_within_its_step_and_the_run_resumes(tmp_path):
-    """optim.lr=1e30 on the torch backend: the step's Adam update moves every weight by ~1e30, their
-    norm overflows fp32 (inf) and the next step's gradients are NaN (tests/unit/test_train_backend.py). The
-    nonfinite invariant stops the run
-    on that very step (train/param_norm=inf), before its push and save: the newest checkpoint is the
-    previous rollout's, byte for byte, and run.resume=auto with a sane lr runs to the last step.
-    A reward function returning NaN is stopped earlier, at the samples, naming them."""
+def test_a_resume_that_would_train_nothing_or_blows_the_loss_up_is_stopped_by_its_check_then_resumes(tmp_path, ray_cpu):
+    """One finished 2-rollout run (in one Ray session for the module's last test: the runner reuses a caller's
+    connection; the faults above each have the runner's own embedded Ray), resumed three times:
+
+    - with rollout.num_rollout=2: it would train nothing; the resume_trains invariant stops it before anything
+      runs or is logged;
+    - with optim.lr=1e30 up to rollout 4 (the torch backend): the step's Adam update moves every weight by
+      ~1e30, their norm overflows fp32 (inf) and the next step's gradients are NaN
+      (tests/unit/test_train_backend.py). The nonfinite invariant stops the run on that very step
+      (train/param_norm=inf), before its push and save: the newest checkpoint is the previous rollout's, byte
+      for byte;
+    - with a sane lr up to rollout 4: it runs to the last step.
+    Then two new runs: a generate function that breaks a group id, and a reward function returning NaN, are
+    each stopped at rollout 0 by their invariant (group ids; nonfinite, at the samples, naming them)."""
     from rlrun import checkpoint as ckpt
     from rlrun.guard.invariants import InvariantError
 
     run_dir, summary = run(tmp_path, ["rollout.num_rollout=2"])
     assert summary["steps"] == 2
+    t0 = time.monotonic()
+    with pytest.raises(InvariantError, match="resumes at rollout 2 but rollout.num_rollout=2") as e:
+        run(tmp_path, ["rollout.num_rollout=2", "run.resume=auto"])
+    assert e.value.check == "resume_trains" and time.monotonic() - t0 < 120
+    assert len(read_metrics(run_dir / METRICS_FILE)) == 2  # nothing ran, nothing was logged twice
+
     save_dir = next(run_dir.glob("checkpoints"))
     last = ckpt.find_latest(save_dir)
     before = _tree_digest(last)
@@ -199,6 +195,10 @@ def test_a_loss_blown_up_by_the_real_trainer_stops_within_its_step_and_the_run_r
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert all(math.isfinite(r["train/loss"]) and math.isfinite(r["train/param_norm"]) for r in rows)
 
+    fn = tmp_path / "broken.py"
+    fn.write_text(BREAK_GROUPS)
+    with pytest.raises(InvariantError, match=r"failed at rollout 0: group ids broken: 8 samples have no group id"):
+        run(tmp_path / "b", [f"rollout.generate_fn={fn}:generate"])
     fn = tmp_path / "nan_reward.py"
     fn.write_text(NAN_REWARD)
     with pytest.raises(InvariantError, match=r"'nonfinite' failed at rollout 0: non-finite rewards of samples"):
