@@ -31,13 +31,17 @@ def gpu_machine(monkeypatch):
     monkeypatch.setattr(pf, "importable", lambda module: True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the marks
-def pytest_collection_modifyitems(config, items):
-    """The README's command runs the suite on 2 pytest-xdist workers with `--dist loadgroup`: every test module
-    is one group (its module-scoped fixtures, e.g. a Ray cluster or a finished run that several tests read, are
-    made once, on one worker) and tests/gpu is a single group (its tests share the one GPU, so they run one after
-    another). Without xdist the marks do nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            path = item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group("tests/gpu" if path.startswith("tests/gpu/") else path))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """The README's command runs the suite on 2 pytest-xdist workers with `--dist loadfile`: each test module runs
+    whole on one worker, so its module-scoped fixtures (a Ray cluster, a finished run that several tests read) are
+    made once. tests/gpu is one unit as well: its modules share the one GPU, so they run one after another."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class GpuTestsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/gpu" if nodeid.startswith("tests/gpu/") else super()._split_scope(nodeid)
+
+    return GpuTestsTogether(config, log)
