@@ -39,7 +39,7 @@ COPY = ["experiment=copy-grpo-h100", "rollout.num_rollout=4", *KIT]
 QWEN3_4B = ["hardware=h100", "model=qwen3-4b", "model.vocab_size=64", "data=toy", "checkpoint.random_init=true",
             "train.backend=megatron", "rollout.engine=sglang", "train.gradient_accumulation_fusion=false",
             "rollout.rollout_batch_size=16", "rollout.n_samples_per_prompt=4", "rollout.max_response_len=256",
-            "rollout.num_rollout=12", "optim.lr=1e-6", "logging.wandb.mode=disabled", *KIT]
+            "rollout.num_rollout=10", "optim.lr=1e-6", "logging.wandb.mode=disabled", *KIT]
 
 LAYOUTS = {
     "dp2_trainer_tp2_engine": (2, COPY + ["train.gpus_per_node=2", "rollout.gpus_per_engine=2"]),
