@@ -29,7 +29,8 @@ def backend_class(name: str):
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None) -> dict:
+               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None,
+               flattened: bool = False) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint.
@@ -41,7 +42,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     Every step is bounded by timeout_s (rollout.weight_sync_timeout_s); nccl_env: the engines' NCCL settings,
     which this rank must share (rlrun.rollout.engines.group.check_nccl_env). flush_cache: the engines flush their
     prefix cache with the last bucket (rlrun.config.sizes.push_flushes_cache). keep: what the transport keeps
-    across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept.
+    across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept. flattened: the
+    engines read a bucket as one flat buffer (EngineKind.flattened_buckets).
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 
@@ -63,7 +65,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     else:
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
                            copies=copies, backend=backend, resume=resume, timeout_s=timeout_s,
-                           engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep)
+                           engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep,
+                           flattened=flattened)
     return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
 
 
