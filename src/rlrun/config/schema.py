@@ -75,7 +75,7 @@ class ClusterSection(Section):
 
 
 class HardwareDefaults(Section):
-    offload_train: bool
+    offload_train: Optional[bool]                   # null = auto (rlrun.config.memory.trainer_offload)
     offload_rollout: bool
     gradient_accumulation_fusion: bool
 
@@ -177,7 +177,9 @@ class TrainSection(Section):
     num_nodes: PosInt
     gpus_per_node: PosInt
     colocate: bool
-    offload: bool                                   # derived from hardware.defaults.offload_train
+    # derived from hardware.defaults.offload_train; null = auto: resident when trainer and engines fit on a GPU
+    # together, else offloaded (rlrun.config.memory.trainer_offload; the plan's offload_train says which and why)
+    offload: Optional[bool]
     global_batch_size: PosInt                 # derived from the batch identity
     num_steps_per_rollout: PosInt             # derived from the batch identity
     micro_batch_size: PosInt

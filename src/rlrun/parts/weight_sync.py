@@ -112,7 +112,7 @@ class WeightSync:
             return  # nothing pushed yet: the engines serve the init the restarted one loaded too
         version, want = self.synced
         self.push(version, [url], want)
-        if self.cfg.train.offload:
+        if self.plan.offload_train:
             self.trainer.offload()  # the push onloaded it (megatron's export); the rollout has the GPU
 
     def pop_metrics(self) -> dict[str, float]:
