@@ -338,7 +338,8 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     refuses a sure overflow (rlrun.config.capability.memory_fits: validate and run refuse it, plan notes it;
     checks.memory_fit=warn makes it a warning) and warns about the rest: the run would die after the GPUs are
     taken, as a 4B model trained on one 80 GB H100 did (docs/benchmarks.md). A colocated trainer forced resident
-    (train.offload=false) that overflows is refused surely: offloading it (auto) is the fix.
+    (train.offload=false on a profile whose default is auto) that overflows is refused surely: offloading it is the
+    fix.
     The megatron estimate is within 2.4% of measured peaks where it was calibrated (docs/benchmarks.md, "Memory")."""
     if cfg.hardware.vendor == "cpu":  # a CPU profile's memory_gib is a stand-in, not the machine's RAM
         return None
@@ -347,8 +348,10 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
         return None
     calibrated = BACKENDS[cfg.train.backend].activations_calibrated
     trainer = mem.trainer_total + mem.trainer_overhead
-    # a forced resident trainer (train.offload=false) next to its engines: offload is the fix, so say it surely
-    resident = cfg.train.colocate and cfg.train.offload is False
+    # a resident trainer forced next to its engines (train.offload=false where the hardware profile leaves it to the
+    # plan): offloading it is the fix, so the gate refuses it; a profile that keeps trainers resident (mi300x) is
+    # judged as before
+    resident = cfg.train.colocate and cfg.train.offload is False and cfg.hardware.defaults.offload_train is not False
     sure = (calibrated and trainer > mem.available * (1 + ESTIMATE_ERROR)) or \
         trainer - mem.trainer_activations > mem.available or resident
     phase = "trainer" if trainer >= mem.engine_total else "engine"
