@@ -184,13 +184,13 @@ class TrainGroup:
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
                      resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
-                     flush_cache: bool = True) -> dict:
+                     flush_cache: bool = True, flattened: bool = False) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
         how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
                    backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env,
-                   flush_cache=flush_cache)
+                   flush_cache=flush_cache, flattened=flattened)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:
