@@ -156,6 +156,7 @@ class CheckpointSection(Section):
     save: Optional[str]        # null = {run dir}/checkpoints (decided when the run dir exists)
     save_interval: Optional[PosInt]
     keep_last: Optional[PosInt]   # null = keep every checkpoint (slime's and Megatron's behaviour)
+    async_save: bool              # snapshot to host, write in the background (rlrun.train.async_save)
 
 
 class ParallelismSection(Section):

@@ -213,6 +213,17 @@ class TrainGroup:
     def save(self, path: str) -> None:
         self._all(B.save, path)
 
+    def save_async(self, path: str) -> None:
+        """Every rank snapshots its share of a checkpoint and writes it in the background (checkpoint.async_save);
+        save_done() says when every rank's files are complete."""
+        self._all(B.save_async, path)
+
+    def save_done(self) -> bool:
+        return all(self._all(B.save_done))
+
+    def wait_save(self) -> None:
+        self._all(B.wait_save)
+
     def load(self, path: str) -> None:
         self._all(B.load, path)
 
