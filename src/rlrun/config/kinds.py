@@ -87,7 +87,7 @@ PLUGINS: list[str] = [
     "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
     # rule modules (@RULES): config's own and the packages above it
     "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
-    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules",
+    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.config.reward_rules", "rlrun.agent.rules",
 ]
 _discovered: list[bool] = [False]
 
@@ -197,6 +197,9 @@ class EngineKind:
     start: str = ""
     packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
     lora: bool = False                       # serves a LoRA run (takes the merged weights at each sync)
+    # serves a reward engine (reward.model): /generate answers SGLang's token_ids_logprob (a discriminative judge's
+    # next-token probability) besides text (a generative judge's judgement)
+    judge: bool = False
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
@@ -333,6 +336,12 @@ def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:
 def use_teacher(cfg: Any) -> bool:
     """Whether the run distils from a teacher (algo.distill.teacher set): the one place it is decided."""
     return cfg.algo.distill.teacher is not None
+
+
+def use_reward_model(cfg: Any) -> bool:
+    """Whether the run starts reward engines (reward.model.checkpoint set, and engines generate samples to judge):
+    the one place it is decided."""
+    return cfg.reward.model.checkpoint is not None and needs_rollout(cfg)
 
 
 def use_critic(cfg: Any) -> bool:

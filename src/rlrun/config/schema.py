@@ -315,6 +315,28 @@ class DataSection(Section):
     source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
+class RewardModelSection(Section):
+    """A reward model served as engines (docs/rewards.md "Reward engines"): data.rm_type=reward_model."""
+    checkpoint: Optional[str]              # null = no reward engines
+    engine: _kind(ENGINES)  # type: ignore[valid-type]  # derived: null -> rollout.engine
+    num_engines: PosInt
+    gpus_per_engine: PosInt
+    colocate: bool
+    mem_fraction_static: Annotated[float, Field(gt=0, lt=1)]
+    mode: Literal["discriminative", "generative"]   # rlrun.reward.judge.MODES
+    prompt_template: Annotated[str, Field(min_length=1)]
+    target: str
+    parser: str
+    max_new_tokens: PosInt
+    max_concurrency: PosInt
+    timeout_s: PosFloat
+    max_retries: NonNegInt
+
+
+class RewardSection(Section):
+    model: RewardModelSection
+
+
 class DistillSection(Section):
     teacher: Optional[str]                 # null = no distillation
     coef: NonNegFloat
@@ -443,6 +465,7 @@ class RunConfig(Section):
     rollout: RolloutSection
     eval: EvalSection
     data: DataSection
+    reward: RewardSection
     algo: AlgoSection
     optim: OptimSection
     logging: LoggingSection

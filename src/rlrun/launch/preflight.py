@@ -109,6 +109,39 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
     yield from _teacher(cfg)
+    yield from _reward_model(cfg)
+
+
+def _reward_model(cfg: RunConfig) -> Iterator[Problem]:
+    """reward.model.checkpoint: an HF model folder the reward engines load (weights and tokenizer), whose tokenizer
+    spells a fixed discriminative target as one token."""
+    from rlrun.config.hfcheck import read_hf_config
+    from rlrun.config.kinds import use_reward_model
+
+    m = cfg.reward.model
+    if not use_reward_model(cfg):
+        return
+    bad = _unreadable("reward.model.checkpoint", m.checkpoint, True, "the reward model's Hugging Face folder",
+                      "point reward.model.checkpoint at a folder with config.json, *.safetensors and the tokenizer "
+                      "files (an rlrun checkpoint's iter_N/trainer/model is one)")
+    if bad:
+        yield bad
+        return
+    if read_hf_config(m.checkpoint) is None:
+        yield Problem("reward.model.checkpoint", f"{m.checkpoint} has no config.json", "point "
+                      "reward.model.checkpoint at a Hugging Face model folder", m.checkpoint)
+        return
+    held = list(_holds("reward.model.checkpoint", m.checkpoint, (WEIGHTS, TOKENIZER)))
+    yield from held
+    if held or m.mode != "discriminative" or "{" in m.target:
+        return  # a target with fields is tokenized per sample; one that is not one token scores it as an error
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(m.checkpoint).encode(m.target, add_special_tokens=False)
+    if len(ids) != 1:
+        yield Problem("reward.model.target", f"{m.target!r} is {len(ids)} tokens ({ids}) for the reward model's "
+                      "tokenizer; a discriminative judge scores the probability of one next token",
+                      "use a target the tokenizer spells as one token (e.g. 'yes' or ' yes')", m.target)
 
 
 def _teacher(cfg: RunConfig) -> Iterator[Problem]:

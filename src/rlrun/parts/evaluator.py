@@ -26,7 +26,8 @@ class Evaluator:
             samples = steps.make_samples(self._sets[ds.name], e.n_samples_per_prompt, 0)
             seeds = [steps.request_seed(self.cfg.run.seed + 1, rollout_id, i) for i in range(len(samples))]
             samples, _ = self.rollout.generate(samples, sampling, seeds, evaluation=True)
-            steps.score(samples, ds.rm_type, e.n_samples_per_prompt, self.cfg.data.rm_url)
+            steps.score(samples, ds.rm_type, e.n_samples_per_prompt, self.cfg.data.rm_url,
+                        getattr(self.rollout, "judge", None))
             out.update(steps.rollout_metrics(samples, prefix=f"eval/{ds.name}"))
         if out:
             out["eval/reward_mean"] = statistics.fmean(v for k, v in out.items() if k.endswith("/reward_mean"))

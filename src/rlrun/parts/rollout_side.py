@@ -32,6 +32,7 @@ class RolloutSide:
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.router, self.engines, self.model_dir = router, engines, model_dir
         self.versions = PolicyVersion()  # what the engines serve (WeightSync writes it)
+        self.judge = None  # the reward engines' judge (rm_type reward_model), set by the runner when it starts them
         # rollout.generate_fn (a function, an Environment class, slime:<path>; docs/agents.md)
         self.generate_fn = load_generate_fn(cfg.rollout.generate_fn, cfg)
         self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
@@ -117,7 +118,7 @@ class RolloutSide:
             for k, v in counts.items():
                 info[k] = info.get(k, 0.0) + v
             t0 = time.perf_counter()
-            for k, v in steps.score(new, self.cfg.data.rm_type, n, self.cfg.data.rm_url).items():
+            for k, v in steps.score(new, self.cfg.data.rm_type, n, self.cfg.data.rm_url, self.judge).items():
                 info[k] = info.get(k, 0.0) + v
             info["time/reward_s"] += time.perf_counter() - t0
             samples += new
@@ -136,7 +137,7 @@ class RolloutSide:
         info = {"rollout/retries": 0.0, "time/rollout_fn_s": time.perf_counter() - t0}
         if any(s.reward is None for s in samples):
             d, n = self.cfg.data, self.cfg.rollout.n_samples_per_prompt
-            info.update(steps.score(samples, d.rm_type, n, self.cfg.data.rm_url))
+            info.update(steps.score(samples, d.rm_type, n, self.cfg.data.rm_url, self.judge))
         return samples, samples, info
 
     def _draw(self, prompts: int, n: int, group_offset: int) -> list:

@@ -8,7 +8,8 @@
         response scores 0 and is counted in `metrics` ("reward/timeouts", "reward/errors").
 
 rm_type is a rule type (deepscaler, dapo, math, f1, gpqa, exact_match, random; optional boxed_
-prefix), "remote" (HTTP; needs remote_url) or a custom "module.path:function". A sample's
+prefix), "remote" (HTTP; needs remote_url), "reward_model" (the reward engines; needs judge=, a
+rlrun.reward.judge.Judge) or a custom "module.path:function". A sample's
 metadata["rm_type"] overrides the batch's rm_type (mixed evaluation sets), as in slime.
 """
 
@@ -22,7 +23,7 @@ import time
 from rlrun.reward.custom import (batch_class_scores, call_custom, is_batch_class, is_custom, is_per_group,
                                  load_function, per_group)
 from rlrun.reward.pool import RewardPool
-from rlrun.reward.rules import RULES, rule_score
+from rlrun.reward.rules import ENGINE_TYPES, RULES, rule_score
 
 __all__ = ["RULES", "RewardError", "RewardPool", "per_group", "score", "score_batch"]
 log = logging.getLogger(__name__)
@@ -37,12 +38,12 @@ class RewardError(RuntimeError):
 
 
 def score(rm_type: str, response: str, label, metadata: dict | None = None, *, remote_url: str | None = None,
-          timeout_s: float = 30.0, max_retries: int = 3) -> float:
-    """Score one response in this process (remote and async custom functions included)."""
+          timeout_s: float = 30.0, max_retries: int = 3, judge=None, prompt=None) -> float:
+    """Score one response in this process (remote, reward-engine and async custom functions included)."""
     rm_type = _effective_type(rm_type, metadata)
-    if rm_type in ("remote", "remote_rm"):
+    if rm_type in ("remote", "remote_rm") or rm_type in ENGINE_TYPES:
         return score_batch(rm_type, [response], [label], [metadata], remote_url=remote_url, timeout_s=timeout_s,
-                           max_retries=max_retries)[0]
+                           max_retries=max_retries, judge=judge, prompts=[prompt])[0]
     if is_custom(rm_type):
         fn = load_function(rm_type)
         if isinstance(fn, type):
@@ -70,7 +71,7 @@ def _check_type(rm_type: str) -> None:
     """Fail fast on a misconfigured type (a config error, unlike a bad response)."""
     if is_custom(rm_type):
         load_function(rm_type)
-    elif rm_type not in ("remote", "remote_rm"):
+    elif rm_type not in ("remote", "remote_rm") and rm_type not in ENGINE_TYPES:
         base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
         if base not in RULES:
             rule_score(rm_type, "", "")  # raises the error that lists the known types
@@ -90,6 +91,7 @@ def score_batch(
     metrics: dict | None = None,
     pool: RewardPool | None = None,
     failures: list | None = None,
+    judge=None,
 ) -> list[float]:
     """Score a batch; never raises for a bad response (it scores 0 and is counted in `metrics`).
 
@@ -98,6 +100,8 @@ def score_batch(
     gets (None = the whole batch). metrics: a dict to which reward/count, reward/timeouts,
     reward/errors and reward/seconds are added. pool: worker processes (None = a shared default).
     failures: a list to which (index, "error text") is appended for each sample that errored or timed out.
+    judge: the reward engines' rlrun.reward.judge.Judge (rm_type reward_model; its own per-request time limit and
+    retries: reward.model.timeout_s, max_retries).
     """
     n = len(responses)
     if len(labels) != n or (metadatas is not None and len(metadatas) != n):
@@ -127,8 +131,14 @@ def score_batch(
             log.warning("reward class %s failed: %r", t, e)
             for i in idx:
                 out[i], why[i] = (0.0, "error"), f"{type(e).__name__}: {e}"
+    judged = [i for i in range(n) if types[i] in ENGINE_TYPES]
+    if judged:
+        for i, (value, status, error) in zip(judged, _score_judged(judge, judged, responses, labels, prompts)):
+            out[i] = (value, status)
+            if status != "ok":
+                why[i] = error
     batch_types = {t for t in types if is_batch_class(t)}
-    local = [i for i in range(n) if not is_remote[i] and types[i] not in batch_types]
+    local = [i for i in range(n) if not is_remote[i] and types[i] not in batch_types and types[i] not in ENGINE_TYPES]
     in_proc = [i for i in local if types[i] in _IN_PROCESS]
     for i in in_proc:
         try:
@@ -160,6 +170,16 @@ def _score_remote(idx, responses, labels, metadatas, prompts, url, timeout_s, ma
     payloads = [{"prompt": prompts[i] if prompts else None, "response": responses[i], "label": labels[i],
                  "metadata": metadatas[i]} for i in idx]
     return run_sync(remote_scores(url, payloads, timeout_s, max_retries))
+
+
+def _score_judged(judge, idx, responses, labels, prompts):
+    from rlrun.reward.custom import run_sync
+    from rlrun.reward.judge import judge_scores
+
+    if judge is None:
+        raise ValueError("rm_type reward_model asks the reward engines: pass judge= (a rlrun.reward.judge.Judge; a "
+                         "run starts the engines when reward.model.checkpoint is set)")
+    return run_sync(judge_scores(judge, [(prompts[i] if prompts else "", responses[i], labels[i]) for i in idx]))
 
 
 def _score_pooled(idx, types, responses, labels, metadatas, group_size, timeout_s, pool, out, why):

@@ -156,6 +156,7 @@ RULES: dict[str, Callable[..., float]] = {
 # unable to spell it, scores 0): the preflight checks the labels against rollout.max_response_len for these.
 LABEL_IN_RESPONSE = ("deepscaler", "math", "dapo", "f1", "exact_match", "char_match")
 REMOTE_TYPES = ("remote", "remote_rm")  # rm_type values that post to data.rm_url (rlrun.reward.score_batch)
+ENGINE_TYPES = ("reward_model",)  # rm_type values the reward engines judge (reward.model; rlrun.reward.judge)
 
 
 def top_score(rm_type: str) -> float | None:

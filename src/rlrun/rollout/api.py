@@ -108,6 +108,9 @@ class GenerateItem:
     text: str | None
     sampling: SamplingParams
     return_logprob: bool
+    # SGLang's token_ids_logprob: with return_logprob, each output position also reports the log-probs of these ids
+    # (meta_info.output_token_ids_logprobs; a discriminative reward engine's yes-token probability)
+    token_ids_logprob: list[int] | None = None
 
 
 def _expand(value: Any, n: int, name: str, is_batch_value) -> list:
@@ -141,6 +144,8 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
     if is_batch and body.get("rid") is not None and not isinstance(body["rid"], list):
         raise RequestError("a batch request needs rid as a list with one id per prompt (ids must be unique)")
     rids = _expand(body.get("rid"), n, "rid", lambda v: isinstance(v, list))
+    probe = _expand(body.get("token_ids_logprob"), n, "token_ids_logprob",
+                    lambda v: isinstance(v, list) and bool(v) and isinstance(v[0], list))
     items = [
         GenerateItem(
             rid=rids[i] or new_rid(),
@@ -148,6 +153,7 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
             text=texts[i] if texts is not None else None,
             sampling=parse_sampling_params(sampling[i]),
             return_logprob=bool(logprob[i]),
+            token_ids_logprob=[int(t) for t in probe[i]] if probe[i] is not None else None,
         )
         for i in range(n)
     ]
@@ -175,6 +181,8 @@ class GenerateResult:
     finish: dict
     logprobs: list[float] | None
     weight_version: str
+    token_ids: list[int] | None = None                    # the request's token_ids_logprob
+    token_ids_logprobs: list[list[float]] | None = None   # per output position, their log-probs
 
     def to_json(self) -> dict:
         meta = {
@@ -189,6 +197,9 @@ class GenerateResult:
             # SGLang: (logprob, token_id, token_text or None when return_text_in_logprobs=False)
             meta["output_token_logprobs"] = [[lp, tok, None] for lp, tok in zip(self.logprobs, self.output_ids)]
             meta["output_token_logprobs_length"] = len(self.logprobs)
+            if self.token_ids is not None and self.token_ids_logprobs is not None:
+                meta["output_token_ids_logprobs"] = [[[lp, tok, None] for lp, tok in zip(row, self.token_ids)]
+                                                     for row in self.token_ids_logprobs]
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta}
 
 

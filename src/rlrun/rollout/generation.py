@@ -27,8 +27,10 @@ class Sequence:
     sampling: SamplingParams
     generator: torch.Generator
     return_logprob: bool = False
+    token_ids: list[int] | None = None   # SGLang's token_ids_logprob: ids whose log-probs each step reports
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    token_ids_logprobs: list[list[float]] = field(default_factory=list)
     finish: dict | None = None
     matched_stop_str: str | None = None
 
@@ -38,7 +40,8 @@ class Sequence:
 
 
 def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[float]]:
-    """logits: [B, V] float32 for the last position of each row."""
+    """logits: [B, V] float32 for the last position of each row. A row with token_ids also gets those ids'
+    log-probs (of the same temperature-scaled distribution as its chosen token's) appended to token_ids_logprobs."""
     temps = torch.tensor([1.0 if s.sampling.greedy else s.sampling.temperature for s in seqs],
                          dtype=logits.dtype, device=logits.device)
     logprobs = torch.log_softmax(logits / temps[:, None], dim=-1)
@@ -61,6 +64,9 @@ def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], 
         tokens.append(torch.multinomial(probs, 1, generator=seq.generator))  # generator on probs' device
     chosen_ids = torch.cat(tokens)
     chosen = logprobs.gather(1, chosen_ids[:, None])[:, 0]
+    for i, seq in enumerate(seqs):
+        if seq.token_ids is not None:
+            seq.token_ids_logprobs.append(logprobs[i, seq.token_ids].tolist())
     return chosen_ids.tolist(), chosen.tolist()
 
 

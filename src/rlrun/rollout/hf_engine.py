@@ -98,8 +98,12 @@ class HFEngine:
                 if seed is None:
                     seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
                 generator = torch.Generator(device=self.device).manual_seed(seed)
-                seq = Sequence(item.rid, list(ids), item.sampling, generator,
-                               return_logprob=item.return_logprob)
+                bad = [t for t in item.token_ids_logprob or () if not 0 <= t < self.vocab_size]
+                if bad:
+                    raise RequestError(f"request {item.rid}: token_ids_logprob {bad[:5]} outside the vocabulary "
+                                       f"[0, {self.vocab_size})")
+                seq = Sequence(item.rid, list(ids), item.sampling, generator, return_logprob=item.return_logprob,
+                               token_ids=item.token_ids_logprob if item.return_logprob else None)
                 fut: Future = Future()
                 self._queue.append((seq, fut))
                 futures.append(fut)
@@ -110,7 +114,8 @@ class HFEngine:
         return GenerateResult(rid=seq.rid, text=self.stop.output_text(seq), output_ids=seq.output_ids,
                               prompt_tokens=len(seq.prompt_ids), finish=seq.finish,
                               logprobs=seq.logprobs if seq.return_logprob else None,
-                              weight_version=self.weight_version)
+                              weight_version=self.weight_version, token_ids=seq.token_ids,
+                              token_ids_logprobs=seq.token_ids_logprobs if seq.token_ids is not None else None)
 
     def _between_steps(self, active: list[Sequence]) -> None:
         with self._cv:

@@ -50,7 +50,7 @@ def _sglang_dp(r) -> Iterator[Problem]:
                       f"use a dp_size that divides {tp}", dp)
 
 
-SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping,
+SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping, judge=True,
                                    rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
                                    nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                                    start="rlrun.rollout.engines.sglang.engine:start", packages=("sglang",),
