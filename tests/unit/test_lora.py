@@ -66,6 +66,23 @@ def test_checkpoints_hold_the_adapter_only_and_load_back(tmp_path):
         torch_backend("model.lora.rank=8").load(str(tmp_path / "full"))
 
 
+def test_modules_to_save_train_whole_and_reach_the_engines_and_the_checkpoint(tmp_path):
+    """model.lora.modules_to_save=[model.norm]: the final RMSNorm (64 weights) trains beside the adapter; the engines
+    get its trained copy under its HF name, and the adapter checkpoint holds it."""
+    b = torch_backend("model.lora.rank=8", "model.lora.modules_to_save=[model.norm]")
+    assert sum(p.numel() for g in b.opt.param_groups for p in g["params"]) == 16384 + 64
+    before = b.state_dict_for_sync()
+    assert before.keys() == torch_backend().state_dict_for_sync().keys()  # no peft name reaches the engines
+    b.train_step(toy_batch())
+    after = b.state_dict_for_sync()
+    assert not torch.equal(after["model.norm.weight"], before["model.norm.weight"])  # its trained copy
+    assert torch.equal(after["model.layers.0.input_layernorm.weight"], before["model.layers.0.input_layernorm.weight"])
+    b.save(str(tmp_path / "lora"))
+    again = torch_backend("model.lora.rank=8", "model.lora.modules_to_save=[model.norm]")
+    again.load(str(tmp_path / "lora"))
+    assert torch.equal(again.state_dict_for_sync()["model.norm.weight"], after["model.norm.weight"])
+
+
 def test_memory_estimate_counts_grads_and_adam_for_the_adapter_only():
     full, lo = estimate(load([])), estimate(load(["model.lora.rank=8"]))
     gib = 2 ** 30

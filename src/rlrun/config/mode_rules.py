@@ -83,7 +83,8 @@ def lora(cfg: RunConfig) -> Iterator[Problem]:
     lo, m = cfg.model.lora, cfg.model
     if lo.rank == 0:
         defaults = {"alpha": 16.0, "dropout": 0.0,
-                    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+                    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                    "modules_to_save": []}
         for key, off in defaults.items():
             if getattr(lo, key) != off:
                 yield Problem(f"model.lora.{key}", "is set but model.lora.rank is 0 (full fine-tuning), so it would "

@@ -119,6 +119,7 @@ class LoraSection(Section):
     alpha: PosFloat
     dropout: Annotated[float, Field(ge=0, lt=1)]
     target_modules: Annotated[list[str], Field(min_length=1)]
+    modules_to_save: list[str]               # trained whole beside the adapter (peft modules_to_save)
 
 
 class ModelSection(Section):
