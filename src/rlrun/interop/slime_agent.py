@@ -91,3 +91,6 @@ def encode(cfg: dict, arrays: dict, comments: dict) -> None:
         comments["ROLLOUT_ARGS"].append(comment)
     if cfg["data"]["source"]:
         comments["ROLLOUT_ARGS"].append(f"data.source={cfg['data']['source']}: not exported; " + PORT["--data-source-path"])
+    if (cfg.get("reward") or {}).get("model", {}).get("checkpoint"):
+        comments["ROLLOUT_ARGS"].append("reward.model: not exported; slime starts no reward engines (serve the reward "
+                                        "model yourself and point --rm-type remote_rm --rm-url at it)")

@@ -329,6 +329,8 @@ SPECIAL: dict[str, str] = {
 
 # Settings slime has no flag for: printed as comments by the export, left to rlrun's groups on import.
 NO_FLAG: dict[str, str] = {
+    "reward.model": "slime starts no reward engines (its rewards are --rm-type rules, --rm-url servers and "
+    "--custom-rm-path functions): the export writes a comment",
     "model.lora": "slime has no LoRA (its pull request is open at 624b824a): an exported LoRA run would fine-tune "
     "the whole model; the import leaves model.lora.rank 0",
     "run.name": "slime names runs through wandb (--wandb-group)",

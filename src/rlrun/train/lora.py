@@ -20,7 +20,9 @@ def wrap(model, lora):
 
     config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                         target_modules=list(lora.target_modules), bias="none",
-                        modules_to_save=list(lora.modules_to_save) or None)
+                        modules_to_save=list(lora.modules_to_save) or None,
+                        # a saved embedding of a tied model stays the output layer too (peft wraps lm_head alike)
+                        ensure_weight_tying=bool(lora.modules_to_save) and bool(model.config.tie_word_embeddings))
     return get_peft_model(model, config)
 
 
