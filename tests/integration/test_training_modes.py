@@ -76,12 +76,12 @@ def test_a_reward_engine_judges_the_default_task(teacher, tmp_path):
     from rlrun.records import read_rollout, to_samples
 
     model, _ = teacher
-    s = _run(["experiment=tiny-rm-cpu", f"reward.model.checkpoint={model}", "rollout.num_rollout=3",
+    s = _run(["experiment=tiny-rm-cpu", f"reward.model.checkpoint={model}", "rollout.num_rollout=2",
               "logging.rollout_records=all", f"run.output_dir={tmp_path}"])
     rows = read_metrics(Path(s["run_dir"]) / METRICS_FILE)
-    assert len(rows) == 3 and all(r["reward/errors"] == r["reward/timeouts"] == 0 for r in rows)
+    assert len(rows) == 2 and all(r["reward/errors"] == r["reward/timeouts"] == 0 for r in rows)
     assert all(r["reward/count"] == 128 for r in rows)
-    samples = [x for i in range(3) for x in to_samples(read_rollout(s["run_dir"], i))]
+    samples = [x for i in range(2) for x in to_samples(read_rollout(s["run_dir"], i))]
     right = [x.reward for x in samples if x.response.strip() == x.label]
     wrong = [x.reward for x in samples if x.response.strip() != x.label]
     # the judge knows the task (its own policy scores 0.98-1.0): a right answer is likely, a wrong one is not

@@ -22,7 +22,8 @@ def wrap(model, lora):
                         target_modules=list(lora.target_modules), bias="none",
                         modules_to_save=list(lora.modules_to_save) or None,
                         # a saved embedding of a tied model stays the output layer too (peft wraps lm_head alike)
-                        ensure_weight_tying=bool(lora.modules_to_save) and bool(model.config.tie_word_embeddings))
+                        ensure_weight_tying=bool(model.config.tie_word_embeddings) and any(
+                            t.endswith(("embed_tokens", "lm_head")) for t in lora.modules_to_save))
     return get_peft_model(model, config)
 
 
