@@ -19,8 +19,9 @@ ROLE = "reward"  # the plan's placement role (rlrun.config.plan.reward_slots)
 
 def engine_config(cfg):
     """The run config as the reward engines' kind reads it: rollout.* describes the reward engines (their kind,
-    GPUs per engine, memory share, concurrency; no offload; the reward model's own context length; no
-    rollout.<kind> arguments, which are the policy engines'; a router on a free port)."""
+    GPUs per engine, memory share, concurrency; no offload; the reward model's own context length; a router on a
+    free port). The kind's argument section (rollout.sglang) is the run's: its server flags (attention backend,
+    CUDA graphs, ...) are the machine's, for reward engines of that kind too."""
     m, r = cfg.reward.model, cfg.rollout
     rollout = r.model_copy(update={
         "engine": m.engine, "gpus_per_engine": m.gpus_per_engine, "num_gpus": m.num_engines * m.gpus_per_engine,
@@ -28,7 +29,6 @@ def engine_config(cfg):
         "context_length": None, "request_timeout_s": m.timeout_s,
         "router": r.router.model_copy(update={"port": None}),
     })
-    object.__setattr__(rollout, "__pydantic_extra__", {key: {} for key in type(r).extra_keys()})
     return cfg.model_copy(update={"rollout": rollout})
 
 
