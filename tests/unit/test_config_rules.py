@@ -9,7 +9,7 @@ from rlrun.config.rules import RM_TYPES
 def test_reward_types_match_the_reward_package():
     from rlrun.reward.rules import RULES
 
-    assert set(RM_TYPES) == set(RULES) | {"remote", "remote_rm"}
+    assert set(RM_TYPES) == set(RULES) | {"remote", "remote_rm", "reward_model"}
 
 
 @pytest.mark.parametrize("overrides", [

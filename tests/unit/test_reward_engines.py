@@ -36,6 +36,7 @@ def test_the_plan_places_reward_engines_beside_or_apart_from_the_rollout_engines
 @pytest.mark.parametrize("overrides,key", [
     (["data.rm_type=reward_model"], "data.rm_type"),                                   # no checkpoint
     (["reward.model.checkpoint=/rm"], "reward.model.checkpoint"),                      # nothing asks the judge
+    (["reward.model.engine=hf"], "reward.model.engine"),                               # no checkpoint: ignored
     (ON + ["algo=sft", "data.toy_task=echo"], "reward.model.checkpoint"),              # no samples to judge
     (ON + ["reward.model.engine=sglang"], "reward.model.engine"),                      # a GPU engine on the CPU
     (ON + ["reward.model.gpus_per_engine=2"], "reward.model.gpus_per_engine"),         # the hf engine is one device

@@ -85,7 +85,9 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     _default(ckpt, "ref", ckpt.get("hf"))
     optim = _sec(raw, "optim")
     _default(optim, "critic_lr", optim.get("lr"))
-    _default(_sec(_sec(raw, "reward"), "model"), "engine", rollout.get("engine"))
+    reward_model = _sec(_sec(raw, "reward"), "model")
+    if reward_model.get("checkpoint") is not None:  # (without one no engine is started: nothing to derive)
+        _default(reward_model, "engine", rollout.get("engine"))
     return raw, problems
 
 

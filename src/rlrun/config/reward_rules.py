@@ -45,6 +45,13 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
             yield Problem(judged[0], f"rm_type {ENGINE_TYPES[0]} asks the reward engines, but reward.model.checkpoint "
                           "is null (no reward engine is started)", "set reward.model.checkpoint to the reward "
                           "model's HF dir, or another rm_type", ENGINE_TYPES[0])
+        # the conf/config.yaml values of the keys that shape the engines (the judge's keys only matter with them)
+        defaults = {"engine": None, "num_engines": 1, "gpus_per_engine": 1, "colocate": True, "mode": "discriminative"}
+        for key, off in defaults.items():
+            if getattr(m, key) != off:
+                yield Problem(f"reward.model.{key}", "is set but reward.model.checkpoint is null, so no reward engine "
+                              "is started and it would be ignored", "set reward.model.checkpoint to the reward "
+                              f"model's HF dir, or drop reward.model.{key}", getattr(m, key))
         return
     if not needs_rollout(cfg):
         yield Problem("reward.model.checkpoint", f"reward engines judge generated samples; algo.loss_type="

@@ -319,7 +319,8 @@ class DataSection(Section):
 class RewardModelSection(Section):
     """A reward model served as engines (docs/rewards.md "Reward engines"): data.rm_type=reward_model."""
     checkpoint: Optional[str]              # null = no reward engines
-    engine: _kind(ENGINES)  # type: ignore[valid-type]  # derived: null -> rollout.engine
+    # derived with a checkpoint: null -> rollout.engine (without one it stays null: no engine to name)
+    engine: Optional[_kind(ENGINES)]  # type: ignore[valid-type]
     num_engines: PosInt
     gpus_per_engine: PosInt
     colocate: bool
