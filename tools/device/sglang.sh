@@ -119,7 +119,7 @@ for item in $ITEMS; do
              fi ;;
     py:*) files=(); IFS=, read -ra names <<< "${item#py:}"
           for f in "${names[@]}"; do files+=("tests/gpu/$f"); done
-          name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd+)
+          name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_ | tr -c 'A-Za-z0-9_\n' '_')
           run "py_$name" "${ITEM_LIMIT:-560}" python3 -m pytest -q -s -rs -p no:cacheprovider "${files[@]}"
           grep -E "^(LAYOUT|  |SGLANG)|passed|failed|error" "$OUT/py_$name.log" | grep -v "^  warnings" | tail -40 | tee -a "$RES" ;;
     *) echo "unknown item $item" | tee -a "$RES" ;;

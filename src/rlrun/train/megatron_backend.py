@@ -261,6 +261,7 @@ class MegatronBackend(TrainerBackend):
         """A frozen model of model.*'s architecture from an HF dir or a Megatron torch_dist folder (the teacher;
         slime's --opd-teacher-load is a torch_dist folder)."""
         from rlrun.config.torch_dist import dist_checkpoint_dir
+        from rlrun.train.megatron import model as mm  # megatron-core: imported where used (the package docstring)
 
         gpt = mm.build_gpt(self.cfg.model, self.tconfig).to(self.device).eval()
         if dist_checkpoint_dir(path):
