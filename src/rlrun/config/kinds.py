@@ -141,8 +141,10 @@ class TransportKind:
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
     # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (keep: a
     # dict the transport keeps across the rank's pushes, e.g. its process group; flattened: the engines read a bucket
-    # as one buffer, EngineKind.flattened_buckets); None: the trainer writes a file
+    # as one buffer: TransportKind.flattened of the engine kind); None: the trainer writes a file
     push: Callable[..., int] | None = None
+    # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
+    flattened: Callable[[Any], bool] = lambda kind: False
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
     write: Callable[..., None] | None = None
@@ -190,10 +192,12 @@ class EngineKind:
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
     sharded_weights: bool = False            # each of the engine's GPUs takes its own copy of a push
-    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket", in
-    # /update_weights_from_tensor and /update_weights_from_distributed): one IPC handle / one broadcast per bucket
-    # instead of one per tensor; the tensor and distributed transports then send that form
-    flattened_buckets: bool = False
+    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket"): one IPC
+    # handle per bucket in /update_weights_from_tensor (flattened_ipc), one broadcast per bucket in
+    # /update_weights_from_distributed (flattened_broadcast), instead of one per tensor. Set only where verified
+    # against the real engine (docs/rollout.md); each transport reads the one it sends (TransportKind.flattened)
+    flattened_ipc: bool = False
+    flattened_broadcast: bool = False
     # memory model (rlrun.config.memory): "static_pool" = mem_fraction_static of the GPU is reserved for
     # weights + KV; "per_sequence" = weights + the KV of the sequences it runs
     memory: str = "per_sequence"
