@@ -204,6 +204,8 @@ class EngineKind:
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
     nccl_env: Mapping[str, str] = field(default_factory=dict)
+    # answers return_routed_experts=true with meta_info.routed_experts (SGLang's field; rollout.routing_replay)
+    routed_experts: bool = False
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
@@ -249,6 +251,9 @@ class BackendKind:
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
+    # replays the engines' routed experts in its MoE layers (rollout.routing_replay): the model families it
+    # does it for (those whose router it hooks), empty: none
+    routing_replay: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "sharded"))
@@ -261,6 +266,7 @@ BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
 BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                               bf16_grads=False, cuda_graphs=False, sliding_window=True,
                               checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True, lora=True,
+                              routing_replay=("qwen3_moe",),  # transformers' Qwen3MoeTopKRouter (rollout/routing.py)
                               factory="rlrun.train.torch_backend:TorchBackend"))
 # megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16)
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,

@@ -224,6 +224,7 @@ class RolloutSection(Section):
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
     mask_offpolicy_in_partial_rollout: bool
+    routing_replay: bool                      # R3: the engines' routed experts replayed in the trainer's MoE layers
     generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
     rollout_fn: Optional[str]                 # slime:<module>:<fn>, slime's rollout function (rlrun.agent.slime_rollout)
     async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
