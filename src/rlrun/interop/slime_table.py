@@ -178,6 +178,8 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
     Row("rollout.mask_offpolicy_in_partial_rollout", "--mask-offpolicy-in-partial-rollout", "ROLLOUT_ARGS", "true",
         default=False),
+    # R3 (slime/utils/arguments.py; scripts/low_precision/run-qwen3-30b-a3b-fp8.sh lists it with SGLANG_ARGS)
+    Row("rollout.routing_replay", "--use-rollout-routing-replay", "SGLANG_ARGS", "true", default=False),
     # train_async.py's flags (slime writes them on the launch line of its async examples)
     Row("rollout.async_buffer_size", "--async-buffer-size", LAUNCH, type=int, default=1),
     Row("rollout.update_weights_interval", "--update-weights-interval", LAUNCH, type=int, default=1),

@@ -207,8 +207,9 @@ def routed_experts(meta: dict, shape: tuple[int, int] | None, rows: int) -> Rout
     text = meta.get("routed_experts")
     if text is None:
         raise RolloutError(f"request {meta.get('id')}: return_routed_experts=true but the answer has no "
-                           "meta_info.routed_experts (SGLang needs --enable-return-routed-experts: rlrun sets it "
-                           "with rollout.routing_replay)")
+                           "meta_info.routed_experts: sglang-router 0.3.2 (the pin) parses /generate into its own "
+                           "GenerateRequest, which has no return_routed_experts field, and drops it before the engine "
+                           "(SGLang itself also needs --enable-return-routed-experts, which rlrun sets)")
     routed = RoutedExperts.from_base64(text, *shape)
     if routed.rows != max(rows, 0):
         raise RolloutError(f"request {meta.get('id')}: {routed.rows} rows of routed experts for {rows} fed "
