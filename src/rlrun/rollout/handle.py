@@ -130,7 +130,8 @@ class ClientHandle:
                 (sent, served), key=version_number)
             # routed experts: the last answer's, which covers every position it was sent (a continued
             # partial request re-prefills the earlier tokens under the weights that made the new ones)
-            routed = routed_experts(meta, self.client.routing_shape, len(input_ids) + len(tokens) + len(new) - 1)
+            routed = routed_experts(meta, getattr(self.client, "routing_shape", None),  # a stand-in client: None
+                                    len(input_ids) + len(tokens) + len(new) - 1)
             tokens += new
             logprobs += [lp for lp, _tok, _txt in meta.get("output_token_logprobs", [])]
             versions += [version] * len(new)
