@@ -37,10 +37,6 @@ def near_tied_checkpoint(tmp_path_factory):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="sglang-router 0.3.2 (the pin, the newest on PyPI) drops return_routed_experts: "
-                   "its GenerateRequest has no such field, so the engines behind it never see the request for "
-                   "routed experts (measured: the run stops with the RolloutError saying so). The same check passes "
-                   "without the router: tests/unit/test_routing_replay.py")
 def test_replayed_trainer_logprobs_equal_the_engines(near_tied_checkpoint, tmp_path, ray_cpu):
     overrides = ["hardware=cpu", "model=tiny-moe", f"checkpoint.hf={near_tied_checkpoint}",
                  "rollout.routing_replay=true", "rollout.num_rollout=2", "rollout.rollout_batch_size=4",

@@ -233,3 +233,35 @@ def test_sglang_engines_are_started_returning_routed_experts():
                 "parallelism.sequence_parallel=false"])
     args = server_args(cfg, EngineSlot(rank=0, base_gpu_id=0, port=30000, nccl_port=30001))
     assert args["enable_return_routed_experts"] is True and "--enable-return-routed-experts" in to_argv(args)
+
+
+def test_the_client_sends_routed_expert_requests_to_the_engines_directly(tmp_path):
+    """sglang-router 0.3.2 (the pin) parses /generate into a struct without return_routed_experts and drops it
+    (measured with rlrun.rollout.engines.group.local_engine_group: the engine answers routed experts, the router's
+    answer has none), so with routing replay the client sends /generate to the engines in turn, the next one on a
+    retry: here the "router" URL is dead and an engine URL list holds a dead engine and a live one."""
+    import asyncio
+
+    from rlrun.rollout.client import RolloutClient, Sampling
+    from rlrun.rollout.hf_server import ThreadedServer
+    from rlrun.rollout.process import free_port
+    from rlrun.rollout.tiny_model import save_tiny_model
+
+    engine = HFEngine.from_dir(save_tiny_model(tmp_path, model=build_moe_model(0)))
+    server = ThreadedServer(engine)
+    live, dead = server.start(), f"http://127.0.0.1:{free_port()}"
+
+    async def go():
+        async with RolloutClient(dead, max_retries=3, backoff_s=0.01, routing_shape=(L, K),
+                                 engine_urls=lambda: [dead, live]) as client:
+            outs = [await client.generate(input_ids=[3, 4, 5], sampling=Sampling(max_new_tokens=3)) for _ in range(2)]
+            return outs, client.retries
+
+    try:
+        outs, retries = asyncio.run(go())
+    finally:
+        server.stop()
+        engine.shutdown()
+    assert retries >= 1  # one of the two went to the dead engine first
+    for out in outs:
+        assert RoutedExperts.from_base64(out["meta_info"]["routed_experts"], L, K).rows == 3 + 3 - 1

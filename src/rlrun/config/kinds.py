@@ -254,6 +254,8 @@ class BackendKind:
     # replays the engines' routed experts in its MoE layers (rollout.routing_replay): the model families it
     # does it for (those whose router it hooks), empty: none
     routing_replay: tuple[str, ...] = ()
+    # "module:function"(cfg) -> Problems: what its routing replay cannot do with this config (rlrun validate)
+    routing_replay_check: str = ""
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "sharded"))
@@ -275,6 +277,9 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               memory="sharded", activations_calibrated=True, teacher=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
+                              # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)
+                              routing_replay=("qwen3_moe",),
+                              routing_replay_check="rlrun.train.megatron.replay_rules:check",
                               requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 

@@ -421,6 +421,8 @@ def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("rollout.routing_replay", f"train.backend={cfg.train.backend} does not replay routing in "
                       f"{cfg.model.family} MoE layers (it does for: {', '.join(backend.routing_replay) or 'none'})",
                       f"use train.backend={able[0]}" if able else "set rollout.routing_replay=false", True)
+    elif backend.routing_replay_check:
+        yield from resolve(backend.routing_replay_check)(cfg)
     for key, value in (("rollout.rollout_fn", r.rollout_fn), ("rollout.generate_fn", r.generate_fn)):
         if value is not None and str(value).startswith("slime:"):
             yield Problem(key, "a slime function keeps the routed experts on slime's own Sample "

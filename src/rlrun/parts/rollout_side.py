@@ -65,7 +65,8 @@ class RolloutSide:
         return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
                                 tokenizer=self.tokenizer, versions=self.versions,
                                 partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir,
-                                routing_shape=None if evaluation else routing_shape(self.cfg))
+                                routing_shape=None if evaluation else routing_shape(self.cfg),
+                                engine_urls=lambda: self.engines.urls)
 
     @contextmanager
     def profiling(self, rollout_id: int):

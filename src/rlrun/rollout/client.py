@@ -20,7 +20,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import aiohttp
 
@@ -71,11 +71,16 @@ class Sampling:
 class RolloutClient:
     def __init__(self, url: str, *, max_concurrency: int = 64, request_timeout_s: float = 300.0,
                  max_retries: int = 5, retry_window_s: float = 0.0, backoff_s: float = 0.25,
-                 max_backoff_s: float = 4.0, routing_shape: tuple[int, int] | None = None):
+                 max_backoff_s: float = 4.0, routing_shape: tuple[int, int] | None = None,
+                 engine_urls: Callable[[], list[str]] | None = None):
         self.url = url.rstrip("/")
         # (num_layers, top_k): every /generate asks for the routed experts (return_routed_experts), which
         # RoutedExperts holds in that shape (rollout.routing_replay; routing_shape(cfg)); None: not asked
         self.routing_shape = routing_shape
+        # the engines' current URLs: /generate asking for routed experts goes to them directly, in turn (each
+        # attempt of a retry to the next), because sglang-router 0.3.2 drops return_routed_experts
+        self.engine_urls = engine_urls
+        self._turn = 0
         self.max_concurrency = max_concurrency
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
@@ -86,10 +91,18 @@ class RolloutClient:
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    def from_config(cls, url: str, rollout_cfg, routing_shape: tuple[int, int] | None = None) -> "RolloutClient":
+    def from_config(cls, url: str, rollout_cfg, routing_shape: tuple[int, int] | None = None,
+                    engine_urls: Callable[[], list[str]] | None = None) -> "RolloutClient":
         return cls(url, max_concurrency=rollout_cfg.max_concurrency,
                    request_timeout_s=rollout_cfg.request_timeout_s, max_retries=rollout_cfg.max_retries,
-                   retry_window_s=rollout_cfg.retry_window_s, routing_shape=routing_shape)
+                   retry_window_s=rollout_cfg.retry_window_s, routing_shape=routing_shape, engine_urls=engine_urls)
+
+    def _next_engine(self) -> str:
+        urls = list(self.engine_urls())
+        if not urls:
+            raise RolloutError("no engine to send the request to (the engine group is empty)")
+        self._turn += 1
+        return urls[self._turn % len(urls)]
 
     async def __aenter__(self) -> "RolloutClient":
         self._sem = asyncio.Semaphore(self.max_concurrency)
@@ -105,16 +118,17 @@ class RolloutClient:
     def _delay(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random())
 
-    async def post(self, path: str, body: dict, *, url: str | None = None) -> Any:
-        """POST with retries; returns the decoded JSON (or None for an empty 200)."""
+    async def post(self, path: str, body: dict, *, url: str | Callable[[], str] | None = None) -> Any:
+        """POST with retries; returns the decoded JSON (or None for an empty 200). url: a base URL, or a
+        callable asked for one at every attempt (a retry may go elsewhere)."""
         if self._session is None:
             raise RolloutError("RolloutClient used outside `async with RolloutClient(...)`")
-        target = f"{(url or self.url).rstrip('/')}{path}"
         last, attempt, first_failure = "", 0, None
         while True:
             if attempt:
                 self.retries += 1
                 await asyncio.sleep(self._delay(attempt - 1))
+            target = f"{(url() if callable(url) else (url or self.url)).rstrip('/')}{path}"
             try:
                 async with self._sem, self._session.post(target, json=body) as resp:
                     text = await resp.text()
@@ -138,13 +152,15 @@ class RolloutClient:
                        sampling: Sampling, rid: str | None = None, seed: int | None = None) -> dict:
         body = {"sampling_params": sampling.to_json(seed), "return_logprob": True,
                 "rid": rid or uuid.uuid4().hex}
+        direct = None
         if self.routing_shape is not None:  # every position's experts (routed_experts_start_len 0, as slime)
             body["return_routed_experts"] = True
+            direct = self._next_engine if self.engine_urls is not None else None
         if input_ids:
             body["input_ids"] = list(input_ids)
         else:
             body["text"] = text
-        return await self.post("/generate", body)
+        return await self.post("/generate", body, url=direct)
 
     async def generate_group(self, prompt: str | list[int], n: int, sampling: Sampling) -> list[dict]:
         """n samples of one prompt (a GRPO group), as n concurrent requests."""
@@ -209,7 +225,8 @@ def routed_experts(meta: dict, shape: tuple[int, int] | None, rows: int) -> Rout
         raise RolloutError(f"request {meta.get('id')}: return_routed_experts=true but the answer has no "
                            "meta_info.routed_experts: sglang-router 0.3.2 (the pin) parses /generate into its own "
                            "GenerateRequest, which has no return_routed_experts field, and drops it before the engine "
-                           "(SGLang itself also needs --enable-return-routed-experts, which rlrun sets)")
+                           "(give RolloutClient the engine_urls to send such requests to the engines directly); "
+                           "SGLang also needs --enable-return-routed-experts, which rlrun sets")
     routed = RoutedExperts.from_base64(text, *shape)
     if routed.rows != max(rows, 0):
         raise RolloutError(f"request {meta.get('id')}: {routed.rows} rows of routed experts for {rows} fed "

@@ -154,12 +154,13 @@ DONE = (Status.COMPLETED, Status.TRUNCATED)  # generated already (a data source'
 
 def generate_samples(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: list[int], *,
                      fn: GenerateFn, tokenizer: Any, versions: PolicyVersion, partial: bool,
-                     model_path: str | None = None,
-                     routing_shape: tuple[int, int] | None = None) -> tuple[list, dict]:
+                     model_path: str | None = None, routing_shape: tuple[int, int] | None = None,
+                     engine_urls=None) -> tuple[list, dict]:
     """fn(handle, sample, sampling) for every sample not generated yet, all in flight (bounded by
     rollout.max_concurrency); returns (the samples fn returned, in order, lists flattened;
     counters: client retries, partial-rollout aborts, what fn counted: turns, tool calls...).
-    routing_shape: every request asks for the routed experts (rlrun.rollout.client.routing_shape)."""
+    routing_shape: every request asks for the routed experts (rlrun.rollout.client.routing_shape), sent to the
+    engines directly (engine_urls(): their current URLs; sglang-router 0.3.2 drops the field)."""
 
     async def one(handle, sample):
         if sample.status in DONE:
@@ -172,7 +173,7 @@ def generate_samples(url: str, rollout_cfg, samples: list, sampling: Sampling, s
             raise
 
     async def run():
-        async with RolloutClient.from_config(url, rollout_cfg, routing_shape) as client:
+        async with RolloutClient.from_config(url, rollout_cfg, routing_shape, engine_urls) as client:
             metrics: dict[str, float] = {}
             handles = [ClientHandle(client, tokenizer=tokenizer, context_length=rollout_cfg.context_length,
                                     max_response_len=rollout_cfg.max_response_len, versions=versions,
