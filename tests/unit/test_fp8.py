@@ -43,3 +43,54 @@ def test_only_linear_weights_are_quantized_with_their_scales():
     assert out["model.layers.0.mlp.experts.3.down_proj.weight"].dtype == torch.float8_e4m3fn
     assert out["model.layers.0.mlp.experts.3.down_proj.weight_scale_inv"].shape == (1, 1)
     assert out["model.layers.0.mlp.gate.weight"].dtype == torch.float32  # the router stays in the training dtype
+
+
+def test_the_memory_estimate_counts_what_the_quantize_step_quantizes():
+    """rlrun.config.memory.engine_weight_bytes with rollout.fp8: 1 B/param (+ a float32 scale per 128 x 128 block)
+    for exactly the tensors quantize_named quantizes in the transformers model of the same model.* section (built
+    on the meta device), 2 B for the rest."""
+    import math
+
+    from rlrun.config import load
+    from rlrun.config.memory import engine_weight_bytes
+    from rlrun.config.params import count_params
+    from rlrun.rollout.fp8 import quantizes
+    from rlrun.train.hf_model import hf_config
+
+    import transformers
+    for model in ("tiny-moe", "qwen3-4b"):
+        m = load(["hardware=cpu", f"model={model}"]).model
+        with torch.device("meta"):
+            hf = transformers.AutoModelForCausalLM.from_config(hf_config(m))
+        quantized = kept = 0
+        for name, p in hf.named_parameters():
+            if name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+                quantized += p.numel()  # fused in memory; per-expert *_proj.weight on the wire (checkpoint_names)
+            elif quantizes(name, p):
+                quantized += p.numel()
+            else:
+                kept += p.numel()
+        pc = count_params(m)
+        assert quantized + kept == pc.total
+        want = 2 * kept + quantized + 4 * quantized / 128 ** 2
+        assert math.isclose(engine_weight_bytes(m, pc, fp8=True), want, rel_tol=1e-12), model
+        assert engine_weight_bytes(m, pc, fp8=False) == 2 * pc.total
+        assert engine_weight_bytes(m, pc, fp8=True) < 0.6 * 2 * pc.total or model == "tiny-moe"
+
+
+def test_validate_refuses_fp8_rollout_where_it_cannot_work():
+    import pytest
+
+    from rlrun.config import ConfigError, load
+
+    def problems(*overrides):
+        with pytest.raises(ConfigError) as e:
+            load(["rollout.fp8=true", *overrides])
+        return [p.message for p in e.value.problems if p.path == "rollout.fp8"]
+
+    cpu = problems("hardware=cpu")  # the hf engine on hardware without FP8
+    assert any("no FP8 matrix units" in m for m in cpu) and any("engine=hf does not serve FP8" in m for m in cpu)
+    gpu_hf = problems("hardware=h100", "rollout.engine=hf", "model=qwen3-4b", "checkpoint.hf=/m")
+    assert any("engine=hf does not serve FP8" in m for m in gpu_hf) and not any("FP8 matrix" in m for m in gpu_hf)
+    sglang = problems("hardware=h100", "rollout.engine=sglang", "model=qwen3-4b", "checkpoint.hf=/m")
+    assert sglang == [m for m in sglang if "does not push FP8 weights yet" in m] and sglang

@@ -206,6 +206,9 @@ class EngineKind:
     nccl_env: Mapping[str, str] = field(default_factory=dict)
     # answers return_routed_experts=true with meta_info.routed_experts (SGLang's field; rollout.routing_replay)
     routed_experts: bool = False
+    # serves block-wise FP8 (e4m3, 128 x 128 scales) linear weights, loaded from an FP8 checkpoint or a push
+    # through rlrun.rollout.fp8 (rollout.fp8)
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))

@@ -432,6 +432,30 @@ def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
 
 
 @rule
+def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
+    """rollout.fp8: the engines serve block-wise FP8 weights while the trainer keeps bf16. Refused on hardware
+    without FP8 units (hardware.fp8), on an engine kind that does not serve them (EngineKind.fp8: the hf engine,
+    CPU or GPU), and - until its GPU path is measured - everywhere else too: the weight sync does not yet push
+    through the quantize step (rlrun.rollout.fp8.quantize_named), so the engines would serve bf16 after the
+    first push while the key says FP8."""
+    r = cfg.rollout
+    if not r.fp8:
+        return
+    if not cfg.hardware.fp8:
+        yield Problem("rollout.fp8", f"hardware={cfg.hardware.name} has no FP8 matrix units (hardware.fp8 is false)",
+                      "set rollout.fp8=false, or run on hardware with FP8 (h100, h200, b200, mi300x and later)", True)
+    if not ENGINES[r.engine].fp8:
+        yield Problem("rollout.fp8", f"rollout.engine={r.engine} does not serve FP8 weights",
+                      f"use rollout.engine={next((n for n, e in ENGINES.items() if e.fp8), 'sglang')} or "
+                      "rollout.fp8=false", True)
+    if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
+        yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
+                      "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "
+                      "engines would serve the trainer's bf16 weights after the first sync", "set rollout.fp8=false "
+                      "(docs/rollout.md \"FP8 weights for the rollout\")", True)
+
+
+@rule
 def async_mode(cfg: RunConfig) -> Iterator[Problem]:
     """Async training and partial rollouts (docs/runner.md): keys that only the async loop reads
     are refused in the sync one rather than ignored, and the staleness bound must be reachable."""
