@@ -265,3 +265,19 @@ def test_the_client_sends_routed_expert_requests_to_the_engines_directly(tmp_pat
     assert retries >= 1  # one of the two went to the dead engine first
     for out in outs:
         assert RoutedExperts.from_base64(out["meta_info"]["routed_experts"], L, K).rows == 3 + 3 - 1
+
+
+def test_the_megatron_side_packs_ids_and_refuses_what_its_hook_cannot_replay():
+    from rlrun.train.megatron.routing import packed_replay_ids
+
+    # rows a sample has; its last position and the pad segment get experts 0..k-1 (megatron-core has no "-1")
+    ids = packed_replay_ids([torch.full((2, L, K), 5, dtype=torch.int32), torch.full((1, L, K), 6, dtype=torch.int32)],
+                            [3, 2], total=6, top_k=K)
+    assert ids[:, 0].tolist() == [[5, 5], [5, 5], [0, 1], [6, 6], [0, 1], [0, 1]]
+    meg = ["model=tiny-moe", "hardware=h100", "train.backend=megatron", "rollout.routing_replay=true",
+           "parallelism.ep=1", "parallelism.tp=1"]
+    assert load(meg).rollout.routing_replay
+    with pytest.raises(ConfigError) as e:
+        load([*meg, "parallelism.cp=2", "train.cuda_graphs=true"])
+    paths = [p.path for p in e.value.problems]
+    assert "parallelism.cp" in paths and "train.cuda_graphs" in paths
