@@ -84,7 +84,7 @@ class Kinds(Generic[K]):
 # plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
 PLUGINS: list[str] = [
     "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
-    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
+    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec", "rlrun.reward.spec",
     # rule modules (@RULES): config's own and the packages above it
     "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
     "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules",
@@ -317,6 +317,30 @@ LOSS_TYPES: Kinds[LossKind] = Kinds("algo.loss_type")
 LOSS_TYPES.register(LossKind("policy_loss"))
 # SFT: -log p of the dataset's response tokens (slime sft_loss_function); trainer only (slime --debug-train-only)
 LOSS_TYPES.register(LossKind("sft_loss", needs_rollout=False, needs_advantages=False))
+
+
+# ---- reward types (data.rm_type, eval.datasets.N.rm_type) ------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardKind:
+    """A reward type: rlrun.reward.spec registers the built-in ones (a pure module: the rules check rm_type against
+    this registry without importing the reward package, whose graders import math-verify)."""
+    name: str
+    # "module:function"(response, label, metadata) -> float, run in this process or a reward worker
+    # (rlrun.reward.rules.rule_score); "" for a remote type
+    score: Any = ""
+    remote: bool = False             # POSTs every sample to data.rm_url (rlrun.reward.remote)
+    # a right answer needs the label's text in the response (the preflight checks labels against
+    # rollout.max_response_len); its top score is 1.0 (rlrun.reward.rules.top_score)
+    label_in_response: bool = False
+    in_process: bool = False         # linear-time and allocation-free: not worth a round trip to a worker
+
+    def __post_init__(self) -> None:
+        if self.remote == bool(self.score):
+            raise ValueError(f"RewardKind({self.name!r}): give score (a rule) or remote=True, not both")
+
+
+REWARDS: Kinds[RewardKind] = Kinds("data.rm_type")
 
 
 def needs_rollout(cfg: Any) -> bool:

@@ -273,7 +273,7 @@ def _ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 
 def _labels_fit(cfg: RunConfig, labels: list[str], tokenizer: Any, vocab: str) -> Iterator[Problem]:
     """Labels a response of rollout.max_response_len tokens cannot hold (or cannot spell: <unk>), for a reward that
-    compares the response with the label (rlrun.reward.rules.LABEL_IN_RESPONSE); for a custom reward a note."""
+    compares the response with the label (its RewardKind's label_in_response); for a custom reward a note."""
     from rlrun.reward.rules import label_in_response
 
     limit, unk = cfg.rollout.max_response_len, getattr(tokenizer, "unk_token_id", None)
