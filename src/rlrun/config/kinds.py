@@ -12,8 +12,10 @@ everything that reads the registries: nothing copies their names.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 K = TypeVar("K")
@@ -78,13 +80,15 @@ class Kinds(Generic[K]):
 
 
 # ---- discovery -------------------------------------------------------------------------------------------
-# The one mechanism that finds the kinds and rules outside this package: the modules below register theirs
-# (ENGINES, TRANSPORTS, @RULES, ...) when imported, and every registry imports them on first use, so that
-# config imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun
-# plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+# The one mechanism that finds the kinds and rules outside this package: modules that register theirs (ENGINES,
+# TRANSPORTS, REWARDS, @RULES, ...) when imported, imported by every registry on its first use, so that config
+# imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun plan` reads
+# them). KIND_PACKAGES are searched: every module of a package whose value is "" (a transport is one module
+# there), the named module of every subpackage otherwise (an engine kind is one package with its spec.py);
+# PLUGINS are named. tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+KIND_PACKAGES: dict[str, str] = {"rlrun.rollout.transports": "", "rlrun.rollout.engines": "spec"}
 PLUGINS: list[str] = [
-    "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
-    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec", "rlrun.reward.spec",
+    "rlrun.reward.spec",
     # rule modules (@RULES): config's own and the packages above it
     "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
     "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules",
@@ -92,12 +96,26 @@ PLUGINS: list[str] = [
 _discovered: list[bool] = [False]
 
 
+def plugin_modules() -> list[str]:
+    """Every module discovery imports, in order: the kind packages' modules (sorted by name), then PLUGINS."""
+    found = []
+    for package, module in KIND_PACKAGES.items():
+        where = find_spec(package)
+        for m in sorted(pkgutil.iter_modules(where.submodule_search_locations if where else []),
+                        key=lambda m: m.name):
+            if not module and not m.ispkg:
+                found.append(f"{package}.{m.name}")
+            elif module and m.ispkg and find_spec(f"{package}.{m.name}.{module}") is not None:
+                found.append(f"{package}.{m.name}.{module}")
+    return found + PLUGINS
+
+
 def discover() -> None:
-    """Import PLUGINS once (each registers its kinds and rules)."""
+    """Import the plugin modules once (each registers its kinds and rules)."""
     if _discovered[0]:
         return
     _discovered[0] = True
-    for name in PLUGINS:
+    for name in plugin_modules():
         importlib.import_module(name)
 
 
