@@ -508,7 +508,7 @@ def router_port(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         try:
             s.bind((host, port))
         except OSError as exc:
-            yield Problem("rollout.router.port", f"sglang-router cannot listen on {host}:{port} here: {exc.strerror}",
+            yield Problem("rollout.router.port", f"the router cannot listen on {host}:{port} here: {exc.strerror}",
                           "choose a free port, or null to let rlrun pick one (check rollout.router.host too)", port)
 
 
