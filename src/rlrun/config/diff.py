@@ -84,7 +84,6 @@ def split_overrides(arg: str) -> list[str]:
 
 
 def _plan_dict(cfg, choices: dict) -> dict:
-
     return make_plan(cfg, choices).to_dict()
 
 
@@ -171,7 +170,6 @@ def _validate_saved(raw: dict, where: str):
 
 
 def _from_overrides(overrides: list[str], label: str, config_dir, composer) -> Side:
-
     composed = composer.compose(overrides)
     cfg = validate(composed.raw)
     return Side(label, cfg.to_dict(), _plan_dict(cfg, composed.choices), composed.choices)
@@ -249,7 +247,6 @@ def _md(x: Any) -> str:
 
 
 def diff_main(a) -> int:
-
     args = a.args
     if len(args) != 2:
         raise ConfigError([Problem("", f"rlrun diff takes two things to compare, got {len(args)}: {args}",

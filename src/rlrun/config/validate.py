@@ -25,7 +25,6 @@ def validate(raw: dict[str, Any], *, check_rules: bool = True) -> RunConfig:
         schema = _without_follow_ons(schema, raw, problems)
         problems += schema
     if cfg is not None and check_rules:
-
         problems += rules.check(cfg)
     if problems:
         err = ConfigError(_dedupe(problems))
