@@ -36,13 +36,13 @@ def test_plan_json_is_one_object_and_imports_neither_torch_nor_ray():
     assert plan["placement"][0] == {"node": 0, "gpu": 0, "role": "trainer", "rank": 0}
 
 
-def test_a_repeated_plan_imports_only_pydantic_and_rich(tmp_path):
+def test_a_repeated_plan_and_validate_import_only_pydantic_and_rich(tmp_path):
     """What keeps `rlrun plan` under 0.5 s cold (bench/plan_cold_start.py, docs/benchmarks.md): with its overrides
-    composed before (the composition cache), a fresh process imports no third-party package but pydantic and
-    rich, and of rlrun's reward package only its spec (no graders, no pool). A new import (Hydra, PyYAML, numpy,
+    composed before (the composition cache), a fresh process running plan and validate imports no third-party
+    package but pydantic and rich, and of rlrun's reward package only its spec (no graders, no pool). A new import (Hydra, PyYAML, numpy,
     math-verify, torch, ray) on this path fails here, before it shows in the timing."""
     code = ("import sys, io, contextlib; from rlrun.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()): rc = main(['plan'])\n"
+            "with contextlib.redirect_stdout(io.StringIO()): rc = main(['plan']) + main(['validate'])\n"
             "third = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
             "import json; print(json.dumps([rc, sorted(m for m in third if not m.startswith('_')), "
             "sorted(m for m in sys.modules if m.startswith('rlrun.reward'))]))")

@@ -361,6 +361,13 @@ class RewardKind:
 REWARDS: Kinds[RewardKind] = Kinds("data.rm_type")
 
 
+def label_in_response(rm_type: str) -> bool:
+    """rm_type (boxed_ prefix or not) is a rule type whose full score needs the label's text in the response (a
+    response too short to hold the label, or unable to spell it, scores 0): the preflight checks the labels."""
+    base = rm_type.removeprefix("boxed_")
+    return base in REWARDS and REWARDS[base].label_in_response
+
+
 def needs_rollout(cfg: Any) -> bool:
     """Whether the run generates with engines: the one place "this loss trains on a dataset only" is decided."""
     return LOSS_TYPES[cfg.algo.loss_type].needs_rollout

@@ -25,13 +25,12 @@ from urllib.parse import urlparse
 from rlrun.config.errors import Problem
 from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
-from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic
 from rlrun.config.params import count_params
 from rlrun.config.plan import make_plan
 from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
 from rlrun.config.torch_dist import dist_checkpoint_dir
-from rlrun.reward.rules import label_in_response
 
 Check = Callable[[RunConfig, Any], Iterable[Problem]]  # (config, plan or None) -> problems
 CHECKS: Checks[Check] = Checks()

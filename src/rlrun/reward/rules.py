@@ -188,10 +188,3 @@ def rule_score(rm_type: str, response: str, label, metadata=None) -> float:
             "'remote', or a custom 'module.path:function'"
         )
     return float(RULES[base](response, label, metadata))
-
-
-def label_in_response(rm_type: str) -> bool:
-    """True for a rule type (boxed_ prefix or not) whose full score needs the label's text in the response (a
-    response too short to hold the label, or unable to spell it, scores 0: its spec's label_in_response)."""
-    base = rm_type.removeprefix("boxed_")
-    return base in REWARDS and REWARDS[base].label_in_response
