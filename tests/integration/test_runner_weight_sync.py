@@ -88,7 +88,7 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
 # picks it. TrainGroup sends the spec to the trainer's process, and Ray ships this module's functions by value
 # (the test module is not importable there; a plugin package would be).
 def _body_push(named, urls, *, version, bucket_bytes, prepare, copies=1, backend="gloo", resume=True,
-               timeout_s=180.0, engine_env=None, flush_cache=True, keep=None) -> int:
+               timeout_s=180.0, engine_env=None, flush_cache=True, keep=None, flattened=False) -> int:
     from rlrun.rollout.engines.group import push_tensors
 
     return push_tensors(urls, named, version, transport="serialized", bucket_bytes=bucket_bytes, prepare=prepare,

@@ -32,7 +32,7 @@ from typing import Any
 from rlrun.config import cache
 from rlrun.config.compose import CONF_DIR
 from rlrun.config.kinds import BACKENDS, ENGINES, auto_transport, use_critic
-from rlrun.config.memory import GiB, Memory, _attention_widths, estimate, kv_bytes_per_token
+from rlrun.config.memory import GiB, Memory, _attention_widths, estimate, kv_bytes_per_token, trainer_offload
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size
@@ -259,7 +259,7 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
     off = 0.0
     if t.colocate and r.offload:
         off += eng.get("offload_s", 0.0)
-    if t.colocate and t.offload:
+    if t.colocate and trainer_offload(cfg)[0]:
         off += 2 * state / (k.c.get("offload", {}).get("host_gb_per_s", 10.0) * 1e9)
     phases["offload"] = off
     events: dict[str, float] = {}

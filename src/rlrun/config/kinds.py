@@ -157,8 +157,9 @@ class TransportKind:
     # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
-    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=) -> bytes pushed per engine (keep: a dict the
-    # transport keeps across the rank's pushes, e.g. its process group); None: the trainer writes a file
+    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (keep: a
+    # dict the transport keeps across the rank's pushes, e.g. its process group; flattened: the engines read a bucket
+    # as one buffer, EngineKind.flattened_buckets); None: the trainer writes a file
     push: Callable[..., int] | None = None
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
@@ -207,6 +208,10 @@ class EngineKind:
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
     sharded_weights: bool = False            # each of the engine's GPUs takes its own copy of a push
+    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket", in
+    # /update_weights_from_tensor and /update_weights_from_distributed): one IPC handle / one broadcast per bucket
+    # instead of one per tensor; the tensor and distributed transports then send that form
+    flattened_buckets: bool = False
     # memory model (rlrun.config.memory): "static_pool" = mem_fraction_static of the GPU is reserved for
     # weights + KV; "per_sequence" = weights + the KV of the sequences it runs
     memory: str = "per_sequence"

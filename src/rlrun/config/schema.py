@@ -75,7 +75,7 @@ class ClusterSection(Section):
 
 
 class HardwareDefaults(Section):
-    offload_train: bool
+    offload_train: Optional[bool]                   # null = auto (rlrun.config.memory.trainer_offload)
     offload_rollout: bool
     gradient_accumulation_fusion: bool
 
@@ -156,6 +156,7 @@ class CheckpointSection(Section):
     save: Optional[str]        # null = {run dir}/checkpoints (decided when the run dir exists)
     save_interval: Optional[PosInt]
     keep_last: Optional[PosInt]   # null = keep every checkpoint (slime's and Megatron's behaviour)
+    async_save: bool              # snapshot to host, write in the background (rlrun.train.async_save)
 
 
 class ParallelismSection(Section):
@@ -177,7 +178,9 @@ class TrainSection(Section):
     num_nodes: PosInt
     gpus_per_node: PosInt
     colocate: bool
-    offload: bool                                   # derived from hardware.defaults.offload_train
+    # derived from hardware.defaults.offload_train; null = auto: resident when trainer and engines fit on a GPU
+    # together, else offloaded (rlrun.config.memory.trainer_offload; the plan's offload_train says which and why)
+    offload: Optional[bool]
     global_batch_size: PosInt                 # derived from the batch identity
     num_steps_per_rollout: PosInt             # derived from the batch identity
     micro_batch_size: PosInt

@@ -346,6 +346,9 @@ NO_FLAG: dict[str, str] = {
     "exported as --hf-checkpoint); slime names the checkpoint only",
     "checkpoint.keep_last": "slime (Megatron's save) keeps every checkpoint it writes; the import leaves it null "
     "(keep all)",
+    "checkpoint.async_save": "rlrun's trainer writes its own checkpoint format in the background (rlrun.train."
+    "async_save); Megatron-LM's --async-save is for its torch_dist format, left to slime's defaults; the import "
+    "keeps rlrun's default",
     "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "
     "launch flags (slime_import.cluster_nodes)",
     "cluster.cpus_per_node": "sizes rlrun's own Slurm/KubeRay launchers (`rlrun export slurm|kuberay`)",

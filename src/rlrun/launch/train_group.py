@@ -29,7 +29,8 @@ def backend_class(name: str):
 def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str | TransportKind, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None) -> dict:
+               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None,
+               flattened: bool = False) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint.
@@ -41,9 +42,10 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     Every step is bounded by timeout_s (rollout.weight_sync_timeout_s); nccl_env: the engines' NCCL settings,
     which this rank must share (rlrun.rollout.engines.group.check_nccl_env). flush_cache: the engines flush their
     prefix cache with the last bucket (rlrun.config.sizes.push_flushes_cache). keep: what the transport keeps
-    across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept.
-    transport: its name or its spec (TrainGroup sends the spec, so that a transport registered in the driver, by a
-    plugin or a test, needs no import in the trainer's process).
+    across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept. flattened: the
+    engines read a bucket as one flat buffer (EngineKind.flattened_buckets). transport: its name or its spec
+    (TrainGroup sends the spec, so that a transport registered in the driver, by a plugin or a test, needs no import
+    in the trainer's process).
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 
@@ -65,7 +67,8 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     else:
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
                            copies=copies, backend=backend, resume=resume, timeout_s=timeout_s,
-                           engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep)
+                           engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep,
+                           flattened=flattened)
     return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
 
 
@@ -186,13 +189,13 @@ class TrainGroup:
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
                      resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
-                     flush_cache: bool = True) -> dict:
+                     flush_cache: bool = True, flattened: bool = False) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
         how = dict(transport=TRANSPORTS[transport], version=version, bucket_bytes=bucket_bytes,
                    engine_dtype=engine_dtype, backend=backend, copies=copies, tied=tied, resume=resume,
-                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache)
+                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:
@@ -214,6 +217,17 @@ class TrainGroup:
 
     def save(self, path: str) -> None:
         self._all(B.save, path)
+
+    def save_async(self, path: str) -> None:
+        """Every rank snapshots its share of a checkpoint and writes it in the background (checkpoint.async_save);
+        save_done() says when every rank's files are complete."""
+        self._all(B.save_async, path)
+
+    def save_done(self) -> bool:
+        return all(self._all(B.save_done))
+
+    def wait_save(self) -> None:
+        self._all(B.wait_save)
 
     def load(self, path: str) -> None:
         self._all(B.load, path)

@@ -20,7 +20,7 @@ def resume(p: Parts) -> int:
     # Fresh start: the engines loaded the trainer's init (verified, pushed only if they differ,
     # e.g. a bf16 export from the megatron backend). Resumed: the checkpoint's weights are pushed.
     p.weights.sync(version=start, only_if_stale=state is None)
-    if p.cfg.train.offload:
+    if p.plan.offload_train:
         p.trainer.offload()  # the first rollout's engines get the GPU to themselves
     p.metrics.open(start)
     p.invariants.resume(start)  # resume_trains: a resume that would train nothing stops here

@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from rlrun.train.async_save import BackgroundWriter
+
 
 @dataclass
 class TrainBatch:
@@ -132,3 +134,25 @@ class TrainerBackend(abc.ABC):
     @abc.abstractmethod
     def load(self, path: str) -> None:
         """Restore what `save` wrote."""
+
+    def save_async(self, path: str) -> None:
+        """checkpoint.async_save: what `save` writes, snapshot into host memory now and written by a background
+        thread (rlrun.train.async_save) while training goes on; save_done() says when the files are complete.
+        This default saves synchronously."""
+        self.save(path)
+
+    def save_done(self) -> bool:
+        """Whether the latest save_async's files are complete (raises the background write's error)."""
+        return self.checkpoint_writer.done()
+
+    def wait_save(self) -> None:
+        """Blocks until the latest save_async's files are complete (raises the background write's error)."""
+        self.checkpoint_writer.wait()
+
+    @property
+    def checkpoint_writer(self) -> BackgroundWriter:
+        writer = self.__dict__.get("_checkpoint_writer")
+        if writer is None:
+            writer = self.__dict__["_checkpoint_writer"] = BackgroundWriter(
+                f"checkpoint-writer rank {getattr(self, 'rank', 0)}")
+        return writer

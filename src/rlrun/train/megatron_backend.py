@@ -26,6 +26,7 @@ import torch.distributed as dist
 from rlrun.algo import AlgoParams, compute_loss
 from rlrun.algo.token_stats import linear_logp_entropy
 from rlrun.train import offload as off
+from rlrun.train.async_save import host_copy
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches
 from rlrun.train.dist import barrier, join_process_group
@@ -261,6 +262,7 @@ class MegatronBackend(TrainerBackend):
         """A frozen model of model.*'s architecture from an HF dir or a Megatron torch_dist folder (the teacher;
         slime's --opd-teacher-load is a torch_dist folder)."""
         from rlrun.config.torch_dist import dist_checkpoint_dir
+        from rlrun.train.megatron import model as mm  # megatron-core: imported where used (the package docstring)
 
         gpt = mm.build_gpt(self.cfg.model, self.tconfig).to(self.device).eval()
         if dist_checkpoint_dir(path):
@@ -510,23 +512,42 @@ class MegatronBackend(TrainerBackend):
         weights and Adam state. megatron-core's own save_parameter_state does not round-trip with
         torch's AdamW (its per-param 'step' is missing from the saved state, KeyError on load), so
         the shards are saved as they are: resuming needs the same parallel layout (resume=auto)."""
+        self._snapshot(Path(path))()
+        barrier(self.device)
+
+    def save_async(self, path: str) -> None:
+        """What save writes, snapshot into host memory now (the weights' gather is a collective, as in save) and
+        written by this rank's background writer while training goes on."""
+        self.checkpoint_writer.wait()  # one snapshot in host memory at a time
+        self.checkpoint_writer.start(self._snapshot(Path(path)))
+
+    def _snapshot(self, out: Path):
+        """Host copies of this rank's share of a checkpoint (rank 0: the HF weights; every rank: its optimizer
+        shard), taken now; returns the function that writes them under `out`."""
         from safetensors.torch import save_file
-        out = Path(path)
+
         was_offloaded = self.offloaded
-        weights = self.state_dict_for_sync()  # onloads
+        weights = self.state_dict_for_sync()  # onloads; a collective
         if self.rank == 0:
-            (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
             if self.cfg.model.tie_word_embeddings:
                 weights.pop("lm_head.weight")  # HF checkpoints of tied models store embed_tokens only
-            save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
-        barrier(self.device)
-        shards = [{"state": o.optimizer.state_dict(),
-                   "main": [p.detach().cpu() for g in o.optimizer.param_groups for p in g["params"]]}
-                  for o in self._inner_optimizers()]
-        torch.save({"shards": shards, "step": self.step, "world": self.world}, out / _OPTIM.format(rank=self.rank))
-        barrier(self.device)
+            weights = host_copy(weights)
+        shards = host_copy([{"state": o.optimizer.state_dict(),
+                             "main": [p for g in o.optimizer.param_groups for p in g["params"]]}
+                            for o in self._inner_optimizers()])
+        state = {"shards": shards, "step": self.step, "world": self.world}
         if was_offloaded:
             self.offload()
+        rank = self.rank
+
+        def write() -> None:
+            out.mkdir(parents=True, exist_ok=True)
+            if rank == 0:
+                (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
+                save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
+            torch.save(state, out / _OPTIM.format(rank=rank))
+
+        return write
 
     @torch.no_grad()
     def load(self, path: str) -> None:

@@ -28,6 +28,7 @@ from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
 from rlrun.train import lora, offload as off
+from rlrun.train.async_save import host_copy
 from rlrun.train.critic import build_value_model
 from rlrun.train.dist import all_reduce_sum, barrier, join_process_group
 from rlrun.train.hf_model import build_causal_lm
@@ -320,6 +321,41 @@ class TorchBackend(TrainerBackend):
             torch.save(state, out / _STATE_FILE)
         if self.world > 1:
             barrier(self.device)
+
+    def save_async(self, path: str) -> None:
+        """What save writes, snapshot now (host copies: training updates its tensors in place) and written by the
+        background writer. The model dir holds the same files as save_pretrained's (config.json,
+        generation_config.json, model.safetensors without a tied lm_head); a LoRA adapter (small) is written now."""
+        self.checkpoint_writer.wait()  # one snapshot in host memory at a time
+        if self.rank != 0:  # ranks hold identical replicas: one writer
+            return
+        out = Path(path)
+        model_dir = out / _MODEL_DIR
+        weights = None
+        if lora.is_lora(self.model):
+            self.model.save_pretrained(model_dir)
+        else:
+            model_dir.mkdir(parents=True, exist_ok=True)
+            self.model.config.save_pretrained(model_dir)
+            if getattr(self.model, "generation_config", None) is not None:
+                self.model.generation_config.save_pretrained(model_dir)
+            tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+            weights = host_copy({k: v for k, v in self.model.state_dict().items() if k not in tied})
+        state = host_copy({"optimizer": self.opt.state_dict(), "step": self.step})
+        critic = None
+        if self.critic is not None:
+            critic = host_copy(self.critic.state_dict())
+            state["critic_optimizer"] = host_copy(self.critic_opt.state_dict())
+
+        def write() -> None:
+            if weights is not None:
+                save_file({k: v.contiguous() for k, v in weights.items()}, str(model_dir / "model.safetensors"),
+                          metadata={"format": "pt"})
+            if critic is not None:
+                save_file({k: v.contiguous() for k, v in critic.items()}, str(out / _CRITIC_FILE))
+            torch.save(state, out / _STATE_FILE)
+
+        self.checkpoint_writer.start(write)
 
     def load(self, path: str) -> None:
         src = Path(path)

@@ -52,6 +52,7 @@ def _sglang_dp(r) -> Iterator[Problem]:
 
 SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping,
                                    rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
+                                   flattened_buckets=True,
                                    nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                                    start="rlrun.rollout.engines.sglang.engine:start", packages=("sglang",),
                                    requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))
