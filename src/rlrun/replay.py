@@ -170,6 +170,11 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     fixed = [f"rollout.num_rollout={hi}", "logging.rollout_records=none", "debug.rollout_only=false",
              "debug.profile_engines=false"]
     cfg = load([*saved, *overrides, *fixed], config_dir)
+    if cfg.rollout.routing_replay:
+        raise ConfigError([Problem("rollout.routing_replay", f"{source} ran with routing replay, and its rollout "
+                                   "records do not keep the routed experts (L x top_k int32 a token), so the replayed "
+                                   "training could not route as the original did", "replay a run without "
+                                   "rollout.routing_replay", True)])
     changed = training_changes(load([*saved, *fixed], config_dir), cfg)
     plan = make_plan(cfg)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")

@@ -159,8 +159,10 @@ class TransportKind:
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
     # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (keep: a
     # dict the transport keeps across the rank's pushes, e.g. its process group; flattened: the engines read a bucket
-    # as one buffer, EngineKind.flattened_buckets); None: the trainer writes a file
+    # as one buffer: TransportKind.flattened of the engine kind); None: the trainer writes a file
     push: Callable[..., int] | None = None
+    # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
+    flattened: Callable[[Any], bool] = lambda kind: False
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
     write: Callable[..., None] | None = None
@@ -208,10 +210,12 @@ class EngineKind:
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
     sharded_weights: bool = False            # each of the engine's GPUs takes its own copy of a push
-    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket", in
-    # /update_weights_from_tensor and /update_weights_from_distributed): one IPC handle / one broadcast per bucket
-    # instead of one per tensor; the tensor and distributed transports then send that form
-    flattened_buckets: bool = False
+    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket"): one IPC
+    # handle per bucket in /update_weights_from_tensor (flattened_ipc), one broadcast per bucket in
+    # /update_weights_from_distributed (flattened_broadcast), instead of one per tensor. Set only where verified
+    # against the real engine (docs/rollout.md); each transport reads the one it sends (TransportKind.flattened)
+    flattened_ipc: bool = False
+    flattened_broadcast: bool = False
     # memory model (rlrun.config.memory): "static_pool" = mem_fraction_static of the GPU is reserved for
     # weights + KV; "per_sequence" = weights + the KV of the sequences it runs
     memory: str = "per_sequence"
@@ -227,6 +231,11 @@ class EngineKind:
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
     nccl_env: Mapping[str, str] = field(default_factory=dict)
+    # answers return_routed_experts=true with meta_info.routed_experts (SGLang's field; rollout.routing_replay)
+    routed_experts: bool = False
+    # serves block-wise FP8 (e4m3, 128 x 128 scales) linear weights, loaded from an FP8 checkpoint or a push
+    # through rlrun.rollout.fp8 (rollout.fp8)
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
@@ -272,6 +281,11 @@ class BackendKind:
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
+    # replays the engines' routed experts in its MoE layers (rollout.routing_replay): the model families it
+    # does it for (those whose router it hooks), empty: none
+    routing_replay: tuple[str, ...] = ()
+    # "module:function"(cfg) -> Problems: what its routing replay cannot do with this config (rlrun validate)
+    routing_replay_check: str = ""
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "sharded"))
@@ -284,6 +298,7 @@ BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
 BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                               bf16_grads=False, cuda_graphs=False, sliding_window=True,
                               checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True, lora=True,
+                              routing_replay=("qwen3_moe",),  # transformers' Qwen3MoeTopKRouter (rollout/routing.py)
                               factory="rlrun.train.torch_backend:TorchBackend"))
 # megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16)
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
@@ -292,6 +307,9 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               memory="sharded", activations_calibrated=True, teacher=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
+                              # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)
+                              routing_replay=("qwen3_moe",),
+                              routing_replay_check="rlrun.train.megatron.replay_rules:check",
                               requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 

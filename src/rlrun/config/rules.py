@@ -396,6 +396,66 @@ def training_mode(cfg: RunConfig) -> Iterator[Problem]:
 
 
 @rule
+def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
+    """rollout.routing_replay (R3): the engines return the experts each MoE layer chose per token and the
+    trainer routes by them. Refused where a part cannot: a dense model (no router), an engine kind without
+    routed experts (EngineKind.routed_experts), a backend that does not replay the family's router
+    (BackendKind.routing_replay), a slime rollout or generate function (slime's own Sample carries them,
+    rollout_routed_experts, which the adapter does not carry over)."""
+    r = cfg.rollout
+    if not r.routing_replay:
+        return
+    if cfg.model.moe is None:
+        yield Problem("rollout.routing_replay", f"model {cfg.model.name} is dense (model.moe is null): it has no "
+                      "router whose choices could be replayed", "set rollout.routing_replay=false, or pick a MoE "
+                      "model (e.g. model=qwen3-30b-a3b, model=tiny-moe)", True)
+        return
+    if not ENGINES[r.engine].routed_experts:
+        yield Problem("rollout.routing_replay", f"rollout.engine={r.engine} does not return the routed experts of "
+                      "a request (SGLang's return_routed_experts)", f"use an engine that does "
+                      f"({', '.join(n for n, e in ENGINES.items() if e.routed_experts)}) or "
+                      "rollout.routing_replay=false", True)
+    backend = BACKENDS[cfg.train.backend]
+    if cfg.model.family not in backend.routing_replay:
+        able = [n for n, b in BACKENDS.items() if cfg.model.family in b.routing_replay]
+        yield Problem("rollout.routing_replay", f"train.backend={cfg.train.backend} does not replay routing in "
+                      f"{cfg.model.family} MoE layers (it does for: {', '.join(backend.routing_replay) or 'none'})",
+                      f"use train.backend={able[0]}" if able else "set rollout.routing_replay=false", True)
+    elif backend.routing_replay_check:
+        yield from resolve(backend.routing_replay_check)(cfg)
+    for key, value in (("rollout.rollout_fn", r.rollout_fn), ("rollout.generate_fn", r.generate_fn)):
+        if value is not None and str(value).startswith("slime:"):
+            yield Problem(key, "a slime function keeps the routed experts on slime's own Sample "
+                          "(rollout_routed_experts), which rlrun does not carry over, so nothing would be replayed",
+                          "use an rlrun generate function (single_turn, an rlrun.agent Environment) or "
+                          "rollout.routing_replay=false", value)
+
+
+@rule
+def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
+    """rollout.fp8: the engines serve block-wise FP8 weights while the trainer keeps bf16. Refused on hardware
+    without FP8 units (hardware.fp8), on an engine kind that does not serve them (EngineKind.fp8: the hf engine,
+    CPU or GPU), and - until its GPU path is measured - everywhere else too: the weight sync does not yet push
+    through the quantize step (rlrun.rollout.fp8.quantize_named), so the engines would serve bf16 after the
+    first push while the key says FP8."""
+    r = cfg.rollout
+    if not r.fp8:
+        return
+    if not cfg.hardware.fp8:
+        yield Problem("rollout.fp8", f"hardware={cfg.hardware.name} has no FP8 matrix units (hardware.fp8 is false)",
+                      "set rollout.fp8=false, or run on hardware with FP8 (h100, h200, b200, mi300x and later)", True)
+    if not ENGINES[r.engine].fp8:
+        yield Problem("rollout.fp8", f"rollout.engine={r.engine} does not serve FP8 weights",
+                      f"use rollout.engine={next((n for n, e in ENGINES.items() if e.fp8), 'sglang')} or "
+                      "rollout.fp8=false", True)
+    if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
+        yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
+                      "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "
+                      "engines would serve the trainer's bf16 weights after the first sync", "set rollout.fp8=false "
+                      "(docs/rollout.md \"FP8 weights for the rollout\")", True)
+
+
+@rule
 def async_mode(cfg: RunConfig) -> Iterator[Problem]:
     """Async training and partial rollouts (docs/runner.md): keys that only the async loop reads
     are refused in the sync one rather than ignored, and the staleness bound must be reachable."""

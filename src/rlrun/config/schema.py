@@ -86,6 +86,7 @@ class HardwareSection(Section):
     gpus_per_node: PosInt
     memory_gib: PosFloat
     peak_bf16_tflops: PosFloat
+    fp8: bool                                 # FP8 (e4m3) matrix units: engines may serve FP8 weights (rollout.fp8)
     env: dict[str, Union[str, int, float, bool]]  # stringified below: `+hardware.env.X=1` parses as an int
     defaults: HardwareDefaults
 
@@ -227,6 +228,8 @@ class RolloutSection(Section):
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
     mask_offpolicy_in_partial_rollout: bool
+    routing_replay: bool                      # R3: the engines' routed experts replayed in the trainer's MoE layers
+    fp8: bool                                 # engines serve block-wise FP8 e4m3 weights, the trainer keeps bf16
     generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
     rollout_fn: Optional[str]                 # slime:<module>:<fn>, slime's rollout function (rlrun.agent.slime_rollout)
     async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer

@@ -43,9 +43,9 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     which this rank must share (rlrun.rollout.engines.group.check_nccl_env). flush_cache: the engines flush their
     prefix cache with the last bucket (rlrun.config.sizes.push_flushes_cache). keep: what the transport keeps
     across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept. flattened: the
-    engines read a bucket as one flat buffer (EngineKind.flattened_buckets). transport: its name or its spec
-    (TrainGroup sends the spec, so that a transport registered in the driver, by a plugin or a test, needs no import
-    in the trainer's process).
+    engines read a bucket as one flat buffer (TransportKind.flattened of the engine kind). transport: its name or its
+    spec (TrainGroup sends the spec, so that a transport registered in the driver, by a plugin or a test, needs no
+    import in the trainer's process).
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 

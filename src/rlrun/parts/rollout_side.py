@@ -18,6 +18,7 @@ from rlrun.metrics import BOARD
 from rlrun.parts import sampling as steps
 from rlrun.launch.env import runtime_env
 from rlrun.rollout.engines.group import EngineGroup
+from rlrun.rollout.client import routing_shape
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 from rlrun.rollout.router import Router
 from rlrun.train.profile import trace_path
@@ -63,7 +64,9 @@ class RolloutSide:
         fn = getattr(self.generate_fn, "for_evaluation", self.generate_fn) if evaluation else self.generate_fn
         return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
                                 tokenizer=self.tokenizer, versions=self.versions,
-                                partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
+                                partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir,
+                                routing_shape=None if evaluation else routing_shape(self.cfg),
+                                engine_urls=lambda: self.engines.urls)
 
     @contextmanager
     def profiling(self, rollout_id: int):
