@@ -445,9 +445,9 @@ def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("rollout.fp8", f"hardware={cfg.hardware.name} has no FP8 matrix units (hardware.fp8 is false)",
                       "set rollout.fp8=false, or run on hardware with FP8 (h100, h200, b200, mi300x and later)", True)
     if not ENGINES[r.engine].fp8:
+        fp8 = [n for n, e in ENGINES.items() if e.fp8]
         yield Problem("rollout.fp8", f"rollout.engine={r.engine} does not serve FP8 weights",
-                      f"use rollout.engine={next((n for n, e in ENGINES.items() if e.fp8), 'sglang')} or "
-                      "rollout.fp8=false", True)
+                      (f"use rollout.engine={' or '.join(fp8)} or " if fp8 else "use ") + "rollout.fp8=false", True)
     if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
         yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
                       "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "
