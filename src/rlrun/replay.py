@@ -20,7 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlrun import checkpoint as ckpt
-from rlrun.config.errors import ConfigError, Problem
+from rlrun.config import load
+from rlrun.config.errors import ConfigError, Problem, UsageError
+from rlrun.config.plan import make_plan
+from rlrun.config.rundir import prepare_run_dir, read_run_dir
 from rlrun.parts import Parts
 from rlrun.parts.checkpoints import Checkpoints
 from rlrun.parts.no_engines import NoEngines
@@ -153,9 +156,6 @@ def build(cfg, plan, run_dir: Path, source: Path, start: int, stack: ExitStack) 
 
 def replay(source: Path, overrides: list[str], rollouts: str | None = None, config_dir=None) -> dict:
     from rlrun.loops import sync_loop as loop
-    from rlrun.config import load
-    from rlrun.config.plan import make_plan
-    from rlrun.config.rundir import prepare_run_dir, read_run_dir
 
     source = Path(source)
     total = check_records(source)
@@ -221,8 +221,6 @@ def compare_train_series(original: Path, replayed: Path, keys=("train/loss", "tr
 
 def replay_main(a) -> int:
     if len(a.positional) != 1:
-        from rlrun.config.errors import UsageError
-
         raise UsageError("replay takes one RUN_DIR (and optional --rollouts A:B and overrides)")
     s = replay(Path(a.positional[0]), a.overrides, a.rollouts, a.config_dir)
     m, changed = s.pop("matches"), s.pop("changed")

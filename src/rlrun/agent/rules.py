@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from rlrun.agent.prefix import PREFIX
 from rlrun.config.errors import Problem
 from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
@@ -54,8 +55,6 @@ def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
     """A slime generate function posts to the router itself, so rlrun's partial rollout (an aborted
     request continued after the weight push, ClientHandle.generate) cannot reach its requests; slime's
     examples refuse it too (`assert not args.partial_rollout`)."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     r = cfg.rollout
     if r.partial_rollout and (r.generate_fn or "").startswith(PREFIX):
         yield Problem("rollout.partial_rollout", "a slime generate function sends its own requests to the router; "
@@ -67,8 +66,6 @@ def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
 def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     """data.rm_type=slime:<path>: slime's reward(args, sample), called by the slime adapter right after a
     slime generate function (as slime's generate_and_rm does), for every sample it makes, eval ones too."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     rm = cfg.data.rm_type
     if not rm.startswith(PREFIX):
         return
@@ -102,8 +99,6 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
 def slime_rollout_fn(cfg: RunConfig) -> Iterator[Problem]:
     """rollout.rollout_fn=slime:<path>: slime's rollout function (args, rollout_id, data_buffer) makes each rollout
     (rlrun.agent.slime_rollout). It draws its prompts from slime's data buffer, filters and scores them itself."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     r = cfg.rollout
     spec = r.rollout_fn
     if spec is None:

@@ -12,8 +12,10 @@ everything that reads the registries: nothing copies their names.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 K = TypeVar("K")
@@ -78,13 +80,15 @@ class Kinds(Generic[K]):
 
 
 # ---- discovery -------------------------------------------------------------------------------------------
-# The one mechanism that finds the kinds and rules outside this package: the modules below register theirs
-# (ENGINES, TRANSPORTS, @RULES, ...) when imported, and every registry imports them on first use, so that
-# config imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun
-# plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+# The one mechanism that finds the kinds and rules outside this package: modules that register theirs (ENGINES,
+# TRANSPORTS, REWARDS, @RULES, ...) when imported, imported by every registry on its first use, so that config
+# imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun plan` reads
+# them). KIND_PACKAGES are searched: every module of a package whose value is "" (a transport is one module
+# there), the named module of every subpackage otherwise (an engine kind is one package with its spec.py);
+# PLUGINS are named. tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+KIND_PACKAGES: dict[str, str] = {"rlrun.rollout.transports": "", "rlrun.rollout.engines": "spec"}
 PLUGINS: list[str] = [
-    "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
-    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
+    "rlrun.reward.spec",
     # rule modules (@RULES): config's own and the packages above it
     "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
     "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.config.reward_rules", "rlrun.agent.rules",
@@ -92,12 +96,26 @@ PLUGINS: list[str] = [
 _discovered: list[bool] = [False]
 
 
+def plugin_modules() -> list[str]:
+    """Every module discovery imports, in order: the kind packages' modules (sorted by name), then PLUGINS."""
+    found = []
+    for package, module in KIND_PACKAGES.items():
+        where = find_spec(package)
+        for m in sorted(pkgutil.iter_modules(where.submodule_search_locations if where else []),
+                        key=lambda m: m.name):
+            if not module and not m.ispkg:
+                found.append(f"{package}.{m.name}")
+            elif module and m.ispkg and find_spec(f"{package}.{m.name}.{module}") is not None:
+                found.append(f"{package}.{m.name}.{module}")
+    return found + PLUGINS
+
+
 def discover() -> None:
-    """Import PLUGINS once (each registers its kinds and rules)."""
+    """Import the plugin modules once (each registers its kinds and rules)."""
     if _discovered[0]:
         return
     _discovered[0] = True
-    for name in PLUGINS:
+    for name in plugin_modules():
         importlib.import_module(name)
 
 
@@ -343,6 +361,38 @@ LOSS_TYPES: Kinds[LossKind] = Kinds("algo.loss_type")
 LOSS_TYPES.register(LossKind("policy_loss"))
 # SFT: -log p of the dataset's response tokens (slime sft_loss_function); trainer only (slime --debug-train-only)
 LOSS_TYPES.register(LossKind("sft_loss", needs_rollout=False, needs_advantages=False))
+
+
+# ---- reward types (data.rm_type, eval.datasets.N.rm_type) ------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardKind:
+    """A reward type: rlrun.reward.spec registers the built-in ones (a pure module: the rules check rm_type against
+    this registry without importing the reward package, whose graders import math-verify)."""
+    name: str
+    # "module:function"(response, label, metadata) -> float, run in this process or a reward worker
+    # (rlrun.reward.rules.rule_score); "" for a remote type
+    score: Any = ""
+    remote: bool = False             # POSTs every sample to data.rm_url (rlrun.reward.remote)
+    # a right answer needs the label's text in the response (the preflight checks labels against
+    # rollout.max_response_len); its top score is 1.0 (rlrun.reward.rules.top_score)
+    label_in_response: bool = False
+    in_process: bool = False         # linear-time and allocation-free: not worth a round trip to a worker
+    judged: bool = False             # the reward engines judge every sample (reward.model; rlrun.reward.judge)
+
+    def __post_init__(self) -> None:
+        if [bool(self.score), self.remote, self.judged].count(True) != 1:
+            raise ValueError(f"RewardKind({self.name!r}): give one of score (a rule), remote=True or judged=True")
+
+
+REWARDS: Kinds[RewardKind] = Kinds("data.rm_type")
+
+
+def label_in_response(rm_type: str) -> bool:
+    """rm_type (boxed_ prefix or not) is a rule type whose full score needs the label's text in the response (a
+    response too short to hold the label, or unable to spell it, scores 0): the preflight checks the labels."""
+    base = rm_type.removeprefix("boxed_")
+    return base in REWARDS and REWARDS[base].label_in_response
 
 
 def needs_rollout(cfg: Any) -> bool:

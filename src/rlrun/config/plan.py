@@ -8,7 +8,11 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
+from rlrun.config.cost import predict
+from rlrun.config.hfcheck import hf_note
 from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout, use_reward_model
+from rlrun.config.memory import estimate, lean_state_hint
+from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -201,7 +205,6 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append("micro_batches_per_step is an upper bound: dynamic batching packs by actual lengths")
     else:
         micro = ceil(per_rank / t.micro_batch_size)
-    from rlrun.config.hfcheck import hf_note
 
     note = hf_note(cfg)
     if note:
@@ -232,9 +235,6 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "started (rollout.* sampling settings are unused)")
     placement = trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
-    from rlrun.config.cost import predict
-    from rlrun.config.memory import estimate, lean_state_hint
-    from rlrun.config.params import count_params
 
     params, mem = count_params(cfg.model), estimate(cfg)
     notes += list(mem.notes)

@@ -8,8 +8,7 @@ import string
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import ENGINES, needs_rollout
-from rlrun.config.names import ENGINE_TYPES
+from rlrun.config.kinds import ENGINES, REWARDS, needs_rollout
 from rlrun.config.plan import engine_slots, reward_slots, trainer_slots
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
@@ -37,14 +36,15 @@ def template_problems(key: str, template: str) -> Iterator[Problem]:
 @RULES
 def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
     m = cfg.reward.model
+    judged_types = [name for name, kind in REWARDS.items() if kind.judged]  # rm_type reward_model (rlrun.reward.spec)
     users = [("data.rm_type", cfg.data.rm_type)] + [(f"eval.datasets.{i}.rm_type", ds.rm_type)
                                                     for i, ds in enumerate(cfg.eval.datasets)]
-    judged = [path for path, t in users if t in ENGINE_TYPES]
+    judged = [path for path, t in users if t in judged_types]
     if m.checkpoint is None:
         if judged:
-            yield Problem(judged[0], f"rm_type {ENGINE_TYPES[0]} asks the reward engines, but reward.model.checkpoint "
+            yield Problem(judged[0], f"rm_type {judged_types[0]} asks the reward engines, but reward.model.checkpoint "
                           "is null (no reward engine is started)", "set reward.model.checkpoint to the reward "
-                          "model's HF dir, or another rm_type", ENGINE_TYPES[0])
+                          "model's HF dir, or another rm_type", judged_types[0])
         # the conf/config.yaml values of the keys that shape the engines (the judge's keys only matter with them)
         defaults = {"engine": None, "num_engines": 1, "gpus_per_engine": 1, "colocate": True, "mode": "discriminative"}
         for key, off in defaults.items():
@@ -59,9 +59,9 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
                       "set reward.model.checkpoint=null, or train with RL (algo=grpo)", m.checkpoint)
         return
     if not judged:
-        yield Problem("reward.model.checkpoint", f"is set but no rm_type is {ENGINE_TYPES[0]} (data.rm_type is "
+        yield Problem("reward.model.checkpoint", f"is set but no rm_type is {judged_types[0]} (data.rm_type is "
                       f"{cfg.data.rm_type!r}), so the reward engines would judge nothing",
-                      f"set data.rm_type={ENGINE_TYPES[0]}, or reward.model.checkpoint=null", m.checkpoint)
+                      f"set data.rm_type={judged_types[0]}, or reward.model.checkpoint=null", m.checkpoint)
     kind = ENGINES[m.engine]
     if not kind.judge:
         can = [e for e, spec in ENGINES.items() if spec.judge]

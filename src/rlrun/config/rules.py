@@ -9,8 +9,8 @@ from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TRANSPORTS, discover, resolve, use_critic
-from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
+from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, REWARDS, TRANSPORTS, discover, resolve,
+                                use_critic)
 from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
@@ -329,7 +329,7 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
 
 
 def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
-    known = list(RM_TYPES)
+    known = list(REWARDS)
     base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
     if ":" not in rm_type and base not in known:
         yield Problem(path, f"unknown reward type {rm_type!r}{did_you_mean(base, known)}",
@@ -344,7 +344,7 @@ def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
 
     users = [("data.rm_type", cfg.data.rm_type)] + [(f"eval.datasets.{i}.rm_type", ds.rm_type)
                                                     for i, ds in enumerate(cfg.eval.datasets)]
-    remote = [path for path, t in users if t in REMOTE_TYPES]
+    remote = [path for path, t in users if t in REWARDS and REWARDS[t].remote]
     url = cfg.data.rm_url
     if remote and url is None:
         yield Problem(remote[0], "rm_type remote posts each sample to a reward server, but data.rm_url is null",
@@ -445,9 +445,9 @@ def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("rollout.fp8", f"hardware={cfg.hardware.name} has no FP8 matrix units (hardware.fp8 is false)",
                       "set rollout.fp8=false, or run on hardware with FP8 (h100, h200, b200, mi300x and later)", True)
     if not ENGINES[r.engine].fp8:
+        fp8 = [n for n, e in ENGINES.items() if e.fp8]
         yield Problem("rollout.fp8", f"rollout.engine={r.engine} does not serve FP8 weights",
-                      f"use rollout.engine={next((n for n, e in ENGINES.items() if e.fp8), 'sglang')} or "
-                      "rollout.fp8=false", True)
+                      (f"use rollout.engine={' or '.join(fp8)} or " if fp8 else "use ") + "rollout.fp8=false", True)
     if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
         yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
                       "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "

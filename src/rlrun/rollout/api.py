@@ -63,8 +63,8 @@ def parse_sampling_params(raw: dict | None) -> SamplingParams:
             continue
         if key in _INERT_DEFAULTS:
             if value != _INERT_DEFAULTS[key]:
-                problems.append(f"sampling_params.{key}={value!r} is not implemented by the hf engine "
-                                f"(only the SGLang default {_INERT_DEFAULTS[key]!r}); use engine=sglang")
+                problems.append(f"sampling_params.{key}={value!r} is not implemented by the hf engine (only the "
+                                f"SGLang default {_INERT_DEFAULTS[key]!r}); use a rollout.engine that implements it")
             raw.pop(key)
             continue
         close = difflib.get_close_matches(key, sorted(_SAMPLING_FIELDS | set(_INERT_DEFAULTS)), n=1)

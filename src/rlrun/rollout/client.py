@@ -223,7 +223,7 @@ def routed_experts(meta: dict, shape: tuple[int, int] | None, rows: int) -> Rout
     text = meta.get("routed_experts")
     if text is None:
         raise RolloutError(f"request {meta.get('id')}: return_routed_experts=true but the answer has no "
-                           "meta_info.routed_experts: sglang-router 0.3.2 (the pin) parses /generate into its own "
+                           "meta_info.routed_experts: the router (0.3.2, the pin) parses /generate into its own "
                            "GenerateRequest, which has no return_routed_experts field, and drops it before the engine "
                            "(give RolloutClient the engine_urls to send such requests to the engines directly); "
                            "SGLang also needs --enable-return-routed-experts, which rlrun sets")
