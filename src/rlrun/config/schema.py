@@ -285,6 +285,13 @@ class EvalDataset(Section):
     name: str
     path: str
     rm_type: str
+    # one dataset's own sampling (slime's --eval-config per-dataset keys); derived: null -> the eval section's value.
+    # A list item has no YAML of its own, so these are the one place their null default is written.
+    n_samples_per_prompt: Optional[PosInt] = None
+    max_response_len: Optional[PosInt] = None
+    top_p: Optional[float] = None
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
 
 
 class EvalSection(Section):

@@ -304,7 +304,9 @@ SPECIAL: dict[str, str] = {
     "model.moe": "`--num-experts` present <=> MoE; MoE runtime flags (grouped GEMM, alltoall, fp32 router)",
     "model.moe.first_k_dense": "`--moe-layer-freq \"[0]*K+[1]*(L-K)\"` (absent: every layer MoE)",
     "model.mla": "`--multi-latent-attention` present <=> MLA",
-    "eval.datasets": "`--eval-prompt-data NAME PATH [NAME PATH ...]` (rm_type: slime uses --rm-type for eval)",
+    "eval.datasets": "`--eval-prompt-data NAME PATH [NAME PATH ...]` (rm_type: slime uses --rm-type for eval), or "
+                     "an `--eval-config` YAML (imported: each dataset's rm_type, n_samples_per_eval_prompt, "
+                     "temperature, top_p, top_k, max_response_len; rlrun.interop.slime_eval)",
     "logging.wandb.mode": "disabled: no flag; offline/online: `--use-wandb --wandb-mode MODE`",
     "logging.wandb.project": "`--wandb-project` (only with wandb on)",
     "logging.wandb.entity": "`--wandb-team` (only with wandb on)",
@@ -512,6 +514,14 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
                                         "below a sample's length or below --seq-length is refused: slime_checks)"),
     "--train-backend": (("megatron",), "slime's only training backend (slime/utils/arguments.py: "
                                        "choices=['megatron']); rlrun imports it as train.backend=megatron"),
+    "--no-position-embedding": ((), "Megatron's learned absolute position embedding is off; with rotary positions "
+                                    "(which rlrun always uses: --position-embedding-type rope) GPTModel builds none "
+                                    "anyway (megatron-core LanguageModelEmbedding adds one only for learned_absolute)"),
+    "--log-probs-chunk-size": (None, "slime computes log-probs in chunks of this many tokens to save memory "
+                                     "(slime/utils/arguments.py); rlrun's megatron backend always does, never "
+                                     "keeping a [tokens, vocab] logits tensor (rlrun.algo.token_stats."
+                                     "linear_logp_entropy, ~512 MB of fp32 logits per chunk): memory only, the "
+                                     "log-probs are the same"),
 }
 
 # The slime/Megatron feature a flag belongs to, where rlrun lacks that feature: a refusal names the feature.
@@ -526,18 +536,16 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "vision-language models": ("--multimodal-keys",),
     "custom reward post-processing (slime's post_process_rewards replaces the advantage normalisation)": (
         "--custom-reward-post-process-path",),
-    "eval config files": ("--eval-config",),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
                                  "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
                                  "--update-weight-delta-checksum"),
     "prefill/decode disaggregation": ("--prefill-num-servers",),
     "all-gather context parallelism": ("--allgather-cp",),
-    "Megatron vocab padding": ("--make-vocab-size-divisible-by",),
-    "learned-position-free GLM layout flags": ("--no-position-embedding",),
-    "chunked log-prob computation": ("--log-probs-chunk-size",),
+    # a no-op where Megatron's padded vocabulary equals the model's (slime_decode._vocab_padding); refused otherwise
+    "Megatron vocab padding (a padded vocabulary larger than the model's)": ("--make-vocab-size-divisible-by",),
     "data padding multiplier": ("--data-pad-size-multiplier",),
     "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
     "SGLang config files": ("--sglang-config",),
-    "Megatron debugging switches": ("--enable-experimental", "--save-debug-rollout-data"),
+    "Megatron's experimental features (megatron.core.config.set_experimental_flag)": ("--enable-experimental",),
 }
 FEATURE_OF: dict[str, str] = {f: feature for feature, flags in _FEATURE_FLAGS.items() for f in flags}
