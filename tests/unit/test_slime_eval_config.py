@@ -113,7 +113,8 @@ def test_vocab_padding_is_a_no_op_where_the_padded_vocab_is_the_models(tp, ok):
 
 
 def test_flags_that_change_nothing_for_rlrun_and_the_debug_rollout_dump():
-    d = _decode("--no-position-embedding --log-probs-chunk-size 1024 --save-debug-rollout-data /tmp/r_{}.pt")
+    d = _decode("--no-position-embedding --log-probs-chunk-size 1024 --data-pad-size-multiplier 64 "
+                "--save-debug-rollout-data /tmp/r_{}.pt")
     assert d.unknown == []
     assert d.values["logging.rollout_records"] == "all"
-    assert sum("no change" in n for n in d.notes) == 2
+    assert sum("no change" in n for n in d.notes) == 3

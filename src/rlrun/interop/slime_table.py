@@ -517,6 +517,10 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "--no-position-embedding": ((), "Megatron's learned absolute position embedding is off; with rotary positions "
                                     "(which rlrun always uses: --position-embedding-type rope) GPTModel builds none "
                                     "anyway (megatron-core LanguageModelEmbedding adds one only for learned_absolute)"),
+    "--data-pad-size-multiplier": (None, "slime pads each packed micro-batch to a multiple of TP x this (default 128; "
+                                         "slime/backends/megatron_utils/cp_utils.py) for kernel shapes; the pad "
+                                         "tokens carry no loss, so the step's math is the same; rlrun's packing pads "
+                                         "to what sequence parallelism needs (rlrun.train.megatron.packing)"),
     "--log-probs-chunk-size": (None, "slime computes log-probs in chunks of this many tokens to save memory "
                                      "(slime/utils/arguments.py); rlrun's megatron backend always does, never "
                                      "keeping a [tokens, vocab] logits tensor (rlrun.algo.token_stats."
@@ -543,7 +547,6 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "all-gather context parallelism": ("--allgather-cp",),
     # a no-op where Megatron's padded vocabulary equals the model's (slime_decode._vocab_padding); refused otherwise
     "Megatron vocab padding (a padded vocabulary larger than the model's)": ("--make-vocab-size-divisible-by",),
-    "data padding multiplier": ("--data-pad-size-multiplier",),
     "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
     "SGLang config files": ("--sglang-config",),
     "Megatron's experimental features (megatron.core.config.set_experimental_flag)": ("--enable-experimental",),
