@@ -143,3 +143,40 @@ def slime_rollout_fn(cfg: RunConfig) -> Iterator[Problem]:
     except TypeError:
         yield Problem("rollout.rollout_fn", f"{spec!r} does not take (args, rollout_id, data_buffer)",
                       "write slime's `generate_rollout(args, rollout_id, data_buffer, evaluation=False)`", spec)
+
+
+@rule
+def slime_reward_post_process(cfg: RunConfig) -> Iterator[Problem]:
+    """algo.reward_post_process=slime:<path>: slime's post_process_rewards(args, samples) -> (raw_rewards, rewards),
+    run unchanged on each rollout's trained samples (rlrun.agent.slime_rollout.SlimeRewardPostProcess); its
+    rewards replace the group normalisation, so it needs an estimator that reads rewards."""
+    from rlrun.agent.slime_adapter import PREFIX, load_problem
+    from rlrun.config.kinds import LOSS_TYPES
+
+    spec = cfg.algo.reward_post_process
+    if spec is None:
+        return
+    key = "algo.reward_post_process"
+    if not spec.startswith(PREFIX):
+        yield Problem(key, f"{spec!r}: rlrun runs slime's reward post-process functions (args, samples) only",
+                      "write slime:<module>:<function> (slime's --custom-reward-post-process-path)", spec)
+        return
+    if not LOSS_TYPES[cfg.algo.loss_type].needs_advantages:
+        yield Problem(key, f"algo.loss_type={cfg.algo.loss_type} reads no advantages, so the post-processed rewards "
+                      "would be ignored", f"remove {key}", spec)
+    from rlrun.rollout.generate_api import load_object
+
+    try:
+        fn = load_object(spec[len(PREFIX):], "slime reward post-process function")
+    except Exception as exc:  # noqa: BLE001 - the user's import error is the problem to report
+        yield Problem(key, load_problem(spec, exc), "fix the path: slime:<module>:<fn>", spec)
+        return
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        yield Problem(key, f"{spec!r} does not take (args, samples)", "write `def post_process_rewards(args, "
+                      "samples, **kwargs) -> (raw_rewards, rewards)`, slime's form", spec)
+    except ValueError:
+        pass

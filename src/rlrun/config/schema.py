@@ -363,6 +363,7 @@ class AlgoSection(Section):
     opsm_reference: Literal["rollout", "old"]
     use_unbiased_kl: bool
     use_rollout_logprobs: bool
+    reward_post_process: Optional[str]   # slime:<path> (rlrun.agent.slime_rollout.SlimeRewardPostProcess)
     distill: DistillSection
 
 

@@ -28,6 +28,8 @@ class Sample:
     version that generated the response (the last one, for a resumed partial rollout);
     token_versions: one entry per response token, the policy version that generated it (None for
     tool/environment tokens and for the engines' initial weights); None = not tracked.
+    train_reward: the reward the advantage estimator takes as given, in place of the group normalisation of
+    `reward` (algo.reward_post_process: slime's custom reward post-processing); None = `reward`, normalised.
     """
 
     prompt: str | list[dict]
@@ -43,6 +45,7 @@ class Sample:
     group_id: int = -1
     weight_version: int | None = None
     token_versions: list[int | None] | None = None
+    train_reward: float | None = None
 
     @property
     def response_length(self) -> int:

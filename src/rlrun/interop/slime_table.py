@@ -319,6 +319,9 @@ SPECIAL: dict[str, str] = {
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
     "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
+    "algo.reward_post_process": "`--custom-reward-post-process-path a.b.f` <-> `slime:a.b:f` (slime's "
+                                "post_process_rewards(args, samples), run by rlrun.agent.slime_rollout; its rewards "
+                                "replace the group normalisation)",
     "rollout.rollout_fn": "`--rollout-function-path a.b.f` <-> `slime:a.b:f` (slime's rollout function, run by "
     "rlrun.agent.slime_rollout; slime's default sglang_rollout.generate_rollout is rlrun's own rollout: null)",
     "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
@@ -538,8 +541,6 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
     "vision-language models": ("--multimodal-keys",),
-    "custom reward post-processing (slime's post_process_rewards replaces the advantage normalisation)": (
-        "--custom-reward-post-process-path",),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
                                  "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
                                  "--update-weight-delta-checksum"),

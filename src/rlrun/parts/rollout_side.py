@@ -40,6 +40,11 @@ class RolloutSide:
         if cfg.rollout.rollout_fn is not None:
             from rlrun.agent.slime_rollout import SlimeRolloutFn
             self.rollout_fn = SlimeRolloutFn(cfg.rollout.rollout_fn, cfg, self.prompts, router.url, model_dir)
+        self.reward_post_process = None  # algo.reward_post_process: slime's, on each rollout's trained samples
+        if cfg.algo.reward_post_process is not None:
+            from rlrun.agent.slime_rollout import SlimeRewardPostProcess
+            self.reward_post_process = SlimeRewardPostProcess(cfg.algo.reward_post_process, cfg, router.url,
+                                                              model_dir)
 
     @classmethod
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
@@ -91,9 +96,15 @@ class RolloutSide:
         thread (the async producer) it is the rollout part's phase for the stall watchdog (the sync
         loop times it as the driver's rollout phase)."""
         if threading.current_thread() is threading.main_thread():
-            return self._collect(rollout_id, sampling)
+            return self._post_processed(*self._collect(rollout_id, sampling))
         with BOARD.phase("rollout", "generate"):
-            return self._collect(rollout_id, sampling)
+            return self._post_processed(*self._collect(rollout_id, sampling))
+
+    def _post_processed(self, samples: list, kept: list, info: dict):
+        """algo.reward_post_process on the samples that train (slime calls it on the rollout's train data)."""
+        if self.reward_post_process is not None and kept:
+            self.reward_post_process(kept)
+        return samples, kept, info
 
     def _collect(self, rollout_id: int, sampling):
         if self.rollout_fn is not None:
