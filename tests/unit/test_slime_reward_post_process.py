@@ -88,3 +88,27 @@ def test_validate_refuses_a_non_slime_or_missing_function():
         load(["algo.reward_post_process=slime:no_such_module_xyz:fn"])
     assert "no_such_module_xyz" in exc.value.problems[0].message
     assert load([f"algo.reward_post_process={SPEC}"]).algo.reward_post_process == SPEC
+
+
+async def custom_rm(args, sample, **kwargs):
+    """slime's --custom-rm-path form; a dict reward, as slime's OPD reward_func returns the server's JSON."""
+    return {"score": float(sample.response == sample.label), "length": sample.response_length,
+            "url": args.rm_url, "tokens": list(sample.tokens)}
+
+
+def test_a_slime_reward_scores_rlruns_own_generation_as_slimes_default_generate():
+    """data.rm_type=slime:<path> with rollout.generate_fn null: slime's generate_and_rm after its default generate
+    calls custom_rm(args, sample); rlrun does it through the adapter, args.rm_url = data.rm_url."""
+    from rlrun.agent.slime_rollout import SlimeRewardOnOwnGeneration
+
+    url = "http://127.0.0.1:13141/generate"
+    cfg = load([f"data.rm_type=slime:{__name__}:custom_rm", f"data.rm_url={url}", "data.reward_key=length"])
+    assert cfg.rollout.generate_fn is None  # validates: no rm_url or generate_fn complaint
+    fn = SlimeRewardOnOwnGeneration(cfg, "http://127.0.0.1:30000", None)
+    samples = _samples()
+    samples[1].reward = None
+    samples[0].reward = None
+    samples.append(Sample(prompt="p", response="x", response_tokens=[5], reward=0.5, group_id=0))
+    fn(samples)
+    assert [s.reward for s in samples] == [2.0, 2.0, 0.5]  # read at data.reward_key; a set reward stays
+    assert fn.args.rm_url == url

@@ -66,13 +66,16 @@ def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     """data.rm_type=slime:<path>: slime's reward(args, sample), called by the slime adapter right after a
-    slime generate function (as slime's generate_and_rm does), for every sample it makes, eval ones too."""
+    slime generate function or rlrun's own generation (slime's default generate; as slime's generate_and_rm
+    does), for every sample it makes, eval ones too."""
     from rlrun.agent.slime_adapter import PREFIX
 
     rm = cfg.data.rm_type
     if not rm.startswith(PREFIX):
         return
-    if not (cfg.rollout.generate_fn or "").startswith(PREFIX) and cfg.rollout.rollout_fn is None:
+    # rlrun's own generation (generate_fn null) is slime's default generate: rlrun.agent.slime_rollout scores it
+    if cfg.rollout.generate_fn is not None and not cfg.rollout.generate_fn.startswith(PREFIX) \
+            and cfg.rollout.rollout_fn is None:
         yield Problem("data.rm_type", f"{rm!r} is a slime reward function (args, sample); it scores the samples of a "
                       f"slime generate function, but rollout.generate_fn is {cfg.rollout.generate_fn!r}",
                       "set rollout.generate_fn=slime:<module>:<generate> (or a slime rollout.rollout_fn, whose "

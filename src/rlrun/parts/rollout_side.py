@@ -40,6 +40,11 @@ class RolloutSide:
         if cfg.rollout.rollout_fn is not None:
             from rlrun.agent.slime_rollout import SlimeRolloutFn
             self.rollout_fn = SlimeRolloutFn(cfg.rollout.rollout_fn, cfg, self.prompts, router.url, model_dir)
+        # data.rm_type=slime:<path> without a slime generate/rollout function: slime's reward through the adapter
+        self.slime_reward = None
+        if cfg.data.rm_type.startswith("slime:") and cfg.rollout.generate_fn is None and cfg.rollout.rollout_fn is None:
+            from rlrun.agent.slime_rollout import SlimeRewardOnOwnGeneration
+            self.slime_reward = SlimeRewardOnOwnGeneration(cfg, router.url, model_dir)
         self.reward_post_process = None  # algo.reward_post_process: slime's, on each rollout's trained samples
         if cfg.algo.reward_post_process is not None:
             from rlrun.agent.slime_rollout import SlimeRewardPostProcess
@@ -66,9 +71,12 @@ class RolloutSide:
         """The generate function on every sample -> (samples, counters). evaluation: eval datasets
         (a slime function is told so, as slime does: its `for_evaluation` form)."""
         fn = getattr(self.generate_fn, "for_evaluation", self.generate_fn) if evaluation else self.generate_fn
-        return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
-                                tokenizer=self.tokenizer, versions=self.versions,
-                                partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
+        out, counts = generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
+                                       tokenizer=self.tokenizer, versions=self.versions,
+                                       partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
+        if self.slime_reward is not None:  # slime's generate_and_rm scores right after generating
+            self.slime_reward(out)
+        return out, counts
 
     @contextmanager
     def profiling(self, rollout_id: int):
