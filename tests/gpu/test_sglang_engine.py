@@ -33,6 +33,9 @@ LOGPROB_TOL = 0.1  # see the module docstring
 SHAPE = ["model=tiny", "model.hidden_size=256", "model.ffn_hidden_size=512", "model.num_layers=4",
          "model.head_dim=64"]
 KIT = {"attention_backend": "triton", "sampling_backend": "pytorch"}  # what the kit carries (no FA3)
+# + no piecewise CUDA graphs for prefill: their capture took 65 s of each server start (2026-11-28, H200) and
+# these tests send a handful of short prompts
+KIT_ARGS = [*(f"+rollout.sglang.{k}={v}" for k, v in KIT.items()), "+rollout.sglang.disable_piecewise_cuda_graph=true"]
 
 
 def _cfg(tmp):
@@ -40,7 +43,7 @@ def _cfg(tmp):
 
     return load(["hardware=h100", *SHAPE, "rollout.engine=sglang", "train.gpus_per_node=1",
                  "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}",
-                 "+rollout.sglang.attention_backend=triton", "+rollout.sglang.sampling_backend=pytorch"])
+                 *KIT_ARGS])
 
 
 def _model(cfg, seed):

@@ -17,10 +17,13 @@
 #   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
 #   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
 #   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
+#              (ASYNC_ROLLOUTS, default 150, and ASYNC_EXTRA, e.g. rollout.max_staleness=1, for async2 only)
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
 #              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
+#   py:A,B     pytest of tests/gpu/A and tests/gpu/B (file names, comma-separated): tools/device/lanes.sh splits the
+#              whole tests/gpu over GPU pairs this way and checks that every file is in one lane
 #   predict    the plan's predicted vs measured per phase for the newest steps-* runs (issue 38;
 #              tools/device/predict_vs_measured.py: shipped constants and leave-one-out fits), $OUT/predict.md
 #              and $OUT/calibration.fitted.yaml (the fit to all of them)                      ~5 s
@@ -33,6 +36,9 @@ ITEMS=${ITEMS:-tests learn}
 export PYTHONUNBUFFERED=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 RLRUN=(python3 -c 'import sys; from rlrun.cli import main; sys.exit(main())')
 KIT=(+rollout.sglang.attention_backend=triton +rollout.sglang.sampling_backend=pytorch)  # the kit has no FA3
+# learning/loop runs: no piecewise CUDA graphs for prefill either (their capture took 65 s of each engine start,
+# 2026-11-28; the copy task's prompts are 4 tokens). The throughput and steps items keep SGLang's default.
+KIT_FAST=("${KIT[@]}" +rollout.sglang.disable_piecewise_cuda_graph=true)
 echo "# tools/device/sglang.sh $(date -u '+%Y-%m-%d %H:%M UTC') items: $ITEMS" >> "$RES"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$RES" 2>&1
 
@@ -71,13 +77,14 @@ for item in $ITEMS; do
           grep -E "SGLANG NCCL" "$OUT/nccl.log" | tee -a "$RES" ;;
     async2|sync2)  # issue 32: the copy task disaggregated on two GPUs (trainer GPU 0, engine GPU 1), default weight sync
       [ "${NCCL_OK:-1}" = 0 ] && { echo "ITEM $item skipped: the nccl item failed" | tee -a "$RES"; continue; }
-      mode="train.async_train=false rollout.num_rollout=${SYNC_ROLLOUTS:-60}"; [ "$item" = async2 ] && mode="train.async_train=true"
-      run "$item" "${ITEM_LIMIT:-480}" "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" train.colocate=false rollout.num_gpus=1 \
+      mode="train.async_train=false rollout.num_rollout=${SYNC_ROLLOUTS:-60}"
+      [ "$item" = async2 ] && mode="train.async_train=true rollout.num_rollout=${ASYNC_ROLLOUTS:-150} ${ASYNC_EXTRA:-}"
+      run "$item" "${ITEM_LIMIT:-480}" "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT_FAST[@]}" train.colocate=false rollout.num_gpus=1 \
         $mode run.name="copy-$item" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
       summary "copy-$item"
       tail -c 3000 "$OUT/$item.log" | grep -i -E "error|traceback|stuck" && tail -30 "$OUT/$item.log" ;;
     twonode) run twonode 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_two_node_engine.py ;;
-    learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+    learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100
            tail -c 3000 "$OUT/learn.log" | grep -i -E "error|traceback" && tail -40 "$OUT/learn.log" ;;
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
@@ -110,6 +117,11 @@ for item in $ITEMS; do
              else
                echo "predict: no steps-* runs in /tmp/runs (run ITEMS=steps first, on the same warm machine)" | tee -a "$RES"
              fi ;;
+    py:*) files=(); IFS=, read -ra names <<< "${item#py:}"
+          for f in "${names[@]}"; do files+=("tests/gpu/$f"); done
+          name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_)
+          run "py_$name" "${ITEM_LIMIT:-560}" python3 -m pytest -q -s -rs -p no:cacheprovider "${files[@]}"
+          grep -E "^(LAYOUT|  |SGLANG)|passed|failed|error" "$OUT/py_$name.log" | grep -v "^  warnings" | tail -40 | tee -a "$RES" ;;
     *) echo "unknown item $item" | tee -a "$RES" ;;
   esac
 done

@@ -44,6 +44,25 @@ def actor_env(vendor: str, hardware_env: Mapping[str, object], plan_env: Mapping
     return env
 
 
+# The visible-devices variables Ray's accelerator managers read, in the order they are looked at.
+VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+NOSET_ENV = {k: v for k, v in _GPU_BASE_ENV.items() if k.startswith("RAY_EXPERIMENTAL_NOSET_")}
+
+
+def local_gpu_index(ray_id: str | int, env: Mapping[str, str]) -> int:
+    """The index by which a process that sees its node's whole device list (every rlrun GPU actor: NOSET above)
+    addresses the GPU Ray calls `ray_id`. Ray names a GPU by its entry in the visible-devices variable the node was
+    started with: on a node started with CUDA_VISIBLE_DEVICES=2,3 Ray's GPU "3" is torch's cuda:1 and SGLang's
+    --base-gpu-id 1 (an unset variable: Ray's id is the index)."""
+    for name in VISIBLE_DEVICES:
+        ids = [v.strip() for v in (env.get(name) or "").split(",") if v.strip()]
+        if ids:
+            if str(ray_id) not in ids:
+                raise ValueError(f"Ray gave GPU {ray_id}, which is not in {name}={env[name]} of its node")
+            return ids.index(str(ray_id))
+    return int(ray_id)
+
+
 def runtime_env(env: Mapping[str, str]) -> dict:
     """Ray runtime_env carrying `env` to an actor."""
     return {"env_vars": dict(env)}

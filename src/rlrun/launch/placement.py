@@ -3,7 +3,8 @@
 Plan.placement names (node, gpu) slots; Ray names bundles. The mapping is:
 1. one bundle per distinct (node, gpu) slot of the plan ({"GPU":1,"CPU":1}, or {"CPU":1} on
    the cpu profile); colocated trainer ranks and engines share slots, so they share bundles;
-2. a probe task in each bundle reports the node and the GPU id Ray gave it;
+2. a probe task in each bundle reports the node and the GPU Ray gave it, as the index by which actors that see
+   the node's whole device list address it (a node started with CUDA_VISIBLE_DEVICES=2,3: Ray's GPU 3 is index 1);
 3. bundles are sorted by (node IP as integers, node id, GPU id) so rank order follows the hardware;
 4. plan node i is matched to a Ray node holding exactly as many bundles (the plan's own order
    when it fits), plan gpu j to the j-th bundle of that node (on the cpu profile too, when Ray
@@ -15,6 +16,7 @@ Actors then ask a fraction of their bundle (trainer 0.4, engine 0.2) so both fit
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from rlrun.launch.cluster import ResourceError, alive_nodes
+from rlrun.launch.env import NOSET_ENV, local_gpu_index, runtime_env
 
 TRAINER_FRACTION = 0.4
 ENGINE_FRACTION = 0.2
@@ -45,8 +48,11 @@ def _ip_key(ip: str) -> tuple:
 
 @ray.remote(num_cpus=0)
 def _probe() -> tuple[str, str, list]:
+    """(node id, node ip, the bundle's GPU as the actors will address it). Run with Ray's NOSET flags as every GPU
+    actor is, so the visible-devices variable here is the node's own list (see local_gpu_index)."""
     ctx = ray.get_runtime_context()
-    return ctx.get_node_id(), ray.util.get_node_ip_address(), [int(g) for g in ray.get_gpu_ids()]
+    return (ctx.get_node_id(), ray.util.get_node_ip_address(),
+            [local_gpu_index(g, os.environ) for g in ray.get_gpu_ids()])
 
 
 class Placement:
@@ -73,7 +79,7 @@ class Placement:
 
     def _probe_sorted(self) -> list[Bundle]:
         n = self.pg.bundle_count
-        opts = {"num_gpus": 0.01} if self.gpu else {"num_cpus": 0.01}
+        opts = {"num_gpus": 0.01, "runtime_env": runtime_env(NOSET_ENV)} if self.gpu else {"num_cpus": 0.01}
         refs = [_probe.options(**opts, scheduling_strategy=PlacementGroupSchedulingStrategy(
             placement_group=self.pg, placement_group_bundle_index=i)).remote() for i in range(n)]
         found = []

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Two lanes of tools/device/sglang.sh items at once on a four-GPU machine, each a two-GPU view of it:
+# LANE_A on GPUs 0,1 and LANE_B on GPUs 2,3 (CUDA_VISIBLE_DEVICES; rlrun's placement maps Ray's GPU ids to the
+# indices the actors see, tests/integration/test_placement_visible_devices.py), each with its own $OUT/laneA|B.
+#
+#   source tools/device/stage.sh && LANE_A="py:test_megatron_backend.py,..." LANE_B="async2" bash tools/device/lanes.sh
+#
+# WHOLE=1: the py: items of both lanes must name every tests/gpu/test_*.py file (the whole suite on two-GPU views;
+# a file in no lane is listed in results.md). LANE_LIMIT (s, default 570) bounds each lane.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+if [ "${WHOLE:-0}" = 1 ]; then
+  listed=$(for i in ${LANE_A:-} ${LANE_B:-}; do case $i in py:*) echo "${i#py:}" | tr ',' '\n' ;; esac; done | sort -u)
+  missing=$(comm -23 <(cd tests/gpu && ls test_*.py | sort) <(echo "$listed"))
+  echo "lanes.sh: tests/gpu files in no lane: ${missing:-none}" | tee -a "$OUT/results.md"
+fi
+lane() {  # lane NAME GPUS MASTER_PORT ITEMS
+  CUDA_VISIBLE_DEVICES=$2 MASTER_PORT=$3 OUT="$OUT/lane$1" ITEMS="$4" \
+    timeout -k 10 "${LANE_LIMIT:-570}" bash tools/device/sglang.sh > "$OUT/lane$1.out" 2>&1
+  echo "lane $1 (GPUs $2) rc=$?" >> "$OUT/results.md"
+}
+[ -n "${LANE_A:-}" ] && lane A 0,1 29533 "$LANE_A" &
+[ -n "${LANE_B:-}" ] && lane B 2,3 29733 "$LANE_B" &
+wait
+for l in A B; do [ -f "$OUT/lane$l/results.md" ] && { echo "## lane $l"; cat "$OUT/lane$l/results.md"; }; done | tee -a "$OUT/results.md"
