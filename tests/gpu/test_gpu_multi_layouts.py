@@ -77,9 +77,14 @@ class GpuMemory:
         self.thread.join()
 
 
-def _rlrun(args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+def _rlrun(args: list[str], timeout_s: float, log=None) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess; `log`: a file that gets its output as it comes (a hung or failed run is readable)."""
     cmd = [sys.executable, "-c", "import sys; from rlrun.cli import main; sys.exit(main())", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
+    if log is None:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
+    with open(log, "w") as f:
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, timeout=timeout_s,
+                              env=dict(os.environ))
 
 
 def _plan(args: list[str]) -> dict:
@@ -96,10 +101,12 @@ def test_layout_runs_every_rollout_with_the_trainers_weights(layout, tmp_path):
     args = [*args, f"run.output_dir={tmp_path}", f"run.name={layout}"]
     plan = _plan(args)
     t0 = time.perf_counter()
+    log = tmp_path / "run.log"
+    print(f"\nLAYOUT {layout}: running, output in {log}", flush=True)
     with GpuMemory() as mem:
-        out = _rlrun(args, 540)
+        out = _rlrun(args, 540, log)
     wall = time.perf_counter() - t0
-    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-6000:])
+    assert out.returncode == 0, log.read_text()[-6000:]
     rows = [json.loads(line) for line in next(tmp_path.glob(f"{layout}/*/metrics.jsonl")).read_text().splitlines()]
     rows = [r for r in rows if "rollout/reward_mean" in r]
     assert len(rows) == plan["num_rollout"]
@@ -108,11 +115,11 @@ def test_layout_runs_every_rollout_with_the_trainers_weights(layout, tmp_path):
     phases = {k: round(statistics.fmean(r[k] for r in later if k in r), 3)
               for k in sorted(rows[-1]) if k.startswith(("time/", "perf/weight_sync"))}
     m = plan["memory"]
-    print(f"\nLAYOUT {layout}: {len(rows)} rollouts in {wall:.0f} s (with start-up); trainer "
+    print(f"LAYOUT {layout}: {len(rows)} rollouts in {wall:.0f} s (with start-up); trainer "
           f"TP{plan['tp']} x DP{plan['dp']}, {plan['num_engines']} engine(s) x {plan['gpus_per_engine']} GPU(s), "
           f"weight sync {plan['weight_sync']}\n  per-phase means after the first rollout: {phases}\n"
           f"  trainer/engine log-prob gap per rollout: {[round(g, 4) for g in gaps]}\n"
           f"  peak memory per GPU (GiB, nvidia-smi): {({i: round(v / 1024, 1) for i, v in sorted(mem.peak.items())})}"
           f"; plan: trainer {m['trainer_total']:.1f}, engine {m['engine_total']:.1f}, peak {m['peak']:.1f} "
-          f"(offload train {plan['offload_train']}, rollout {plan['offload_rollout']})")
+          f"(offload train {plan['offload_train']}, rollout {plan['offload_rollout']})", flush=True)
     assert max(gaps) < MISMATCH_TOL, gaps

@@ -85,6 +85,30 @@ def test_save_load_restores_weights(backends, cfg, tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in meg.state_dict_for_sync().items())
 
 
+def test_async_save_snapshots_the_save_point_while_training_goes_on(backends, cfg, tmp_path):
+    """checkpoint.async_save: save_async returns after the host snapshot; the step trained while the background
+    writer runs changes nothing in the files (the blocking save's files, loaded back, are the reference)."""
+    import time
+
+    meg, _ = backends
+    meg.save(str(tmp_path / "sync"))
+    saved = meg.state_dict_for_sync()
+    t0 = time.perf_counter()
+    meg.save_async(str(tmp_path / "async"))
+    snapshot_s = time.perf_counter() - t0
+    meg.train_step(_batch(cfg.model.vocab_size, seed=3))
+    t0 = time.perf_counter()
+    meg.wait_save()
+    print(f"MEGATRON async save: snapshot {snapshot_s:.3f} s, then waited {time.perf_counter() - t0:.3f} s after a step")
+    assert meg.save_done()
+    sync = torch.load(tmp_path / "sync" / "optim_rank0.pt", weights_only=False)
+    asyn = torch.load(tmp_path / "async" / "optim_rank0.pt", weights_only=False)
+    assert sync["step"] == asyn["step"] and all(torch.equal(a, b) for s, t in zip(sync["shards"], asyn["shards"])
+                                                for a, b in zip(s["main"], t["main"]))
+    meg.load(str(tmp_path / "async"))
+    assert all(torch.equal(saved[k], v) for k, v in meg.state_dict_for_sync().items())
+
+
 def test_wgrad_fusion_matches_unfused(backends, cfg):
     """train.gradient_accumulation_fusion=true (the wgrad GEMM accumulating into the fp32 main grads;
     torch's addmm with out_dtype where Apex is missing) trains the same step as the unfused path."""

@@ -137,6 +137,75 @@ def test_buckets_between_pause_and_continue_and_the_version_comes_last(group, mo
     assert set(group.versions().values()) == {"13"}
 
 
+def test_flattened_ipc_push_mixed_dtypes_bucket_boundaries_and_an_oversized_tensor(group, monkeypatch):
+    """load_format="flattened_bucket" into two hf engine processes: half the tensors bf16 (the engines cast into
+    their fp32), buckets of 4 KiB (several tensors per bucket, and the 4,992-byte lm_head and 8 KiB MLP weights
+    larger than a bucket, each alone); the engines end bit-identical to the upcast state. Every request carries
+    one payload with one shared buffer; bucket i+1 is staged while the engines load bucket i, never more than
+    two buckets staged."""
+    import time
+
+    from rlrun.rollout.engines import group as E
+
+    state = build_model(seed=31).state_dict()
+    named = [(n, t.to(torch.bfloat16) if i % 2 else t * 3) for i, (n, t) in enumerate(state.items())]
+    events, bodies, real_post = [], [], E._post
+
+    def post(url, path, body, timeout_s=600.0):
+        if path == "/update_weights_from_tensor":
+            bodies.append(body)
+            time.sleep(0.2)  # a slow engine: the next bucket must be staged meanwhile
+            out = real_post(url, path, body, timeout_s)
+            events.append(("loaded", len(bodies)))
+            return out
+        return real_post(url, path, body, timeout_s)
+
+    def prepare(bucket):
+        events.append(("staged", bucket[0][0]))
+        return bucket
+
+    monkeypatch.setattr(E, "_post", post)
+    bucket_bytes = 4 << 10
+    parts = list(W.buckets(named, bucket_bytes))
+    assert any(len(b) > 1 for b in parts) and any(b[0][1].numel() * b[0][1].element_size() > bucket_bytes
+                                                    for b in parts)  # the cases this test is about
+    sent = E.push_tensors(group.urls, named, "31", transport="ipc", bucket_bytes=bucket_bytes, prepare=prepare,
+                          load_format=W.FLATTENED_BUCKET)
+    assert sent == sum(t.numel() * t.element_size() for _, t in named)
+    want = {n: t.float() for n, t in named}  # bf16 -> fp32 is exact
+    assert set(group.checksums().values()) == {W.checksum(want)}
+    assert set(group.versions().values()) == {"31"}
+    assert len(bodies) == len(parts) * len(group.urls)
+    assert {b["load_format"] for b in bodies} == {"flattened_bucket"} and {len(b["serialized_named_tensors"])
+                                                                           for b in bodies} == {1}
+    staged = [i for i, e in enumerate(events) if e[0] == "staged"]
+    loaded = [i for i, e in enumerate(events) if e[0] == "loaded"]
+    # bucket 2 was staged before bucket 1's requests came back (double buffering) ...
+    assert staged[1] < loaded[0]
+    # ... and never more than two buckets ahead of the engines' answers (two engines answer each bucket)
+    for k, at in enumerate(staged):
+        assert k - sum(1 for j in loaded if j < at) // len(group.urls) <= 1
+
+
+def test_flattened_bucket_is_the_tensor_transports_default_where_the_engine_reads_it(group, monkeypatch):
+    """The hf engine kind reads flattened IPC buckets (EngineKind.flattened_ipc): push_state(flattened=True) through the tensor transport
+    sends that form, fingerprinted as before."""
+    from rlrun.config.kinds import ENGINES, TRANSPORTS
+    from rlrun.launch.train_group import push_state
+    from rlrun.rollout.engines import group as E
+
+    assert ENGINES["hf"].flattened_ipc and ENGINES["sglang"].flattened_broadcast
+    formats, real_post = [], E._post
+    monkeypatch.setattr(E, "_post", lambda url, p, body, timeout_s=600.0: (
+        formats.append(body.get("load_format")) if p == "/update_weights_from_tensor" else None,
+        real_post(url, p, body, timeout_s))[1])
+    state = {n: t * 5 for n, t in build_model(seed=32).state_dict().items()}
+    out = push_state(state, group.urls, transport="tensor", version="32", bucket_bytes=16 << 10,
+                     engine_dtype="float32", device=torch.device("cpu"), flattened=TRANSPORTS["tensor"].flattened(ENGINES["hf"]))
+    assert formats and set(formats) == {"flattened_bucket"}
+    assert set(group.checksums("fingerprint").values()) == {out["fingerprint"]} == {W.fingerprint(state)}
+
+
 def test_tied_lm_head_is_fingerprinted_but_not_sent(group):
     from rlrun.launch.train_group import push_state
 

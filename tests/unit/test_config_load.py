@@ -45,9 +45,9 @@ def test_seed_recipe_values_and_amd_defaults():
     assert cfg.checkpoint.ref == "/root/Qwen3-4B_torch_dist"
 
 
-def test_nvidia_defaults_turn_offload_on():
+def test_nvidia_defaults_lend_the_engines_and_leave_the_trainer_to_the_plan():
     cfg = load(["experiment=glm4-9b-grpo-h100"])
-    assert (cfg.train.offload, cfg.rollout.offload) == (True, True)
+    assert (cfg.train.offload, cfg.rollout.offload) == (None, True)  # None: auto (rlrun.config.memory.trainer_offload)
     plan = make_plan(cfg)
     assert (plan.tp, plan.cp, plan.dp, plan.global_batch_size) == (2, 2, 2, 128)
 

@@ -160,6 +160,29 @@ def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_
     assert t.seconds["offload"] > 0 and t.seconds["weight_sync"] > 0
 
 
+def test_a_resident_trainer_stays_and_the_engines_release_only_their_kv_cache(tmp_path, group, monkeypatch):
+    """train.offload=false beside lending engines (what auto picks when both fit): the trainer never moves, the
+    engine keeps its weights and graphs and takes the push where they are; only its KV cache makes room."""
+    r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=false", "rollout.offload=true"], seed=7)
+    assert not r.plan.offload_train and r.plan.weight_sync == "tensor"
+    t = Timer()
+    with r.training(version=10, timer=t):
+        calls.append(("block", _released(group)))
+    assert _paths(calls) == [
+        ("/pause_generation", {"mode": "abort"}),
+        ("/release_memory_occupation", {"tags": ["kv_cache"]}),
+        ("block", ["kv_cache"]),
+        ("trainer.push", ["kv_cache"]),  # into the weights the engine kept
+        *PUSH[:-1],  # paused until the KV cache is back, as above
+        ("/resume_memory_occupation", {"tags": ["kv_cache"]}),
+        ("/continue_generation", {}),
+    ]
+    state = r.trainer.model.state_dict()
+    assert group.checksums() == {group.urls[0]: checksum(state)} and set(group.versions().values()) == {"10"}
+    assert _released(group) == [] and _generate(group).status_code == 200
+    assert t.seconds["offload"] > 0
+
+
 def test_without_offload_only_the_weights_are_pushed(tmp_path, group, monkeypatch):
     r, calls = _run(tmp_path, group, monkeypatch, [], seed=4)  # the cpu profile: both flags false
     t = Timer()

@@ -15,8 +15,8 @@ def test_serialize_roundtrip_and_file_variant(tmp_path):
     path = tmp_path / "bucket.pt"
     torch.save(named, path)
     assert torch.equal(W.deserialize_named_tensors(str(path), W.FILE_LOAD_FORMAT)[0][1], named[0][1])
-    with pytest.raises(ValueError, match="load_format='flattened_bucket' is not supported"):
-        W.deserialize_named_tensors("x", "flattened_bucket")
+    with pytest.raises(ValueError, match="load_format='direct' is not supported"):
+        W.deserialize_named_tensors("x", "direct")
 
 
 def test_buckets_respect_the_byte_budget():
@@ -235,3 +235,63 @@ def test_flattened_bucket_round_trip_with_mixed_dtypes():
         assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
     with pytest.raises(ValueError, match="does not match its 1 tensors"):
         W.unflatten_bucket(flat, [torch.float32], [[2, 3]])
+
+
+# ---- the flattened IPC bucket: SGLang's load_format="flattened_bucket" for /update_weights_from_tensor
+
+def test_flatten_named_aligns_every_tensor_and_records_sglangs_metadata():
+    named = [("a", torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16)),  # 6 bytes
+             ("b", torch.tensor([4.0, 5.0])),                                # 8 bytes: starts at 16, not 6
+             ("c", torch.tensor(9, dtype=torch.int64)),                      # 0-dim, 8 bytes at 32
+             ("d", torch.zeros(0))]                                          # empty, at 48
+    flat, meta = W.flatten_named(named)
+    assert flat.dtype == torch.uint8 and flat.numel() == 48
+    assert [(m.name, m.start_idx, m.end_idx, m.numel) for m in meta] == [
+        ("a", 0, 6, 6), ("b", 16, 24, 8), ("c", 32, 40, 8), ("d", 48, 48, 0)]
+    assert [(m.dtype, tuple(m.shape)) for m in meta] == [(torch.bfloat16, (3,)), (torch.float32, (2,)),
+                                                          (torch.int64, ()), (torch.float32, (0,))]
+    # what SGLang 0.5.16's FlattenedTensorBucket.reconstruct_tensors does with them
+    for m, (_, t) in zip(meta, named):
+        assert torch.equal(flat[m.start_idx:m.end_idx].view(m.dtype).reshape(m.shape), t)
+
+
+def test_flattened_ipc_payload_round_trip_keeps_the_callers_storage_private():
+    named = [("w", torch.arange(6.0).reshape(2, 3)), ("h", torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16)),
+             ("i", torch.tensor([[7, 8]], dtype=torch.int32)), ("m", torch.tensor([True, False]))]
+    payload, keepalive = W.serialize_ipc_flattened(named)
+    assert not any(t.is_shared() for _, t in named) and len(keepalive) == 1 and keepalive[0].is_shared()
+    back = W.deserialize_named_tensors(payload, W.FLATTENED_BUCKET)
+    assert [n for n, _ in back] == ["w", "h", "i", "m"]
+    for (_, a), (_, b) in zip(named, back):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def test_flattened_payload_is_one_shared_storage_not_one_per_tensor():
+    import base64
+    import pickletools
+
+    named = [(f"t{i}", torch.full((5,), float(i))) for i in range(20)]
+    count = lambda payload: sum(1 for op, arg, _ in pickletools.genops(base64.b64decode(payload))  # noqa: E731
+                                if op.name.endswith("BYTES") and arg.startswith(b"/torch_"))  # a shm file's name
+    assert count(W.serialize_ipc_flattened(named)[0]) == 1  # one shm file for the bucket
+    assert count(W.serialize_ipc(named)[0]) == 20  # the per-tensor form: one per tensor
+
+
+def test_flattened_metadata_that_does_not_fit_the_buffer_is_refused():
+    from types import SimpleNamespace
+
+    flat = torch.zeros(8, dtype=torch.uint8)
+    bad = SimpleNamespace(name="w", shape=torch.Size([4]), dtype=torch.float32, start_idx=0, end_idx=16, numel=16)
+    with pytest.raises(ValueError, match="'w'.*claims bytes \\[0, 16\\) of a 8-byte buffer"):
+        W.unflatten_named(flat, [bad])
+
+
+def test_flattened_payload_unpickler_admits_simplenamespace_only():
+    import base64
+    import pickle
+
+    evil = base64.b64encode(b"ctypes\nFunctionType\n.").decode()  # a pickle naming types.FunctionType
+    with pytest.raises(pickle.UnpicklingError, match="types.FunctionType, which is not allowed"):
+        W.deserialize_named_tensors(evil, W.FLATTENED_BUCKET)
+    with pytest.raises(ValueError, match="is a dict with flattened_tensor and metadata"):
+        W.deserialize_named_tensors(W.serialize_ipc([("w", torch.ones(1))])[0], W.FLATTENED_BUCKET)

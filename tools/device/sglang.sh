@@ -9,6 +9,8 @@
 # streamed to $OUT/ITEM.log; a summary line per item in $OUT/results.md):
 #   tests      tests/gpu/test_sglang_engine.py: every SGLang endpoint rlrun uses, through rlrun's launch
 #              code and the real router (one server start + one restart)                   ~250 s
+#   flat       tests/gpu/test_sglang_flattened_sync.py: the colocated tensor push of a Qwen3-0.6B-shaped state by
+#              flattened CUDA IPC buckets (GB/s of both forms; log-probs vs transformers after)       ~150 s
 #   twonode    tests/gpu/test_sglang_two_node_engine.py: one engine as two SGLang processes (--nnodes 2,
 #              TP 2 over 2 GPUs of one host; needs kind nvidia-h100-x2)                          ~250 s
 #   learn      `rlrun experiment=copy-grpo-h100`: Megatron + SGLang colocated, 150 GRPO steps on the
@@ -83,6 +85,8 @@ for item in $ITEMS; do
         $mode run.name="copy-$item" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
       summary "copy-$item"
       tail -c 3000 "$OUT/$item.log" | grep -i -E "error|traceback|stuck" && tail -30 "$OUT/$item.log" ;;
+    flat) run flat 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_flattened_sync.py
+          grep -E "SGLANG (tensor push|after)" "$OUT/flat.log" | tee -a "$RES" ;;
     twonode) run twonode 420 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_two_node_engine.py ;;
     learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100
@@ -119,7 +123,7 @@ for item in $ITEMS; do
              fi ;;
     py:*) files=(); IFS=, read -ra names <<< "${item#py:}"
           for f in "${names[@]}"; do files+=("tests/gpu/$f"); done
-          name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_)
+          name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_ | tr -c 'A-Za-z0-9_\n' '_')
           run "py_$name" "${ITEM_LIMIT:-560}" python3 -m pytest -q -s -rs -p no:cacheprovider "${files[@]}"
           grep -E "^(LAYOUT|  |SGLANG)|passed|failed|error" "$OUT/py_$name.log" | grep -v "^  warnings" | tail -40 | tee -a "$RES" ;;
     *) echo "unknown item $item" | tee -a "$RES" ;;

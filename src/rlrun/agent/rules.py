@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from rlrun.agent.prefix import PREFIX
 from rlrun.config.errors import Problem
 from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
@@ -54,8 +55,6 @@ def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
     """A slime generate function posts to the router itself, so rlrun's partial rollout (an aborted
     request continued after the weight push, ClientHandle.generate) cannot reach its requests; slime's
     examples refuse it too (`assert not args.partial_rollout`)."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     r = cfg.rollout
     if r.partial_rollout and (r.generate_fn or "").startswith(PREFIX):
         yield Problem("rollout.partial_rollout", "a slime generate function sends its own requests to the router; "
@@ -68,8 +67,6 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     """data.rm_type=slime:<path>: slime's reward(args, sample), called by the slime adapter right after a
     slime generate function or rlrun's own generation (slime's default generate; as slime's generate_and_rm
     does), for every sample it makes, eval ones too."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     rm = cfg.data.rm_type
     if not rm.startswith(PREFIX):
         return
@@ -105,8 +102,6 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
 def slime_rollout_fn(cfg: RunConfig) -> Iterator[Problem]:
     """rollout.rollout_fn=slime:<path>: slime's rollout function (args, rollout_id, data_buffer) makes each rollout
     (rlrun.agent.slime_rollout). It draws its prompts from slime's data buffer, filters and scores them itself."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     r = cfg.rollout
     spec = r.rollout_fn
     if spec is None:
@@ -153,7 +148,6 @@ def slime_reward_post_process(cfg: RunConfig) -> Iterator[Problem]:
     """algo.reward_post_process=slime:<path>: slime's post_process_rewards(args, samples) -> (raw_rewards, rewards),
     run unchanged on each rollout's trained samples (rlrun.agent.slime_rollout.SlimeRewardPostProcess); its
     rewards replace the group normalisation, so it needs an estimator that reads rewards."""
-    from rlrun.agent.slime_adapter import PREFIX, load_problem
     from rlrun.config.kinds import LOSS_TYPES
 
     spec = cfg.algo.reward_post_process
@@ -167,6 +161,7 @@ def slime_reward_post_process(cfg: RunConfig) -> Iterator[Problem]:
     if not LOSS_TYPES[cfg.algo.loss_type].needs_advantages:
         yield Problem(key, f"algo.loss_type={cfg.algo.loss_type} reads no advantages, so the post-processed rewards "
                       "would be ignored", f"remove {key}", spec)
+    from rlrun.agent.slime_adapter import load_problem
     from rlrun.rollout.generate_api import load_object
 
     try:

@@ -10,8 +10,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from rlrun.config.errors import Problem
 from rlrun.config.engine_health import engine_loss_s
+from rlrun.config.errors import Problem
+from rlrun.config.kinds import LOSS_TYPES
 
 
 def _int(x: Any) -> bool:
@@ -31,7 +32,6 @@ def _default(sec: dict, key: str, value: Any) -> None:
 
 def _trains_on_data(algo: dict) -> bool:
     """algo.loss_type names a loss that trains on the data set with no engines (rlrun.config.kinds.LOSS_TYPES)."""
-    from rlrun.config.kinds import LOSS_TYPES
 
     name = algo.get("loss_type")
     return isinstance(name, str) and name in LOSS_TYPES and not LOSS_TYPES[name].needs_rollout

@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 from math import ceil
 
 from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
-from rlrun.config.params import ParamCount, count_params, lora_params
+from rlrun.config.params import ParamCount, count_params, lora_params, norms_per_layer
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, known_sample_tokens
 
@@ -181,6 +181,23 @@ def _tokens_per_micro_batch(cfg: RunConfig, sample_tokens: int) -> int:
     return t.micro_batch_size * ceil(sample_tokens / cfg.parallelism.cp)
 
 
+FP8_BLOCK = 128  # rlrun.rollout.fp8.BLOCK: one float32 scale per 128 x 128 block of an FP8 weight
+
+
+def engine_weight_bytes(m, pc, fp8: bool) -> float:
+    """Bytes of one engine's weights: bf16 (2 B/param), or with rollout.fp8 the attention projections and the
+    dense and expert MLP weights in FP8 (1 B/param + 4 B per 128 x 128 block of scales, rlrun.rollout.fp8) and the
+    rest (embeddings, output layer, norms, routers) in bf16."""
+    if not fp8:
+        return 2.0 * pc.total
+    h = m.hidden_size
+    norms = pc.final_norm + (norms_per_layer(m) + (2 * m.head_dim if m.qk_layernorm else 0)) * m.num_layers
+    routers = (m.moe.num_experts * h) * pc.num_moe_layers if m.moe is not None else 0
+    kept = pc.embedding + pc.lm_head + norms + routers
+    quantized = pc.total - kept
+    return 2.0 * kept + quantized * (1.0 + 4.0 / FP8_BLOCK ** 2)
+
+
 def kv_bytes_per_token(cfg: RunConfig) -> int:
     m, tp = cfg.model, cfg.rollout.gpus_per_engine
     if m.mla is not None:  # SGLang caches the compressed latent + rope key, replicated on every TP rank
@@ -230,6 +247,11 @@ def lean_state_hint(cfg: RunConfig, mem: Memory) -> str:
 
 
 def estimate(cfg: RunConfig) -> Memory:
+    """Per-GPU memory of the run as it will run: the trainer offloaded or resident as trainer_offload decides."""
+    return _estimate(cfg, trainer_offload(cfg)[0])
+
+
+def _estimate(cfg: RunConfig, offload_train: bool) -> Memory:
     pc = count_params(cfg.model)
     t, r, hw = cfg.train, cfg.rollout, cfg.hardware
     # A sequence is max prompt + response; without a prompt-length filter only the response is known.
@@ -260,7 +282,7 @@ def estimate(cfg: RunConfig) -> Memory:
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 
     kv_tok = kv_bytes_per_token(cfg)
-    engine_weights = 2 * pc.total / r.gpus_per_engine / GiB
+    engine_weights = engine_weight_bytes(cfg.model, pc, r.fp8) / r.gpus_per_engine / GiB
     if ENGINES[r.engine].memory == "static_pool":
         pool = r.mem_fraction_static * hw.memory_gib
         kv = max(pool - engine_weights, 0.0)
@@ -276,8 +298,12 @@ def estimate(cfg: RunConfig) -> Memory:
     trainer_total = sum(trainer)
     overhead = 0.0 if hw.vendor == "cpu" else TRAINER_OVERHEAD_GIB
     if t.colocate:
-        train_phase = trainer_total + overhead + (0 if r.offload else engine_total)
-        rollout_phase = engine_total + overhead + (0 if t.offload else trainer_total)
+        # engines that lend their memory (rollout.offload) release everything next to an offloading trainer, only
+        # their KV cache next to a resident one (rlrun.parts.offload): weights and runtime stay
+        kept = 0.0 if offload_train else engine_weights + (ENGINE_OVERHEAD_GIB if ENGINES[r.engine].memory ==
+                                                           "static_pool" else 0.0)
+        train_phase = trainer_total + overhead + (kept if r.offload else engine_total)
+        rollout_phase = engine_total + overhead + (0 if offload_train else trainer_total)
         peak = max(train_phase, rollout_phase)
     else:
         peak = max(trainer_total + overhead, engine_total)
@@ -294,6 +320,33 @@ def estimate(cfg: RunConfig) -> Memory:
 ESTIMATE_ERROR = 0.025  # megatron estimate vs measured peaks: -2.4% worst (docs/benchmarks.md, "Memory")
 
 
+def trainer_offload(cfg: RunConfig) -> tuple[bool, str]:
+    """(whether the trainer's state leaves the GPU while the engines generate, why). train.offload true/false
+    forces it; null (auto, the NVIDIA profiles' default) keeps a colocated trainer resident when its state and the
+    engines fit on a GPU together with the estimate's error to spare (the engines then release only their KV
+    cache for training: weights, graphs and the trainer never move), else offloads it (pinned host buffers,
+    asynchronous copies: rlrun.train.offload). Not colocated, the trainer's GPUs are its own: it stays."""
+    t, r = cfg.train, cfg.rollout
+    if t.offload is not None:
+        return t.offload, f"forced: train.offload={str(t.offload).lower()}"
+    if not t.colocate:
+        return False, "auto: not colocated, the trainer's GPUs are its own"
+    mem = _estimate(cfg, False)
+    both = (f"trainer {mem.trainer_total:.1f} GiB + engine {mem.engine_total:.1f} GiB peak at {mem.peak:.1f} GiB "
+            f"(+{ESTIMATE_ERROR:.1%} estimate error)")
+    if mem.peak * (1 + ESTIMATE_ERROR) <= mem.available:
+        return False, f"auto: resident, {both}, within the {mem.available:.1f} GiB of a GPU"
+    hint = ""
+    if ENGINES[r.engine].memory == "static_pool":  # the engine's pool is the knob: the largest that keeps it resident
+        frac = (mem.available / (1 + ESTIMATE_ERROR) - ENGINE_OVERHEAD_GIB - mem.trainer_overhead
+                - mem.trainer_total) / mem.available
+        frac = int(frac * 100) / 100  # rounded down
+        if frac * mem.available > mem.engine_weights and mem.peak - mem.engine_total + frac * mem.available \
+                + ENGINE_OVERHEAD_GIB <= mem.available / (1 + ESTIMATE_ERROR):
+            hint = f"; rollout.mem_fraction_static={frac:g} would keep it resident"
+    return True, f"auto: resident, {both}, would exceed the {mem.available:.1f} GiB of a GPU{hint}"
+
+
 def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     """((message, fix, peak GiB), sure) when the estimate's peak per GPU exceeds a GPU's memory, else None.
     sure: the trainer alone overflows, by its weights, grads and optimizer state (exact arithmetic) or, where the
@@ -301,7 +354,9 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     needs the engine's share is not sure: SGLang sizes its KV pool from the memory free when it starts. The gate
     refuses a sure overflow (rlrun.config.capability.memory_fits: validate and run refuse it, plan notes it;
     checks.memory_fit=warn makes it a warning) and warns about the rest: the run would die after the GPUs are
-    taken, as a 4B model trained on one 80 GB H100 did (docs/benchmarks.md).
+    taken, as a 4B model trained on one 80 GB H100 did (docs/benchmarks.md). A colocated trainer forced resident
+    (train.offload=false on a profile whose default is auto) that overflows is refused surely: offloading it is the
+    fix.
     The megatron estimate is within 2.4% of measured peaks where it was calibrated (docs/benchmarks.md, "Memory")."""
     if cfg.hardware.vendor == "cpu":  # a CPU profile's memory_gib is a stand-in, not the machine's RAM
         return None
@@ -310,8 +365,12 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
         return None
     calibrated = BACKENDS[cfg.train.backend].activations_calibrated
     trainer = mem.trainer_total + mem.trainer_overhead
+    # a resident trainer forced next to its engines (train.offload=false where the hardware profile leaves it to the
+    # plan): offloading it is the fix, so the gate refuses it; a profile that keeps trainers resident (mi300x) is
+    # judged as before
+    resident = cfg.train.colocate and cfg.train.offload is False and cfg.hardware.defaults.offload_train is not False
     sure = (calibrated and trainer > mem.available * (1 + ESTIMATE_ERROR)) or \
-        trainer - mem.trainer_activations > mem.available
+        trainer - mem.trainer_activations > mem.available or resident
     phase = "trainer" if trainer >= mem.engine_total else "engine"
     caveat = "" if sure else (" (with the engine's share: SGLang sizes its KV pool from the memory free at its start)"
                               if trainer <= mem.available else f" ({cfg.train.backend} backend: its activation "
@@ -321,6 +380,8 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
              f"GPU (trainer {mem.trainer_total:.1f} = weights {mem.trainer_weights:.1f} + grads {mem.trainer_grads:.1f}"
              f" + optimizer {mem.trainer_optimizer:.1f} + activations {mem.trainer_activations:.1f}; engine "
              f"{mem.engine_total:.1f}; the {phase} dominates){caveat}: the run {'would' if sure else 'may'} run out of memory",
-             "more GPUs or TP/PP/EP, train.offload / rollout.offload when colocated, train.recompute, a smaller "
+             ("train.offload=null (auto) or true: a resident trainer (train.offload=false) does not fit beside its "
+              "engines; or " if resident else "")
+             + "more GPUs or TP/PP/EP, train.offload / rollout.offload when colocated, train.recompute, a smaller "
              "train.max_tokens_per_gpu or rollout.mem_fraction_static" + lean_state_hint(cfg, mem)
              + "; `rlrun plan` shows the breakdown; checks.memory_fit=warn runs it anyway", mem.peak), sure)

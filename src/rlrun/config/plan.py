@@ -8,7 +8,11 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
+from rlrun.config.cost import predict
+from rlrun.config.hfcheck import hf_note
 from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout
+from rlrun.config.memory import estimate, lean_state_hint
+from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -61,7 +65,7 @@ class Plan:
     num_rollout: int
     total_steps: int
     total_samples: int
-    offload_train: bool
+    offload_train: bool        # the trainer's state leaves the GPU while the engines generate (memory.trainer_offload)
     offload_rollout: bool
     weight_sync: str           # the transport (rollout.weight_sync, auto resolved; rlrun.rollout.transports)
     weight_sync_bucket_mb: int
@@ -78,6 +82,7 @@ class Plan:
     cost: dict[str, Any] = field(default_factory=dict)          # predicted time and cost (rlrun.config.cost)
     # train.megatron: megatron-core fields handed to the trainer's config objects unchanged
     backend_config: dict[str, Any] = field(default_factory=dict)
+    offload_why: str = ""      # why offload_train is what it is (train.offload forced, or auto from the estimate)
 
     def engine_slots(self, engine: int) -> list[Slot]:
         return [s for s in self.placement if s.role == "engine" and s.rank == engine]
@@ -178,7 +183,6 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append("micro_batches_per_step is an upper bound: dynamic batching packs by actual lengths")
     else:
         micro = ceil(per_rank / t.micro_batch_size)
-    from rlrun.config.hfcheck import hf_note
 
     note = hf_note(cfg)
     if note:
@@ -188,11 +192,14 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
     if p.sequence_parallel and p.tp == 1:
         notes.append("parallelism.sequence_parallel is off at TP 1 (it shards activations over TP ranks; "
                      "Megatron drops it, and so does rlrun)")
+    from rlrun.config.memory import trainer_offload
+
+    offload, offload_why = trainer_offload(cfg)
     if t.cuda_graphs:
         notes.append("train.cuda_graphs: micro-batches are padded to a few shapes (rows to multiples of "
                      "max_tokens_per_gpu / 8, samples to powers of 2); a micro-batch replays a graph when its shape "
                      "was seen before" + (" in the same step: train.offload moves the buffers the graphs address, "
-                                          "so they are dropped at every offload" if t.offload else "")
+                                          "so they are dropped at every offload" if offload else "")
                      + "; a new shape runs eagerly")
     engines = needs_rollout(cfg)  # algo.loss_type=sft_loss: the trainer alone, no engine is placed
     if not engines:
@@ -200,9 +207,6 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "started (rollout.* sampling settings are unused)")
     placement = trainer_slots(cfg) + engine_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
-    from rlrun.config.cost import predict
-    from rlrun.config.memory import estimate, lean_state_hint
-    from rlrun.config.params import count_params
 
     params, mem = count_params(cfg.model), estimate(cfg)
     notes += list(mem.notes)
@@ -223,7 +227,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         samples_per_dp_rank=per_rank, micro_batches_per_step=micro,
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
-        offload_train=t.offload, offload_rollout=r.offload, weight_sync=weight_sync(cfg),
+        offload_train=offload, offload_why=offload_why, offload_rollout=r.offload, weight_sync=weight_sync(cfg),
         weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},

@@ -22,6 +22,11 @@ def summary_lines(plan: Plan) -> list[str]:
         f"batch: {plan.prompts_per_rollout} prompts x {n} samples = {plan.samples_per_rollout} = "
         f"{plan.global_batch_size} x {plan.steps_per_rollout} (global batch x optimizer steps per rollout)",
         f"steps: {plan.num_rollout} rollouts x {plan.steps_per_rollout} = {plan.total_steps} optimizer steps",
+        f"offload: trainer {'offloaded (pinned host memory, async copies)' if plan.offload_train else 'resident'}, "
+        "engines "
+        + (("release only their KV cache" if not plan.offload_train else "release weights + KV cache")
+           + " for training" if plan.offload_rollout and plan.colocate else "keep their memory")
+        + (f" ({plan.offload_why})" if plan.offload_why else ""),
         f"params: {_b(plan.params_total)} total, {_b(plan.params_active)} active; memory peak "
         f"{_gib(plan.memory_gib.get('peak', 0))} of {_gib(plan.memory_gib.get('available', 0))} per GPU "
         f"({'fits' if plan.fits else 'DOES NOT FIT'})",

@@ -75,7 +75,7 @@ class ClusterSection(Section):
 
 
 class HardwareDefaults(Section):
-    offload_train: bool
+    offload_train: Optional[bool]                   # null = auto (rlrun.config.memory.trainer_offload)
     offload_rollout: bool
     gradient_accumulation_fusion: bool
 
@@ -86,6 +86,7 @@ class HardwareSection(Section):
     gpus_per_node: PosInt
     memory_gib: PosFloat
     peak_bf16_tflops: PosFloat
+    fp8: bool                                 # FP8 (e4m3) matrix units: engines may serve FP8 weights (rollout.fp8)
     env: dict[str, Union[str, int, float, bool]]  # stringified below: `+hardware.env.X=1` parses as an int
     defaults: HardwareDefaults
 
@@ -156,6 +157,7 @@ class CheckpointSection(Section):
     save: Optional[str]        # null = {run dir}/checkpoints (decided when the run dir exists)
     save_interval: Optional[PosInt]
     keep_last: Optional[PosInt]   # null = keep every checkpoint (slime's and Megatron's behaviour)
+    async_save: bool              # snapshot to host, write in the background (rlrun.train.async_save)
 
 
 class ParallelismSection(Section):
@@ -177,7 +179,9 @@ class TrainSection(Section):
     num_nodes: PosInt
     gpus_per_node: PosInt
     colocate: bool
-    offload: bool                                   # derived from hardware.defaults.offload_train
+    # derived from hardware.defaults.offload_train; null = auto: resident when trainer and engines fit on a GPU
+    # together, else offloaded (rlrun.config.memory.trainer_offload; the plan's offload_train says which and why)
+    offload: Optional[bool]
     global_batch_size: PosInt                 # derived from the batch identity
     num_steps_per_rollout: PosInt             # derived from the batch identity
     micro_batch_size: PosInt
@@ -224,6 +228,8 @@ class RolloutSection(Section):
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
     mask_offpolicy_in_partial_rollout: bool
+    routing_replay: bool                      # R3: the engines' routed experts replayed in the trainer's MoE layers
+    fp8: bool                                 # engines serve block-wise FP8 e4m3 weights, the trainer keeps bf16
     generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
     rollout_fn: Optional[str]                 # slime:<module>:<fn>, slime's rollout function (rlrun.agent.slime_rollout)
     async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer

@@ -98,6 +98,10 @@ def export_config(overrides: Sequence[str], config_dir: Any = None) -> str:
     """Compose + validate like `rlrun plan` does, then render. Raises rlrun.config.ConfigError."""
     from rlrun.config import load
 
+    from rlrun.config.memory import trainer_offload
+
     cfg = load(list(overrides), config_dir)
     shown = " ".join(["rlrun export slime", *overrides]).strip()
-    return render_script(cfg.model_dump(mode="python"), source=shown)
+    raw = cfg.model_dump(mode="python")
+    raw["train"]["offload"] = trainer_offload(cfg)[0]  # slime has no auto: the plan's decision (--offload-train)
+    return render_script(raw, source=shown)

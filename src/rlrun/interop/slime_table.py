@@ -178,6 +178,8 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
     Row("rollout.mask_offpolicy_in_partial_rollout", "--mask-offpolicy-in-partial-rollout", "ROLLOUT_ARGS", "true",
         default=False),
+    # R3 (slime/utils/arguments.py; scripts/low_precision/run-qwen3-30b-a3b-fp8.sh lists it with SGLANG_ARGS)
+    Row("rollout.routing_replay", "--use-rollout-routing-replay", "SGLANG_ARGS", "true", default=False),
     # train_async.py's flags (slime writes them on the launch line of its async examples)
     Row("rollout.async_buffer_size", "--async-buffer-size", LAUNCH, type=int, default=1),
     Row("rollout.update_weights_interval", "--update-weights-interval", LAUNCH, type=int, default=1),
@@ -351,6 +353,9 @@ NO_FLAG: dict[str, str] = {
     "exported as --hf-checkpoint); slime names the checkpoint only",
     "checkpoint.keep_last": "slime (Megatron's save) keeps every checkpoint it writes; the import leaves it null "
     "(keep all)",
+    "checkpoint.async_save": "rlrun's trainer writes its own checkpoint format in the background (rlrun.train."
+    "async_save); Megatron-LM's --async-save is for its torch_dist format, left to slime's defaults; the import "
+    "keeps rlrun's default",
     "cluster.num_nodes": "the Ray cluster is started outside slime (`ray start`); the import sizes it from the "
     "launch flags (slime_import.cluster_nodes)",
     "cluster.cpus_per_node": "sizes rlrun's own Slurm/KubeRay launchers (`rlrun export slurm|kuberay`)",
@@ -360,6 +365,7 @@ NO_FLAG: dict[str, str] = {
     "hardware.vendor": "implied by the env exports (HIP_* on ROCm)",
     "hardware.memory_gib": "used by rlrun's memory plan only",
     "hardware.peak_bf16_tflops": "used by rlrun's plan (MFU) only",
+    "hardware.fp8": "a capability rlrun's rules read (rollout.fp8); slime has no flag",
     "hardware.defaults.offload_train": "exported as the resolved --offload-train",
     "hardware.defaults.offload_rollout": "exported as the resolved --offload-rollout",
     "hardware.defaults.gradient_accumulation_fusion": "exported as the resolved gradient-accumulation fusion",
@@ -387,6 +393,8 @@ NO_FLAG: dict[str, str] = {
     "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
     "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
     "debug.profile_engines": "slime has no engine-profile flag",
+    "rollout.fp8": "slime has no flag: its FP8 rollout is an FP8 --hf-checkpoint that SGLang loads (scripts/"
+    "low_precision/run-qwen3-4b-fp8.sh); rlrun refuses the key until its push is wired (docs/rollout.md)",
     "rollout.max_turns": "slime has no flag: a custom generate function keeps its own (examples/search-r1: "
     "SEARCH_R1_CONFIGS['max_turns']); rlrun passes it to slime-form functions as args.max_turns",
     "rollout.tool_timeout_s": "slime has no tool runner; its generate functions time their own tools",

@@ -20,7 +20,7 @@ def resume(p: Parts) -> int:
     # Fresh start: the engines loaded the trainer's init (verified, pushed only if they differ,
     # e.g. a bf16 export from the megatron backend). Resumed: the checkpoint's weights are pushed.
     p.weights.sync(version=start, only_if_stale=state is None)
-    if p.cfg.train.offload:
+    if p.plan.offload_train:
         p.trainer.offload()  # the first rollout's engines get the GPU to themselves
     p.metrics.open(start)
     p.invariants.resume(start)  # resume_trains: a resume that would train nothing stops here
@@ -39,7 +39,8 @@ def train(p: Parts, kept: list, version: int, t, push: bool = True) -> tuple[dic
     push=False: none this step); with offload the engines and the trainer swap GPU memory
     around it. Returns (the mean train metrics, trained tokens)."""
     cfg, plan = p.cfg, p.plan
-    batch = steps.to_train_batch(kept, mask_offpolicy=cfg.rollout.mask_offpolicy_in_partial_rollout)
+    batch = steps.to_train_batch(kept, mask_offpolicy=cfg.rollout.mask_offpolicy_in_partial_rollout,
+                                 routing_replay=cfg.rollout.routing_replay)
     with p.offload.training(version=version, timer=t, push=push), profiled(p, version - 1):
         # 4. log-probs for the importance ratio and the KL term, values for GAE. Old-policy
         # log-probs differ from the live ones only after the first optimizer step of a rollout,

@@ -23,12 +23,23 @@ def offpolicy_mask(sample) -> list[int]:
     return [int(num(v) == last) for v in sample.token_versions]  # inserted tokens are masked already
 
 
-def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
+def routed_experts_tensor(sample) -> torch.Tensor:
+    """A sample's RoutedExperts as int32 [rows, num_layers, top_k] (rollout.routing_replay)."""
+    r = sample.routed_experts
+    if r is None:
+        raise ValueError(f"rollout.routing_replay is on but the sample of group {sample.group_id} has no routed "
+                         "experts (a generate function must pass Generated.routed_experts to append_tokens)")
+    data = torch.frombuffer(bytearray(r.data), dtype=torch.int32) if r.data else torch.zeros(0, dtype=torch.int32)
+    return data.reshape(r.rows, r.num_layers, r.top_k)
+
+
+def to_train_batch(samples: list, mask_offpolicy: bool = False, routing_replay: bool = False) -> TrainBatch:
     """mask_offpolicy: tokens of an older policy version are left out of the loss through
     TrainBatch.offpolicy_mask (the trainer folds it into the loss mask and reports the share it removed,
-    train/offpolicy_maskfrac)."""
+    train/offpolicy_maskfrac). routing_replay: the samples' routed experts go to TrainBatch.routed_experts."""
     off = [torch.tensor(offpolicy_mask(s), dtype=torch.float32) for s in samples] if mask_offpolicy else None
     return TrainBatch(
+        routed_experts=[routed_experts_tensor(s) for s in samples] if routing_replay else None,
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
         loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],

@@ -19,7 +19,8 @@ class Offload:
         be older than the others' afterwards), and the sync includes them.
         Offload (docs/runner.md): colocated with rollout.offload, the engines lend the trainer
         their GPU memory for the block and get it back around the weight push, in the order
-        SGLang needs (docs/rollout.md); with train.offload the trainer holds the GPU only here:
+        SGLang needs (docs/rollout.md); with the trainer offloaded (plan.offload_train: train.offload, or auto from
+        the memory estimate) the trainer holds the GPU only here:
             [pause, release weights+kv_cache+cuda_graph] [trainer onload] -> block
             from memory (IPC, NCCL): -> [resume weights] -> push + verify -> [trainer offload]
             a file (disk):           -> export -> [trainer offload] [resume weights] -> push + verify
@@ -29,16 +30,21 @@ class Offload:
         timed as time/offload_s, export and push as time/weight_sync_s. An error in the block
         leaves the engines released: the run is going down, and teardown stops them.
         SGLang does not keep released weights (they read back as garbage after a resume), so a
-        block without a push (async's update_weights_interval) releases only kv_cache+cuda_graph."""
+        block without a push (async's update_weights_interval) releases only kv_cache+cuda_graph.
+        A resident trainer (the plan found trainer and engines fit together) never moves, and the lent engines
+        release only their KV cache: their weights stay and take the push where they are:
+            [pause, release kv_cache] -> block -> push + verify -> [resume kv_cache, continue]"""
         lend = self.cfg.train.colocate and self.cfg.rollout.offload
-        swap = self.cfg.train.offload
+        swap = self.plan.offload_train
+        keep = lend and not swap  # the engines keep weights and graphs: only the KV cache makes room
         disk = TRANSPORTS[self.plan.weight_sync].file and push  # a file transport: the trainer leaves first
         self.engines.defer_restarts()
         if lend or swap:
             with timer("offload"):
                 if lend:
                     self.engines.pause("abort")  # release needs idle engines (the rollout is over)
-                    self.engines.release_memory(None if push else ["kv_cache", "cuda_graph"])  # None = all
+                    self.engines.release_memory(["kv_cache"] if keep else None if push
+                                                else ["kv_cache", "cuda_graph"])  # None = all
                 if swap:
                     self.trainer.onload()
         yield
@@ -46,11 +52,11 @@ class Offload:
         if disk:
             with timer("weight_sync"):
                 want = self.weights.export()
-        if (swap and (disk or not push)) or lend:
+        if (swap and (disk or not push)) or (lend and push and not keep):
             with timer("offload"):
                 if swap and (disk or not push):
                     self.trainer.offload()
-                if lend and push:
+                if lend and push and not keep:
                     self.engines.resume_memory(["weights"])  # SGLang loads the update into these
         if push:
             with timer("weight_sync"):
@@ -61,5 +67,5 @@ class Offload:
                 if swap and push and not disk:
                     self.trainer.offload()
                 if lend:
-                    self.engines.resume_memory(["kv_cache", "cuda_graph"])
+                    self.engines.resume_memory(["kv_cache"] if keep else ["kv_cache", "cuda_graph"])
                     self.engines.continue_generation()

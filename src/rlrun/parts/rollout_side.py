@@ -18,6 +18,7 @@ from rlrun.metrics import BOARD
 from rlrun.parts import sampling as steps
 from rlrun.launch.env import runtime_env
 from rlrun.rollout.engines.group import EngineGroup
+from rlrun.rollout.client import routing_shape
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 from rlrun.rollout.router import Router
 from rlrun.train.profile import trace_path
@@ -73,7 +74,9 @@ class RolloutSide:
         fn = getattr(self.generate_fn, "for_evaluation", self.generate_fn) if evaluation else self.generate_fn
         out, counts = generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
                                        tokenizer=self.tokenizer, versions=self.versions,
-                                       partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
+                                       partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir,
+                                       routing_shape=None if evaluation else routing_shape(self.cfg),
+                                       engine_urls=lambda: self.engines.urls)
         if self.slime_reward is not None:  # slime's generate_and_rm scores right after generating
             self.slime_reward(out)
         return out, counts

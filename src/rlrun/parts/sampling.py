@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlrun.data import PromptDataset, make_group, reward_std_nonzero
 from rlrun.data.toy import write_toy_jsonl
-from rlrun.reward import score_batch
+from rlrun.reward.scoring import RewardError, score_batch
 from rlrun.rollout.generate_api import load_object
 
 TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cycled by data.num_epochs
@@ -50,8 +50,6 @@ def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) ->
 
 def every_sample_failed(rm_type: str, todo: list, failures: list[tuple[int, str]]):
     """The RewardError of a batch whose every sample failed: the first error and the sample it failed on."""
-    from rlrun.reward import RewardError
-
     i, why = failures[0]
     s = todo[i]
     return RewardError(

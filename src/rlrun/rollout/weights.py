@@ -46,19 +46,84 @@ def serialize_ipc(named: list[tuple[str, torch.Tensor]]) -> tuple[str, list[torc
     # CPU storages travel by shm file name; the default fd strategy needs the two processes to
     # share a multiprocessing authkey, which a trainer and an engine server never do. The strategy
     # is read while pickling only, so the process-wide setting is restored right after.
+    shared = [(n, t.detach() if t.is_cuda else t.detach().clone()) for n, t in named]
+    return _ipc_pickle(shared, any(t.is_cuda for _, t in shared)), [t for _, t in shared]
+
+
+def _ipc_pickle(obj, cuda: bool) -> str:
+    """base64 of a ForkingPickler pickle of obj: CPU storages as shared-memory files, CUDA ones as IPC
+    handles naming their GPU by UUID."""
+    import torch.multiprocessing as tmp
+    from multiprocessing.reduction import ForkingPickler
+
+    # CPU storages travel by shm file name; the default fd strategy needs the two processes to
+    # share a multiprocessing authkey, which a trainer and an engine server never do. The strategy
+    # is read while pickling only, so the process-wide setting is restored right after.
     previous = tmp.get_sharing_strategy()
     tmp.set_sharing_strategy("file_system")
     try:
-        shared = [(n, t.detach() if t.is_cuda else t.detach().clone()) for n, t in named]
         buf = io.BytesIO()
         pickler = ForkingPickler(buf)
-        if any(t.is_cuda for _, t in shared):
+        if cuda:
             for cls in (torch.Tensor, torch.nn.Parameter):  # this pickler only: torch stays unpatched
                 pickler.dispatch_table[cls] = _reduce_tensor_by_uuid
-        pickler.dump(shared)
+        pickler.dump(obj)
     finally:
         tmp.set_sharing_strategy(previous)
-    return base64.b64encode(buf.getvalue()).decode("ascii"), [t for _, t in shared]
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+FLAT_ALIGN = 16  # bytes: every tensor of a flattened IPC bucket starts at a multiple (a dtype view needs it)
+
+
+def flatten_named(named: list[tuple[str, torch.Tensor]], align: int = FLAT_ALIGN) -> tuple[torch.Tensor, list]:
+    """A bucket as SGLang's FlattenedTensorBucket holds it (sglang/srt/weight_sync/tensor_bucket.py, 0.5.16): one
+    uint8 buffer on the tensors' device and, per tensor, metadata with the attributes SGLang's
+    _update_weights_from_flattened_bucket reads (name, shape, dtype, start_idx, end_idx, numel; numel counts
+    bytes). Each tensor starts at a multiple of `align` bytes (SGLang slices [start_idx:end_idx] and views it
+    as the dtype, which needs an aligned offset; the gaps are never read). The metadata are
+    types.SimpleNamespace, which SGLang's SafeUnpickler admits (its "types." prefix) and which needs no sglang
+    in the sender's process."""
+    from types import SimpleNamespace
+
+    if not named:
+        raise ValueError("an empty bucket cannot be flattened")
+    meta, start = [], 0
+    for name, t in named:
+        n = t.numel() * t.element_size()
+        meta.append(SimpleNamespace(name=name, shape=torch.Size(t.shape), dtype=t.dtype, start_idx=start,
+                                    end_idx=start + n, numel=n))
+        start += -(-n // align) * align
+    flat = torch.empty(start, dtype=torch.uint8, device=named[0][1].device)
+    for m, (_, t) in zip(meta, named):
+        if m.numel:
+            flat[m.start_idx:m.end_idx].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+    return flat, meta
+
+
+def unflatten_named(flat: torch.Tensor, metadata: list) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) views of a flattened bucket (flatten_named's, or SGLang's FlattenedTensorBucket's)."""
+    out = []
+    for m in metadata:
+        dtype, shape = m.dtype, torch.Size(m.shape)
+        want = math.prod(shape) * dtype.itemsize
+        if not 0 <= m.start_idx <= m.end_idx <= flat.numel() or m.end_idx - m.start_idx != want:
+            raise ValueError(f"flattened bucket: {m.name!r} ({dtype}, {tuple(shape)}: {want} bytes) claims bytes "
+                             f"[{m.start_idx}, {m.end_idx}) of a {flat.numel()}-byte buffer")
+        part = flat[m.start_idx:m.end_idx]
+        if m.start_idx % dtype.itemsize:
+            part = part.clone()  # a view needs an offset aligned to the element size
+        out.append((m.name, part.view(dtype).reshape(shape)))
+    return out
+
+
+def serialize_ipc_flattened(named: list[tuple[str, torch.Tensor]]) -> tuple[str, list[torch.Tensor]]:
+    """A bucket as SGLang's /update_weights_from_tensor payload with load_format="flattened_bucket": the pickle
+    of {"flattened_tensor": one uint8 buffer, "metadata": [...]} (flatten_named), so the engine opens one CUDA
+    IPC handle (one shared-memory file on the CPU) per bucket instead of one per tensor. Returns (payload,
+    keepalive) as serialize_ipc does; the buffer is a copy, so the caller's tensors stay private."""
+    flat, meta = flatten_named(named)
+    return _ipc_pickle({"flattened_tensor": flat, "metadata": meta}, flat.is_cuda), [flat]
 
 
 # A CUDA IPC handle names its GPU by index, which means another GPU in a process with a different
@@ -110,10 +175,11 @@ class _WeightsUnpickler(pickle.Unpickler):
 
     ALLOWED = ("builtins.", "collections.", "copyreg.", "torch.", "multiprocessing.reduction.",
                "multiprocessing.resource_sharer.")
+    ALLOWED_CLASSES = {("types", "SimpleNamespace")}  # a flattened bucket's metadata (flatten_named)
 
     def find_class(self, module, name):
         if (module, name) in {("builtins", "eval"), ("builtins", "exec"), ("builtins", "compile")} \
-                or not (module + ".").startswith(self.ALLOWED):
+                or not ((module + ".").startswith(self.ALLOWED) or (module, name) in self.ALLOWED_CLASSES):
             raise pickle.UnpicklingError(f"weight payload refers to {module}.{name}, which is not allowed")
         if (module, name) == ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"):
             return _rebuild_cuda_tensor_by_uuid  # accepts an index (unpatched senders) or a UUID
@@ -123,15 +189,22 @@ class _WeightsUnpickler(pickle.Unpickler):
 def deserialize_named_tensors(payload: str, load_format: str | None) -> list[tuple[str, torch.Tensor]]:
     if load_format == FILE_LOAD_FORMAT:
         return torch.load(payload, map_location="cpu", weights_only=True)
-    if load_format is not None:
+    if load_format not in (None, FLATTENED_BUCKET):
         raise ValueError(f"load_format={load_format!r} is not supported by the hf engine (None: SGLang's "
-                         f"IPC pickle or base64 torch.save bytes, {FILE_LOAD_FORMAT!r}: a local file path)")
+                         f"IPC pickle or base64 torch.save bytes, {FLATTENED_BUCKET!r}: SGLang's flattened "
+                         f"IPC bucket, {FILE_LOAD_FORMAT!r}: a local file path)")
     data = base64.b64decode(payload)
-    if data[:4] == b"PK\x03\x04":  # torch.save's zip container
+    if load_format is None and data[:4] == b"PK\x03\x04":  # torch.save's zip container
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     import torch.multiprocessing as _reductions  # noqa: F401 - registers the rebuild functions the pickle names
 
-    return _WeightsUnpickler(io.BytesIO(data)).load()
+    obj = _WeightsUnpickler(io.BytesIO(data)).load()
+    if load_format == FLATTENED_BUCKET:
+        if not isinstance(obj, dict) or not {"flattened_tensor", "metadata"} <= set(obj):
+            raise ValueError(f"a {FLATTENED_BUCKET!r} payload is a dict with flattened_tensor and metadata "
+                             f"(SGLang's FlattenedTensorBucket); got {type(obj).__name__}")
+        return unflatten_named(obj["flattened_tensor"], obj["metadata"])
+    return obj
 
 
 def buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+from rlrun.train.async_save import BackgroundWriter
+
 
 @dataclass
 class TrainBatch:
@@ -23,6 +25,9 @@ class TrainBatch:
     and the value targets; a train_step batch with `returns` also trains the critic.
     offpolicy_mask: optional per response token, 1 = keep (rollout.mask_offpolicy_in_partial_rollout
     fills it): applied like the loss mask, everywhere (TrainBatch.trained_mask).
+    routed_experts: optional (rollout.routing_replay) per sample, int32 [rows, num_layers, top_k]: the experts
+    the engine routed each position of `tokens` to (rows = len(tokens) - 1: the last token has none; the
+    trainer routes positions without a row itself); the actor's forwards replay them.
     """
 
     tokens: list[torch.Tensor]
@@ -35,6 +40,7 @@ class TrainBatch:
     values: list[torch.Tensor] | None = None
     returns: list[torch.Tensor] | None = None
     offpolicy_mask: list[torch.Tensor] | None = None
+    routed_experts: list[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -132,3 +138,25 @@ class TrainerBackend(abc.ABC):
     @abc.abstractmethod
     def load(self, path: str) -> None:
         """Restore what `save` wrote."""
+
+    def save_async(self, path: str) -> None:
+        """checkpoint.async_save: what `save` writes, snapshot into host memory now and written by a background
+        thread (rlrun.train.async_save) while training goes on; save_done() says when the files are complete.
+        This default saves synchronously."""
+        self.save(path)
+
+    def save_done(self) -> bool:
+        """Whether the latest save_async's files are complete (raises the background write's error)."""
+        return self.checkpoint_writer.done()
+
+    def wait_save(self) -> None:
+        """Blocks until the latest save_async's files are complete (raises the background write's error)."""
+        self.checkpoint_writer.wait()
+
+    @property
+    def checkpoint_writer(self) -> BackgroundWriter:
+        writer = self.__dict__.get("_checkpoint_writer")
+        if writer is None:
+            writer = self.__dict__["_checkpoint_writer"] = BackgroundWriter(
+                f"checkpoint-writer rank {getattr(self, 'rank', 0)}")
+        return writer

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from rlrun.algo import AlgoParams, compute_loss
 from rlrun.algo.token_stats import linear_logp_entropy
 from rlrun.train import offload as off
+from rlrun.train.async_save import host_copy
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches
 from rlrun.train.dist import barrier, join_process_group
@@ -114,10 +115,12 @@ class MegatronBackend(TrainerBackend):
             join_process_group(master_addr, master_port, self.rank, self.world, self.device)
         cfg = self.cfg
         mm.init_parallel(cfg.parallelism, cfg.run.seed, moe=cfg.model.moe is not None)
-        self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train)
+        self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train,
+                                             routing_replay=cfg.rollout.routing_replay)
         self.layer_offset = get_transformer_layer_offset(self.tconfig)
         self.tp_size = ps.get_tensor_model_parallel_world_size()
         self.tp_group = ps.get_tensor_model_parallel_group()
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
         self.dp_size = ps.get_data_parallel_world_size()
         self.is_last = ps.is_pipeline_last_stage()
         # SP splits the packed row over TP ranks: its length must divide by TP.
@@ -159,6 +162,9 @@ class MegatronBackend(TrainerBackend):
                 for group in inner.optimizer.param_groups:
                     group["fused"], group["foreach"] = True, False
             self._install_fused_adam()
+        # rollout.routing_replay: the actor's routers (the reference's and the teacher's route themselves)
+        from rlrun.train.megatron.routing import replay_routers
+        self.replay_routers = replay_routers(self.model) if cfg.rollout.routing_replay else []
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
@@ -261,6 +267,7 @@ class MegatronBackend(TrainerBackend):
         """A frozen model of model.*'s architecture from an HF dir or a Megatron torch_dist folder (the teacher;
         slime's --opd-teacher-load is a torch_dist folder)."""
         from rlrun.config.torch_dist import dist_checkpoint_dir
+        from rlrun.train.megatron import model as mm  # megatron-core: imported where used (the package docstring)
 
         gpt = mm.build_gpt(self.cfg.model, self.tconfig).to(self.device).eval()
         if dist_checkpoint_dir(path):
@@ -278,8 +285,15 @@ class MegatronBackend(TrainerBackend):
     # -- forward ----------------------------------------------------------------------------
     def _micro_batches(self, batch: TrainBatch, max_tokens: int):
         from rlrun.train.megatron.packing import pack
+        from rlrun.train.megatron.routing import packed_replay_ids
         groups = micro_batches(self.cfg.train, [int(x.numel()) for x in batch.tokens], max_tokens)
-        return [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
+        mbs = [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
+        if self.replay_routers and batch.routed_experts is not None:
+            for mb in mbs:
+                mb.replay_ids = packed_replay_ids([batch.routed_experts[i] for i in mb.index],
+                                                  [int(batch.tokens[i].numel()) for i in mb.index],
+                                                  int(mb.tokens.shape[1]), self.cfg.model.moe.top_k).to(self.device)
+        return mbs
 
     # The last stage's output is the final hidden states, not logits: megatron-core's
     # output_processor hook hands them over before its output layer, and the response rows'
@@ -358,15 +372,23 @@ class MegatronBackend(TrainerBackend):
     def _run(self, model, mbs, loss_fn, forward_only: bool):
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        from rlrun.train.megatron.routing import clear_replay, set_replay
+
         def forward_step(data_iter, m):
             mb = next(data_iter)
+            if mb.replay_ids is not None and model is self.model:  # routing replay: this micro-batch's ids
+                sp = self.tconfig.sequence_parallel
+                set_replay(self.replay_routers, mb.replay_ids, self.tp_rank if sp else 0, self.tp_size if sp else 1)
             out = m(mb.tokens, mb.position_ids, attention_mask=None, packed_seq_params=mb.packed_seq_params(),
                     output_processor=self._hidden_for_output)
             return out, partial(loss_fn, mb)
 
-        return get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter(mbs), model=[model], num_microbatches=len(mbs),
-            seq_length=max(int(mb.tokens.shape[1]) for mb in mbs), micro_batch_size=1, forward_only=forward_only)
+        try:
+            return get_forward_backward_func()(
+                forward_step_func=forward_step, data_iterator=iter(mbs), model=[model], num_microbatches=len(mbs),
+                seq_length=max(int(mb.tokens.shape[1]) for mb in mbs), micro_batch_size=1, forward_only=forward_only)
+        finally:
+            clear_replay(self.replay_routers)
 
     def _to_all_stages(self, obj):
         """Results exist on the last PP stage; every rank of the pipeline returns them."""
@@ -510,23 +532,42 @@ class MegatronBackend(TrainerBackend):
         weights and Adam state. megatron-core's own save_parameter_state does not round-trip with
         torch's AdamW (its per-param 'step' is missing from the saved state, KeyError on load), so
         the shards are saved as they are: resuming needs the same parallel layout (resume=auto)."""
+        self._snapshot(Path(path))()
+        barrier(self.device)
+
+    def save_async(self, path: str) -> None:
+        """What save writes, snapshot into host memory now (the weights' gather is a collective, as in save) and
+        written by this rank's background writer while training goes on."""
+        self.checkpoint_writer.wait()  # one snapshot in host memory at a time
+        self.checkpoint_writer.start(self._snapshot(Path(path)))
+
+    def _snapshot(self, out: Path):
+        """Host copies of this rank's share of a checkpoint (rank 0: the HF weights; every rank: its optimizer
+        shard), taken now; returns the function that writes them under `out`."""
         from safetensors.torch import save_file
-        out = Path(path)
+
         was_offloaded = self.offloaded
-        weights = self.state_dict_for_sync()  # onloads
+        weights = self.state_dict_for_sync()  # onloads; a collective
         if self.rank == 0:
-            (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
             if self.cfg.model.tie_word_embeddings:
                 weights.pop("lm_head.weight")  # HF checkpoints of tied models store embed_tokens only
-            save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
-        barrier(self.device)
-        shards = [{"state": o.optimizer.state_dict(),
-                   "main": [p.detach().cpu() for g in o.optimizer.param_groups for p in g["params"]]}
-                  for o in self._inner_optimizers()]
-        torch.save({"shards": shards, "step": self.step, "world": self.world}, out / _OPTIM.format(rank=self.rank))
-        barrier(self.device)
+            weights = host_copy(weights)
+        shards = host_copy([{"state": o.optimizer.state_dict(),
+                             "main": [p for g in o.optimizer.param_groups for p in g["params"]]}
+                            for o in self._inner_optimizers()])
+        state = {"shards": shards, "step": self.step, "world": self.world}
         if was_offloaded:
             self.offload()
+        rank = self.rank
+
+        def write() -> None:
+            out.mkdir(parents=True, exist_ok=True)
+            if rank == 0:
+                (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
+                save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
+            torch.save(state, out / _OPTIM.format(rank=rank))
+
+        return write
 
     @torch.no_grad()
     def load(self, path: str) -> None:

@@ -109,13 +109,17 @@ def _paused(urls: list[str], pool: ThreadPoolExecutor, resume: bool = True,
         list(pool.map(lambda url: _post(url, "/continue_generation", {}, timeout_s), urls))
 
 
-def _payload(bucket: list, transport: str) -> tuple[str, list]:
+def _payload(bucket: list, transport: str, load_format: str | None = None) -> tuple[str, list]:
     """A bucket's /update_weights_from_tensor payload, plus what must stay alive until the engines
-    answered (IPC payloads map the sender's memory)."""
+    answered (IPC payloads map the sender's memory). load_format "flattened_bucket" (ipc only): one buffer and
+    one handle for the whole bucket (SGLang's FlattenedTensorBucket form); None: one handle per tensor."""
+    if load_format not in (None, W.FLATTENED_BUCKET) or (load_format is not None and transport != "ipc"):
+        raise ValueError(f"load_format={load_format!r} with transport {transport!r}: only the ipc transport has a "
+                         f"{W.FLATTENED_BUCKET!r} form")
     if transport == "serialized":
         return W.serialize_named_tensors(bucket), []
     if transport == "ipc":
-        return W.serialize_ipc(bucket)
+        return W.serialize_ipc_flattened(bucket) if load_format else W.serialize_ipc(bucket)
     raise ValueError(f"weight transport {transport!r} unknown: serialized | ipc")
 
 
@@ -125,31 +129,42 @@ Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before 
 def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
                  bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
                  pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
-                 flush_cache: bool = True) -> int:
+                 flush_cache: bool = True, load_format: str | None = None) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
     (in_place) and continue; returns the bytes pushed (per engine).
 
-    One bucket at a time: `prepare` (the trainer: move it to its GPU, fingerprint it there), one
-    payload, one request per engine, then the next bucket, so at most one bucket is staged. The
+    Bucket by bucket: `prepare` (the trainer: move it to its GPU, fingerprint it there), one payload
+    (load_format="flattened_bucket": one buffer and one IPC handle per bucket, _payload), one request per engine.
+    The next bucket is staged while the engines load the previous one (double buffering: at most two buckets are
+    staged; a bucket's memory is released once every engine answered for it). The
     last bucket carries `version` and flush_cache: engines tag samples with the new version only
     once the whole state is in. copies: payloads per request (SGLang wants one per TP rank).
     resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
     (a timeout names the bucket and the engine). flush_cache=False: requests may be running (paused in place, the
     async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler."""
     parts = list(W.buckets(named, bucket_bytes))
+    how = f"{transport} push" + (f", load_format={load_format}" if load_format else "")
+
+    def stage(i: int) -> tuple[list, str, list]:
+        bucket = prepare(parts[i]) if prepare else parts[i]
+        return (bucket, *_payload(bucket, transport, load_format))
+
     nbytes = 0
     with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
-        for i, bucket in enumerate(parts):
-            bucket = prepare(bucket) if prepare else bucket
-            payload, keepalive = _payload(bucket, transport)
+        staged = stage(0) if parts else None
+        for i in range(len(parts)):
+            bucket, payload, keepalive = staged
             last = i == len(parts) - 1
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
-                                                       flush_cache=last and flush_cache)
+                                                       load_format=load_format, flush_cache=last and flush_cache)
             posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
-            _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
-                                              f"{len(bucket)} tensors from {bucket[0][0]}; {transport} push)", posts)
+            try:
+                staged = None if last else stage(i + 1)  # while the engines load bucket i
+            finally:  # even when staging failed: the engines may still be reading bucket i
+                _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} "
+                                                  f"MiB, {len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
             nbytes += _nbytes(bucket)
-            del keepalive, bucket  # every engine has copied it: free it before staging the next one
+            del keepalive, bucket, payload  # every engine has copied it: free it
     return nbytes
 
 
@@ -169,6 +184,7 @@ class EngineGroup:
         self._named: list | None = None  # latest from_tensor state (HF names), replayed on restart
         self._transport = "serialized"
         self._bucket_bytes = 256 << 20
+        self._load_format: str | None = None
         self._disk_path: str | None = None  # or the latest checkpoint dir pushed from disk
         self._failures = [0] * len(self.engines)
         self._failed_restarts = [0] * len(self.engines)
@@ -211,20 +227,24 @@ class EngineGroup:
         self._pool.shutdown(wait=False)
 
     # ------------------------------------------------------------------ weights
-    def _push(self, urls: list[str], named: list, version: str, transport: str, bucket_bytes: int) -> None:
-        push_tensors(urls, named, version, transport=transport, bucket_bytes=bucket_bytes, pool=self._pool)
+    def _push(self, urls: list[str], named: list, version: str, transport: str, bucket_bytes: int,
+              load_format: str | None = None) -> None:
+        push_tensors(urls, named, version, transport=transport, bucket_bytes=bucket_bytes, pool=self._pool,
+                     load_format=load_format)
 
     def update_weights_from_tensor(self, named: list[tuple[str, "object"]], version: str,
-                                   bucket_bytes: int = 256 << 20, transport: str = "serialized") -> None:
+                                   bucket_bytes: int = 256 << 20, transport: str = "serialized",
+                                   load_format: str | None = None) -> None:
         """Pushes a full state (HF names) to every engine, bucketed, between pause and continue.
 
         transport "serialized": bytes in the HTTP body (any host); "ipc": SGLang's own payload
-        (shared memory / CUDA IPC, engines on this host: the colocated mode). The state is kept
-        for restarts: do not modify `named` in place afterwards (pass copies)."""
+        (shared memory / CUDA IPC, engines on this host: the colocated mode; load_format="flattened_bucket": one
+        buffer per bucket). The state is kept for restarts: do not modify `named` in place afterwards (pass
+        copies)."""
         with self._lock:
-            self._push(self.urls, named, str(version), transport, bucket_bytes)
+            self._push(self.urls, named, str(version), transport, bucket_bytes, load_format)
             self._named, self._disk_path, self.weight_version = named, None, str(version)
-            self._transport, self._bucket_bytes = transport, bucket_bytes
+            self._transport, self._bucket_bytes, self._load_format = transport, bucket_bytes, load_format
 
     def _engines(self, urls: list[str] | None = None) -> list:
         if urls is None:
@@ -365,7 +385,8 @@ class EngineGroup:
                 if self.resync is not None:
                     self.resync(new.url)
                 elif self._named is not None:
-                    self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes)
+                    self._push([new.url], self._named, self.weight_version, self._transport, self._bucket_bytes,
+                               self._load_format)
                 elif self._disk_path is not None:
                     new.load_weights(self._disk_path, self.weight_version)
             except Exception:

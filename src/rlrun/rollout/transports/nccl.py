@@ -26,15 +26,17 @@ def rules(cfg) -> Iterator[Problem]:
 
 def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepare, copies: int = 1,
          backend: str = "nccl", resume: bool = True, timeout_s: float = 180.0, engine_env: dict | None = None,
-         flush_cache: bool = True, keep: dict | None = None) -> int:
+         flush_cache: bool = True, keep: dict | None = None, flattened: bool = True) -> int:
     """Trainer end: a group {trainer rank 0, every engine's ranks} (master = this node's IP, a free port), one
     broadcast per bucket while every engine receives it (engine end: its /update_weights_from_distributed).
     keep: this rank's state across pushes, where the group stays (BroadcastGroup: rebuilt only when the engines
     change, dropped after a failure; building one cost ~1 s per push on two H200s); None: a group for this push
     only. Each step is bounded by timeout_s; engine_env: the engines' NCCL settings, which this rank must share
-    (group.check_nccl_env)."""
+    (group.check_nccl_env). flattened: one uint8 broadcast per bucket (load_format="flattened_bucket"), else one per
+    tensor."""
     import ray
 
+    from rlrun.rollout import weights as W
     from rlrun.rollout.engines.group import BroadcastGroup, broadcast_weights
     from rlrun.rollout.process import free_port
 
@@ -44,7 +46,9 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
         keep["group"] = BroadcastGroup(host, lambda: free_port(host), backend, copies)
     return broadcast_weights(urls, named, version, master_address=host, master_port=0, backend=backend,
                              bucket_bytes=bucket_bytes, prepare=prepare, ranks_per_engine=copies, timeout_s=timeout_s,
-                             engine_env=engine_env, flush_cache=flush_cache, group=keep["group"])["bytes"]
+                             engine_env=engine_env, flush_cache=flush_cache, group=keep["group"],
+                             load_format=W.FLATTENED_BUCKET if flattened else None)["bytes"]
 
 
-SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth))
+SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth,
+                                         flattened=lambda kind: kind.flattened_broadcast))

@@ -5,4 +5,5 @@ from __future__ import annotations
 from rlrun.config.kinds import ENGINES, EngineKind
 
 SPEC = ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True,
-                                   memory="per_sequence", start="rlrun.rollout.engines.hf.engine:start"))
+                                   flattened_ipc=True, flattened_broadcast=True, memory="per_sequence",
+                                   routed_experts=True, start="rlrun.rollout.engines.hf.engine:start"))
