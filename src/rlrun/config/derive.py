@@ -75,6 +75,11 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     ev = _sec(raw, "eval")
     for key in ("max_response_len", "top_p", "temperature", "top_k"):
         _default(ev, key, rollout.get(key))
+    for ds in ev.get("datasets") or []:  # a dataset's own sampling, else the eval section's
+        if isinstance(ds, dict):
+            for key in ("n_samples_per_prompt", "max_response_len", "top_p", "temperature", "top_k"):
+                if ds.get(key) is None:
+                    ds[key] = ev.get(key)
     ckpt = _sec(raw, "checkpoint")
     hub_id = _sec(raw, "model").get("hub_id")
     if isinstance(hub_id, str) and ckpt.get("random_init") is False:

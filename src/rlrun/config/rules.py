@@ -337,9 +337,15 @@ def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
                       "'module.path:function'", rm_type)
 
 
+# data.rm_type's form for a slime reward function (rlrun.agent.prefix.PREFIX), which reads data.rm_url as
+# slime's args.rm_url (slime's on-policy distillation example posts to its teacher there)
+SLIME_FUNCTION = "slime:"
+
+
 @rule
 def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
-    """rm_type remote POSTs every sample to data.rm_url (rlrun.reward.remote); eval datasets use it too."""
+    """rm_type remote POSTs every sample to data.rm_url (rlrun.reward.remote); eval datasets use it too; a slime
+    reward function gets it as args.rm_url."""
     from urllib.parse import urlparse
 
     users = [("data.rm_type", cfg.data.rm_type)] + [(f"eval.datasets.{i}.rm_type", ds.rm_type)
@@ -350,7 +356,7 @@ def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem(remote[0], "rm_type remote posts each sample to a reward server, but data.rm_url is null",
                       "set data.rm_url to the server's POST endpoint (e.g. data.rm_url=http://127.0.0.1:8000/reward)",
                       "remote")
-    elif url is not None and not remote:
+    elif url is not None and not remote and not cfg.data.rm_type.startswith(SLIME_FUNCTION):
         yield Problem("data.rm_url", f"is set ({url}) but no rm_type is remote (data.rm_type is "
                       f"{cfg.data.rm_type!r}), so it would be ignored",
                       "set data.rm_type=remote, or data.rm_url=null", url)

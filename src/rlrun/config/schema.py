@@ -292,6 +292,13 @@ class EvalDataset(Section):
     name: str
     path: str
     rm_type: str
+    # one dataset's own sampling (slime's --eval-config per-dataset keys); derived: null -> the eval section's value.
+    # A list item has no YAML of its own, so these are the one place their null default is written.
+    n_samples_per_prompt: Optional[PosInt] = None
+    max_response_len: Optional[PosInt] = None
+    top_p: Optional[float] = None
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
 
 
 class EvalSection(Section):
@@ -386,6 +393,7 @@ class AlgoSection(Section):
     opsm_reference: Literal["rollout", "old"]
     use_unbiased_kl: bool
     use_rollout_logprobs: bool
+    reward_post_process: Optional[str]   # slime:<path> (rlrun.agent.slime_rollout.SlimeRewardPostProcess)
     distill: DistillSection
 
 

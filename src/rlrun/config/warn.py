@@ -50,6 +50,8 @@ def responses_cut_at_the_context(cfg: RunConfig, overrides: Sequence[str]) -> It
     r, d, ctx = cfg.rollout, cfg.data, cfg.rollout.context_length
     lens = [("rollout", r.max_response_len)] + ([("eval", cfg.eval.max_response_len)]
                                                 if cfg.eval.max_response_len != r.max_response_len else [])
+    lens += [(f"eval.datasets.{i}", ds.max_response_len) for i, ds in enumerate(cfg.eval.datasets)
+             if ds.max_response_len not in (None, cfg.eval.max_response_len, r.max_response_len)]
     for sec, resp in lens:
         total = resp + (d.max_prompt_len or 1)
         if total > ctx:

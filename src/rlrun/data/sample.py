@@ -101,6 +101,8 @@ class Sample:
     rows for positions [0, len(prompt_tokens + response_tokens) - 1)), from the last request that made
     the sample (a multi-turn or continued partial sample: the last turn's, which covers every earlier
     position as that request's prefill saw it); None = not requested.
+    train_reward: the reward the advantage estimator takes as given, in place of the group normalisation of
+    `reward` (algo.reward_post_process: slime's custom reward post-processing); None = `reward`, normalised.
     """
 
     prompt: str | list[dict]
@@ -117,6 +119,7 @@ class Sample:
     weight_version: int | None = None
     token_versions: list[int | None] | None = None
     routed_experts: RoutedExperts | None = None
+    train_reward: float | None = None
 
     @property
     def response_length(self) -> int:

@@ -42,6 +42,16 @@ class RolloutSide:
         if cfg.rollout.rollout_fn is not None:
             from rlrun.agent.slime_rollout import SlimeRolloutFn
             self.rollout_fn = SlimeRolloutFn(cfg.rollout.rollout_fn, cfg, self.prompts, router.url, model_dir)
+        # data.rm_type=slime:<path> without a slime generate/rollout function: slime's reward through the adapter
+        self.slime_reward = None
+        if cfg.data.rm_type.startswith("slime:") and cfg.rollout.generate_fn is None and cfg.rollout.rollout_fn is None:
+            from rlrun.agent.slime_rollout import SlimeRewardOnOwnGeneration
+            self.slime_reward = SlimeRewardOnOwnGeneration(cfg, router.url, model_dir)
+        self.reward_post_process = None  # algo.reward_post_process: slime's, on each rollout's trained samples
+        if cfg.algo.reward_post_process is not None:
+            from rlrun.agent.slime_rollout import SlimeRewardPostProcess
+            self.reward_post_process = SlimeRewardPostProcess(cfg.algo.reward_post_process, cfg, router.url,
+                                                              model_dir)
 
     @classmethod
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
@@ -63,11 +73,14 @@ class RolloutSide:
         """The generate function on every sample -> (samples, counters). evaluation: eval datasets
         (a slime function is told so, as slime does: its `for_evaluation` form)."""
         fn = getattr(self.generate_fn, "for_evaluation", self.generate_fn) if evaluation else self.generate_fn
-        return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
-                                tokenizer=self.tokenizer, versions=self.versions,
-                                partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir,
-                                routing_shape=None if evaluation else routing_shape(self.cfg),
-                                engine_urls=lambda: self.engines.urls)
+        out, counts = generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
+                                       tokenizer=self.tokenizer, versions=self.versions,
+                                       partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir,
+                                       routing_shape=None if evaluation else routing_shape(self.cfg),
+                                       engine_urls=lambda: self.engines.urls)
+        if self.slime_reward is not None:  # slime's generate_and_rm scores right after generating
+            self.slime_reward(out)
+        return out, counts
 
     @contextmanager
     def profiling(self, rollout_id: int):
@@ -95,9 +108,15 @@ class RolloutSide:
         thread (the async producer) it is the rollout part's phase for the stall watchdog (the sync
         loop times it as the driver's rollout phase)."""
         if threading.current_thread() is threading.main_thread():
-            return self._collect(rollout_id, sampling)
+            return self._post_processed(*self._collect(rollout_id, sampling))
         with BOARD.phase("rollout", "generate"):
-            return self._collect(rollout_id, sampling)
+            return self._post_processed(*self._collect(rollout_id, sampling))
+
+    def _post_processed(self, samples: list, kept: list, info: dict):
+        """algo.reward_post_process on the samples that train (slime calls it on the rollout's train data)."""
+        if self.reward_post_process is not None and kept:
+            self.reward_post_process(kept)
+        return samples, kept, info
 
     def _collect(self, rollout_id: int, sampling):
         if self.rollout_fn is not None:
