@@ -20,6 +20,8 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rlrun.data.sample import Sample, Status
+
 RECORDS_DIR = "rollouts"
 MODES = ("none", "sample", "all")
 # {"mode": ...}: what the run kept, so replay can say when it is not `all`. A leading "_" (and the "."
@@ -115,7 +117,6 @@ def read_rollout(run_dir: str | Path, rollout_id: int) -> list[dict]:
 
 def to_samples(rows: Iterable[dict]) -> list:
     """Rows -> Samples (the fields the trainer reads are exact; JSON fields are decoded)."""
-    from rlrun.data.sample import Sample, Status
 
     out = []
     for r in rows:

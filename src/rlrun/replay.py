@@ -20,7 +20,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rlrun import checkpoint as ckpt
-from rlrun.config.errors import ConfigError, Problem
+from rlrun.config import load
+from rlrun.config.errors import ConfigError, Problem, UsageError
+from rlrun.config.plan import make_plan
+from rlrun.config.rundir import prepare_run_dir, read_run_dir
 from rlrun.parts import Parts
 from rlrun.parts.checkpoints import Checkpoints
 from rlrun.parts.no_engines import NoEngines
@@ -153,9 +156,6 @@ def build(cfg, plan, run_dir: Path, source: Path, start: int, stack: ExitStack) 
 
 def replay(source: Path, overrides: list[str], rollouts: str | None = None, config_dir=None) -> dict:
     from rlrun.loops import sync_loop as loop
-    from rlrun.config import load
-    from rlrun.config.plan import make_plan
-    from rlrun.config.rundir import prepare_run_dir, read_run_dir
 
     source = Path(source)
     total = check_records(source)
@@ -170,6 +170,11 @@ def replay(source: Path, overrides: list[str], rollouts: str | None = None, conf
     fixed = [f"rollout.num_rollout={hi}", "logging.rollout_records=none", "debug.rollout_only=false",
              "debug.profile_engines=false"]
     cfg = load([*saved, *overrides, *fixed], config_dir)
+    if cfg.rollout.routing_replay:
+        raise ConfigError([Problem("rollout.routing_replay", f"{source} ran with routing replay, and its rollout "
+                                   "records do not keep the routed experts (L x top_k int32 a token), so the replayed "
+                                   "training could not route as the original did", "replay a run without "
+                                   "rollout.routing_replay", True)])
     changed = training_changes(load([*saved, *fixed], config_dir), cfg)
     plan = make_plan(cfg)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
@@ -216,8 +221,6 @@ def compare_train_series(original: Path, replayed: Path, keys=("train/loss", "tr
 
 def replay_main(a) -> int:
     if len(a.positional) != 1:
-        from rlrun.config.errors import UsageError
-
         raise UsageError("replay takes one RUN_DIR (and optional --rollouts A:B and overrides)")
     s = replay(Path(a.positional[0]), a.overrides, a.rollouts, a.config_dir)
     m, changed = s.pop("matches"), s.pop("changed")

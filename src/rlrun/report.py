@@ -20,7 +20,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlrun.config.errors import ConfigError, Problem
+from rlrun.config.cost import measured_phases, predicted_phases
+from rlrun.config.diff import flatten
+from rlrun.config.errors import ConfigError, Problem, UsageError
+from rlrun.config.rundir import read_run_dir
 from rlrun.metrics import METRICS_FILE, read_metrics
 
 REPORT_FILE = "report.html"
@@ -64,8 +67,6 @@ class RunData:
 
 
 def load_run(path: str | Path) -> RunData:
-    from rlrun.config.rundir import read_run_dir
-
     path = Path(path)
     metrics = path / METRICS_FILE
     if not (path / "config.yaml").exists():
@@ -99,7 +100,6 @@ def label_runs(runs: list[RunData]) -> None:
     """Each run's label: the overrides in which it differs from the others (what the user set, e.g. a
     sweep's axes); where those do not tell the runs apart, the resolved config values that differ
     (rlrun.config.diff.flatten); the dir name when nothing does."""
-    from rlrun.config.diff import flatten
 
     flat = [flatten(r.config) for r in runs]
 
@@ -156,7 +156,6 @@ COST_COLUMNS = ("phase", "predicted s (plan)", "measured s (mean)", "measured / 
 def cost_rows(run: RunData) -> list[tuple[str, ...]]:
     """The plan's predicted seconds per phase (plan.json's cost, rlrun.config.cost) next to the run's measured
     means (the first step, a warm-up, left out; eval and save per step that has them)."""
-    from rlrun.config.cost import measured_phases, predicted_phases
 
     cost = run.plan.get("cost") or {}
     if "phases_s" not in cost or not run.rows:
@@ -325,8 +324,6 @@ def default_compare_path(run_dirs: list[Path]) -> Path:
 
 def show_main(a) -> int:
     if len(a.positional) != 1:
-        from rlrun.config.errors import UsageError
-
         raise UsageError("show takes one RUN_DIR (a run dir or a sweep dir)")
     print(f"report: {show(a.positional[0])}")
     return _empty_run_note(Path(a.positional[0]))
@@ -345,8 +342,6 @@ def _empty_run_note(path: Path) -> int:
 
 def compare_main(a) -> int:
     if not a.positional:
-        from rlrun.config.errors import UsageError
-
         raise UsageError("compare takes one or more run dirs or sweep dirs")
     print(f"report: {compare(a.positional, a.out)}")
     return 0

@@ -1,7 +1,8 @@
 """Build everything a run needs from (RunConfig, Plan, run dir), run the loop, tear it all down.
 
     Ray cluster (embedded or joined) -> resource check -> placement group -> trainer ranks
-    -> engine init dir -> engines (Ray actors) -> sglang-router -> the parts (rlrun.parts)
+    -> engine init dir -> engines (Ray actors) -> sglang-router -> reward engines and their router (reward.model)
+    -> the parts (rlrun.parts)
     -> the loop of train.async_train (rlrun.loops: sync | async) -> plot
 
 Teardown runs on success, on errors and on SIGINT/SIGTERM (turned into exceptions here), in
@@ -85,6 +86,10 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     tokenizer = tokenizer_for(cfg)
     model_dir = write_engine_init_dir(cfg, tokenizer, run_dir / ENGINE_INIT_DIR)
     rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack)
+    if plan.reward_engines:  # reward.model: a reward model served as engines judges the samples (rm_type reward_model)
+        from rlrun.parts.reward_engines import RewardEngines
+
+        rollout.judge = RewardEngines.start(cfg, plan, placement, env, run_dir, stack).judge
     invariants = Invariants(cfg, run_dir)
     weights = WeightSync(cfg, plan, run_dir, trainer, rollout.engines, rollout.versions, invariants)
     metrics = RunMetrics(cfg, run_dir, extra=lambda: {**weights.pop_metrics(), **invariants.pop_metrics(),

@@ -12,7 +12,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlrun.config import capability
+from rlrun.config.compose import Composer
 from rlrun.config.errors import ConfigError, Problem
+from rlrun.config.plan import make_plan
+from rlrun.config.points import PointComposer
+from rlrun.config.rundir import prepare_run_dir
+from rlrun.config.validate import validate
+from rlrun.launch.preflight import preflight
 
 
 @dataclass(frozen=True)
@@ -73,10 +80,6 @@ class Planned:
 
 def validate_points(points: Sequence[Point], config_dir=None) -> list[Planned]:
     """Compose, validate and plan every point; raise SweepError with every invalid point's problems."""
-    from rlrun.config.compose import Composer
-    from rlrun.config.plan import make_plan
-    from rlrun.config.points import PointComposer
-    from rlrun.config.validate import validate
 
     out, problems = [], []
     with Composer(config_dir) as composer:
@@ -131,9 +134,6 @@ def _preflight_points(planned: list[Planned]) -> None:
     exists; ConfigError with each problem labelled by its point."""
     from dataclasses import replace
 
-    from rlrun.config import capability
-    from rlrun.config.errors import ConfigError
-    from rlrun.launch.preflight import preflight
 
     def point_problems(item: Planned) -> list:
         if item.cfg.run.dry_run:
@@ -149,7 +149,6 @@ def _preflight_points(planned: list[Planned]) -> None:
 
 def launch(planned: list[Planned], root: Path | None = None) -> int:
     """Run every point in turn (each in its own run dir); a failed point is recorded, the rest still run."""
-    from rlrun.config.rundir import prepare_run_dir
 
     _preflight_points(planned)
     root = root or _sweep_root(planned[0].cfg)
@@ -214,7 +213,6 @@ def ranked(rows: list[dict]) -> list[dict]:
 
 def sweep_main(a) -> int:
     """CLI entry for -m/--multirun with `run` (default), `plan` or `validate`."""
-    from rlrun.config.compose import Composer
 
     with Composer(a.config_dir) as c:
         points = expand(a.overrides, c.group_options)

@@ -44,7 +44,7 @@ def _push(cfg, url, model, version, flattened):
     out = push_state(state, [url], transport="tensor", version=version,
                      bucket_bytes=cfg.rollout.weight_sync_bucket_mb << 20, engine_dtype=None,
                      device=torch.device("cuda", 0), copies=1, tied=("lm_head.weight",),
-                     flattened=flattened and ENGINES["sglang"].flattened_buckets)
+                     flattened=flattened)
     assert requests.get(f"{url}/model_info", timeout=30).json()["weight_version"] == version
     return out["bytes"], out["seconds"]
 

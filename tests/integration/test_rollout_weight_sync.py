@@ -188,20 +188,20 @@ def test_flattened_ipc_push_mixed_dtypes_bucket_boundaries_and_an_oversized_tens
 
 
 def test_flattened_bucket_is_the_tensor_transports_default_where_the_engine_reads_it(group, monkeypatch):
-    """The hf engine kind carries flattened_buckets: push_state(flattened=True) through the tensor transport
+    """The hf engine kind reads flattened IPC buckets (EngineKind.flattened_ipc): push_state(flattened=True) through the tensor transport
     sends that form, fingerprinted as before."""
-    from rlrun.config.kinds import ENGINES
+    from rlrun.config.kinds import ENGINES, TRANSPORTS
     from rlrun.launch.train_group import push_state
     from rlrun.rollout.engines import group as E
 
-    assert ENGINES["hf"].flattened_buckets and ENGINES["sglang"].flattened_buckets
+    assert ENGINES["hf"].flattened_ipc and ENGINES["sglang"].flattened_broadcast
     formats, real_post = [], E._post
     monkeypatch.setattr(E, "_post", lambda url, p, body, timeout_s=600.0: (
         formats.append(body.get("load_format")) if p == "/update_weights_from_tensor" else None,
         real_post(url, p, body, timeout_s))[1])
     state = {n: t * 5 for n, t in build_model(seed=32).state_dict().items()}
     out = push_state(state, group.urls, transport="tensor", version="32", bucket_bytes=16 << 10,
-                     engine_dtype="float32", device=torch.device("cpu"), flattened=ENGINES["hf"].flattened_buckets)
+                     engine_dtype="float32", device=torch.device("cpu"), flattened=TRANSPORTS["tensor"].flattened(ENGINES["hf"]))
     assert formats and set(formats) == {"flattened_bucket"}
     assert set(group.checksums("fingerprint").values()) == {out["fingerprint"]} == {W.fingerprint(state)}
 

@@ -13,6 +13,7 @@ router until the block's sync, which includes it.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -22,6 +23,7 @@ from rlrun import runner
 from rlrun.parts.rollout_side import RolloutSide
 from rlrun.parts.weight_sync import WeightSync
 from rlrun.config import load
+from rlrun.config.kinds import TRANSPORTS, TransportKind
 from rlrun.config.plan import make_plan
 from rlrun.config.rundir import prepare_run_dir
 from rlrun.launch.train_group import TrainGroup
@@ -79,6 +81,35 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
     assert all(r["time/weight_sync_s"] > 0 for r in rows)
     assert all(s > 0 for s in speed) if transport != "disk" else speed == [None, None]
     print(f"\n{transport}: time/weight_sync_s {[round(r['time/weight_sync_s'], 4) for r in rows]}")
+
+
+# Adding a transport is one module: this one is registered from the test, and nothing else in rlrun changes. Its
+# tensors travel in the HTTP body (serialized: no shared memory, no NCCL, any host reaches any engine); auto never
+# picks it. TrainGroup sends the spec to the trainer's process, and Ray ships this module's functions by value
+# (the test module is not importable there; a plugin package would be).
+def _body_push(named, urls, *, version, bucket_bytes, prepare, copies=1, backend="gloo", resume=True,
+               timeout_s=180.0, engine_env=None, flush_cache=True, keep=None, flattened=False) -> int:
+    from rlrun.rollout.engines.group import push_tensors
+
+    return push_tensors(urls, named, version, transport="serialized", bucket_bytes=bucket_bytes, prepare=prepare,
+                        copies=copies, resume=resume, timeout_s=timeout_s, flush_cache=flush_cache)
+
+
+HTTP_BODY = TransportKind("http_body", auto=lambda cfg: False, rules=lambda cfg: iter(()), push=_body_push,
+                          metrics=lambda nbytes, seconds: {"perf/http_body_mb": nbytes / 2**20})
+
+
+def test_a_transport_registered_here_syncs_the_default_cpu_job(tmp_path, pushes):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with TRANSPORTS.registered(HTTP_BODY):
+        cfg, plan, run_dir, summary = _run(tmp_path, "rollout.weight_sync=http_body")
+    assert "http_body" not in TRANSPORTS  # registered for the block only
+    assert plan.weight_sync == "http_body" and summary["steps"] == 2
+    _check(pushes, "http_body", [1, 2])  # every engine holds exactly the trainer's weights after each push
+    rows = read_metrics(run_dir / METRICS_FILE)
+    # its own metric: every parameter of the tiny model in fp32 (the tied lm_head is not sent), once per push
+    assert [r["perf/http_body_mb"] for r in rows] == [pytest.approx(plan.params_total * 4 / 2**20)] * 2
+    assert all(r["train/train_rollout_logp_abs_diff"] < 1e-5 for r in rows)  # fp32 on the CPU; measured ~1e-7
 
 
 def _wait(what, until, timeout_s=90.0):

@@ -1,7 +1,8 @@
-"""SFT, on-policy distillation and LoRA through the runner on the CPU (docs/algorithms.md): an SFT run (no engines)
-learns the toy task from its labels, RL started from its checkpoint begins far above chance, a random-init
-student distilled from it (the distillation term alone) reaches its reward, and a LoRA run's
-adapter trains with the engines in sync on the merged weights and checkpoints a fraction of full fine-tuning's."""
+"""SFT, on-policy distillation, LoRA and reward engines through the runner on the CPU (docs/algorithms.md,
+docs/rewards.md): an SFT run (no engines) learns the toy task from its labels, RL started from its checkpoint begins
+far above chance, a random-init student distilled from it (the distillation term alone) reaches its reward, a
+reward engine serving it judges the default task's samples, and a LoRA run's adapter trains with the engines in sync
+on the merged weights and checkpoints a fraction of full fine-tuning's."""
 from __future__ import annotations
 
 import statistics
@@ -67,6 +68,24 @@ def test_a_student_distilled_from_the_teacher_reaches_its_reward(teacher, tmp_pa
     assert statistics.fmean(rewards[:3]) < 0.1  # random init
     assert max(statistics.fmean(rewards[i:i + 5]) for i in range(len(rewards) - 4)) > 0.9 * teacher_reward
     assert statistics.fmean(rkl[-5:]) < 0.3 * statistics.fmean(rkl[:3])  # KL(student || teacher) falls
+
+
+def test_a_reward_engine_judges_the_default_task(teacher, tmp_path):
+    """experiment=tiny-rm-cpu with the SFT checkpoint as the reward model: an hf reward engine beside the rollout
+    engine scores each sample by the judge's probability of its answer (the 60-rollout curve: docs/benchmarks.md)."""
+    from rlrun.records import read_rollout, to_samples
+
+    model, _ = teacher
+    s = _run(["experiment=tiny-rm-cpu", f"reward.model.checkpoint={model}", "rollout.num_rollout=2",
+              "logging.rollout_records=all", f"run.output_dir={tmp_path}"])
+    rows = read_metrics(Path(s["run_dir"]) / METRICS_FILE)
+    assert len(rows) == 2 and all(r["reward/errors"] == r["reward/timeouts"] == 0 for r in rows)
+    assert all(r["reward/count"] == 128 for r in rows)
+    samples = [x for i in range(2) for x in to_samples(read_rollout(s["run_dir"], i))]
+    right = [x.reward for x in samples if x.response.strip() == x.label]
+    wrong = [x.reward for x in samples if x.response.strip() != x.label]
+    # the judge knows the task (its own policy scores 0.98-1.0): a right answer is likely, a wrong one is not
+    assert right and wrong and min(right) > 0.9 and max(wrong) < 0.1  # measured: >= 0.99 and <= 0.002
 
 
 def test_lora_runs_with_merged_weights_in_sync_and_small_checkpoints(tmp_path, ray_cpu):

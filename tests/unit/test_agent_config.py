@@ -80,12 +80,14 @@ def test_bad_generate_fns_are_problems_on_the_key(user_file, spec, words):
     assert words in p.message and "async function (handle, sample, sampling)" in p.fix
 
 
-def test_slime_reward_functions_need_a_slime_generate_function_and_the_same_eval_type(user_file):
+def test_slime_reward_functions_need_a_slime_or_rlruns_own_generation_and_the_same_eval_type(user_file):
     gen, rm = f"rollout.generate_fn=slime:{user_file}:slime_style", f"slime:{user_file}:slime_reward"
     assert load([gen, f"data.rm_type={rm}"]).data.rm_type == rm
-    found = problems([f"data.rm_type={rm}", "eval.interval=5",
+    # rlrun's own generation is slime's default generate: scored through the adapter (rlrun.agent.slime_rollout)
+    assert load([f"data.rm_type={rm}"]).data.rm_type == rm
+    found = problems([f"data.rm_type={rm}", f"rollout.generate_fn={user_file}:good", "eval.interval=5",
                       "eval.datasets=[{name: a, path: a.jsonl, rm_type: math}]"])
-    assert "rollout.generate_fn is None" in found["data.rm_type"].message
+    assert f"rollout.generate_fn is '{user_file}:good'" in found["data.rm_type"].message
     assert "rollout.generate_fn=slime:" in found["data.rm_type"].fix
     assert found["eval.datasets.0.rm_type"].fix == f"set eval.datasets.0.rm_type={rm}"
     p = problems([gen, f"data.rm_type=slime:{user_file}:sync_reward"])["data.rm_type"]

@@ -1,5 +1,6 @@
 """The rlrun command line, run as a user runs it (subprocess) where exit codes and imports matter."""
 import json
+import os
 import subprocess
 import sys
 
@@ -33,6 +34,25 @@ def test_plan_json_is_one_object_and_imports_neither_torch_nor_ray():
         assert key in plan
     assert (plan["world_size"], plan["tp"], plan["dp"]) == (8, 2, 4)
     assert plan["placement"][0] == {"node": 0, "gpu": 0, "role": "trainer", "rank": 0}
+
+
+def test_a_repeated_plan_and_validate_import_only_pydantic_and_rich(tmp_path):
+    """What keeps `rlrun plan` under 0.5 s cold (bench/plan_cold_start.py, docs/benchmarks.md): with its overrides
+    composed before (the composition cache), a fresh process running plan and validate imports no third-party
+    package but pydantic and rich, and of rlrun's reward package only its spec (no graders, no pool). A new import (Hydra, PyYAML, numpy,
+    math-verify, torch, ray) on this path fails here, before it shows in the timing."""
+    code = ("import sys, io, contextlib; from rlrun.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): rc = main(['plan']) + main(['validate'])\n"
+            "third = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)\n"
+            "import json; print(json.dumps([rc, sorted(m for m in third if not m.startswith('_')), "
+            "sorted(m for m in sys.modules if m.startswith('rlrun.reward'))]))")
+    env = {**os.environ, "RLRUN_CACHE_DIR": str(tmp_path)}
+    first, again = (subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                                   env=env) for _ in range(2))
+    assert "hydra" in first.stdout  # the first one composed with Hydra (and filled the cache)
+    assert json.loads(again.stdout) == [0, ["annotated_types", "pydantic", "pydantic_core", "rich", "rlrun",
+                                            "typing_extensions", "typing_inspection"],
+                                        ["rlrun.reward", "rlrun.reward.spec"]], again.stdout + again.stderr
 
 
 def test_invalid_config_exits_2_with_every_problem_and_no_traceback():

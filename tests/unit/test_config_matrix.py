@@ -15,7 +15,7 @@ ALGOS = sorted(p.stem for p in (CONF_DIR / "algo").glob("*.yaml"))
 HARDWARE = sorted(p.stem for p in (CONF_DIR / "hardware").glob("*.yaml"))
 EXPERIMENTS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 # experiments with a `???` the user supplies (a path made by another run): the value the test supplies
-REQUIRED = {"tiny-distill-cpu": ["algo.distill.teacher=/teacher"]}
+REQUIRED = {"tiny-distill-cpu": ["algo.distill.teacher=/teacher"], "tiny-rm-cpu": ["reward.model.checkpoint=/rm"]}
 
 
 def test_groups_are_complete():

@@ -3,13 +3,18 @@ step with other packages."""
 import pytest
 
 from rlrun.config import ConfigError, load
-from rlrun.config.rules import RM_TYPES
+from rlrun.config.kinds import REWARDS
 
 
-def test_reward_types_match_the_reward_package():
+def test_reward_types_are_the_reward_packages_rules_and_the_remote_types():
     from rlrun.reward.rules import RULES
 
-    assert set(RM_TYPES) == set(RULES) | {"remote", "remote_rm"}
+    assert REWARDS.names() == ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "char_match", "random",
+                               "remote", "remote_rm", "reward_model")
+    assert list(RULES) == [n for n in REWARDS.names() if REWARDS[n].score]
+    assert [n for n in REWARDS if REWARDS[n].remote] == ["remote", "remote_rm"]
+    assert [n for n in REWARDS if REWARDS[n].judged] == ["reward_model"]
+    assert RULES["f1"]("the cat", "cat") == 1.0  # resolved from its spec's path (articles removed)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -96,7 +101,7 @@ def test_weight_sync_bucket_must_be_positive():
     with pytest.raises(ConfigError) as e:
         load(["rollout.weight_sync_bucket_mb=0"])
     assert [p.path for p in e.value.problems] == ["rollout.weight_sync_bucket_mb"]
-    with pytest.raises(ConfigError, match="use one of: auto, tensor, distributed, disk"):
+    with pytest.raises(ConfigError, match="use one of: auto, disk, distributed, tensor"):
         load(["rollout.weight_sync=nccl"])
 
 

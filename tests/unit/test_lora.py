@@ -18,6 +18,9 @@ def test_adapter_parameters_counted_by_hand():
     # per layer: q 8*(64+64) + k 8*(64+32) + v 8*(64+32) + o 8*(64+64) + gate, up 8*(64+128) each + down 8*(128+64)
     per_layer = 8 * (128 + 96 + 96 + 128 + 192 * 3)
     assert lora_params(m) == 2 * per_layer == 16384  # peft's print_trainable_parameters says 16,384 too
+    # modules trained whole: the tied embeddings 64 x 64 once, the final norm 64, q_norm 16 in each of 2 layers
+    saved = load(["model.lora.rank=8", "model.lora.modules_to_save=[embed_tokens,lm_head,model.norm,q_norm]"]).model
+    assert lora_params(saved) == 16384 + 64 * 64 + 64 + 2 * 16
 
 
 def test_only_the_adapter_is_in_the_optimizer_and_it_trains():
@@ -66,6 +69,29 @@ def test_checkpoints_hold_the_adapter_only_and_load_back(tmp_path):
         torch_backend("model.lora.rank=8").load(str(tmp_path / "full"))
 
 
+def test_modules_to_save_train_whole_and_reach_the_engines_and_the_checkpoint(tmp_path):
+    """model.lora.modules_to_save: the token embeddings (64 x 64, tied to the output layer: experiment=tiny-lora-cpu)
+    train whole beside the adapter and stay tied; the engines get the trained copy under the HF names, the adapter
+    checkpoint holds it; the final RMSNorm alike (64 weights)."""
+    b = torch_backend("model.lora.rank=8", "model.lora.modules_to_save=[embed_tokens]")
+    assert sum(p.numel() for g in b.opt.param_groups for p in g["params"]) == 16384 + 64 * 64  # tied: one copy
+    before = b.state_dict_for_sync()
+    assert before.keys() == torch_backend().state_dict_for_sync().keys()  # no peft name reaches the engines
+    b.train_step(toy_batch())
+    after = b.state_dict_for_sync()
+    assert not torch.equal(after["model.embed_tokens.weight"], before["model.embed_tokens.weight"])  # its trained copy
+    assert "lm_head.weight" not in after or torch.equal(after["lm_head.weight"], after["model.embed_tokens.weight"])
+    assert torch.equal(after["model.norm.weight"], before["model.norm.weight"])
+    b.save(str(tmp_path / "lora"))
+    again = torch_backend("model.lora.rank=8", "model.lora.modules_to_save=[embed_tokens]")
+    again.load(str(tmp_path / "lora"))
+    assert torch.equal(again.state_dict_for_sync()["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+    norm = torch_backend("model.lora.rank=8", "model.lora.modules_to_save=[model.norm]")
+    assert sum(p.numel() for g in norm.opt.param_groups for p in g["params"]) == 16384 + 64
+    norm.train_step(toy_batch())
+    assert not torch.equal(norm.state_dict_for_sync()["model.norm.weight"], before["model.norm.weight"])
+
+
 def test_memory_estimate_counts_grads_and_adam_for_the_adapter_only():
     full, lo = estimate(load([])), estimate(load(["model.lora.rank=8"]))
     gib = 2 ** 30
@@ -81,6 +107,9 @@ def test_memory_estimate_counts_grads_and_adam_for_the_adapter_only():
     (["model.lora.rank=8", "hardware=h100", "model=qwen3-0.6b", "rollout.engine=sglang", "train.backend=torch"],
      "rollout.engine"),
     (["model.lora.rank=8", "model=qwen3-30b-a3b", "hardware=h100"], "model.lora.rank"),   # MoE
+    (["model.lora.modules_to_save=[model.norm]"], "model.lora.modules_to_save"),          # rank 0: ignored
+    (["model.lora.rank=8", "model.lora.modules_to_save=[final_norm]"], "model.lora.modules_to_save"),  # no such module
+    (["model.lora.rank=8", "model.lora.modules_to_save=[q_proj]"], "model.lora.modules_to_save"),  # a LoRA target
 ])
 def test_lora_settings_that_cannot_work_are_refused(overrides, key):
     with pytest.raises(ConfigError) as e:
@@ -89,4 +118,6 @@ def test_lora_settings_that_cannot_work_are_refused(overrides, key):
 
 
 def test_lora_experiment_validates():
-    assert load(["experiment=tiny-lora-cpu"]).model.lora.rank == 8
+    lo = load(["experiment=tiny-lora-cpu"]).model.lora
+    assert lo.rank == 8 and lo.modules_to_save == ["embed_tokens"]
+    load(["model.lora.rank=8", "model.lora.modules_to_save=[model.norm,q_norm,lm_head]"])  # every one a module

@@ -51,8 +51,10 @@ def main(overrides: list[str], steps: int = 4) -> dict:
     devices = sorted({str(t.device.type) for t in states})
     fields = {}
     from megatron.core.transformer.enums import AttnBackend  # noqa: F401 (enums print by name)
+    # the OptimizerConfig from the inner DistributedOptimizer: a ChainedOptimizer need not carry one
+    opt_config = be._inner_optimizers()[0].config
     for k in cfg.train.megatron:
-        for obj in (be.tconfig, be.opt.config, be.model.ddp_config):
+        for obj in (be.tconfig, opt_config, be.model.ddp_config):
             if hasattr(obj, k):
                 v = getattr(obj, k)
                 fields[k] = v.name if hasattr(v, "name") else v

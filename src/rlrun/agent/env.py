@@ -138,7 +138,8 @@ async def _episode(env, handle, sample, sampling, runner, parse, tok, turns) -> 
         cap = min(sampling.max_new_tokens, left, env.turn_max_new_tokens or left)
         out = await handle.generate(ids, dataclasses.replace(sampling, max_new_tokens=cap))
         start = len(sample.response_tokens)
-        append_tokens(sample, out.token_ids, logprobs=out.logprobs, trained=True, version=out.versions)
+        append_tokens(sample, out.token_ids, logprobs=out.logprobs, trained=True, version=out.versions,
+                      routed=out.routed_experts)
         sample.weight_version = out.weight_version
         text = out.text or tok.decode(out.token_ids)
         sample.response += text

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import inspect
 
+from rlrun.agent.prefix import PREFIX
 from rlrun.rollout.generate_api import GenerateFn, resolve_generate_fn
 
 ARITY = 3  # (handle, sample, sampling) and slime's (args, sample, sampling_params)
 
 
 def _load(spec: str | None):
-    from rlrun.agent.slime_adapter import PREFIX
-
     slime = spec is not None and spec.startswith(PREFIX)
     return resolve_generate_fn(spec[len(PREFIX):] if slime else spec), slime
 
@@ -29,7 +28,7 @@ def check(spec: str | None) -> str | None:
     try:
         obj, slime = _load(spec)
     except Exception as exc:  # noqa: BLE001 - an import error in user code is a config problem here
-        from rlrun.agent.slime_adapter import PREFIX, load_problem
+        from rlrun.agent.slime_adapter import load_problem
 
         return load_problem(spec, exc) if spec.startswith(PREFIX) else str(exc)
     if isinstance(obj, type):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from rlrun.agent.prefix import PREFIX
 from rlrun.config.errors import Problem
 from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
@@ -54,8 +55,6 @@ def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
     """A slime generate function posts to the router itself, so rlrun's partial rollout (an aborted
     request continued after the weight push, ClientHandle.generate) cannot reach its requests; slime's
     examples refuse it too (`assert not args.partial_rollout`)."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     r = cfg.rollout
     if r.partial_rollout and (r.generate_fn or "").startswith(PREFIX):
         yield Problem("rollout.partial_rollout", "a slime generate function sends its own requests to the router; "
@@ -66,13 +65,14 @@ def slime_partial_rollout(cfg: RunConfig) -> Iterator[Problem]:
 @rule
 def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
     """data.rm_type=slime:<path>: slime's reward(args, sample), called by the slime adapter right after a
-    slime generate function (as slime's generate_and_rm does), for every sample it makes, eval ones too."""
-    from rlrun.agent.slime_adapter import PREFIX
-
+    slime generate function or rlrun's own generation (slime's default generate; as slime's generate_and_rm
+    does), for every sample it makes, eval ones too."""
     rm = cfg.data.rm_type
     if not rm.startswith(PREFIX):
         return
-    if not (cfg.rollout.generate_fn or "").startswith(PREFIX) and cfg.rollout.rollout_fn is None:
+    # rlrun's own generation (generate_fn null) is slime's default generate: rlrun.agent.slime_rollout scores it
+    if cfg.rollout.generate_fn is not None and not cfg.rollout.generate_fn.startswith(PREFIX) \
+            and cfg.rollout.rollout_fn is None:
         yield Problem("data.rm_type", f"{rm!r} is a slime reward function (args, sample); it scores the samples of a "
                       f"slime generate function, but rollout.generate_fn is {cfg.rollout.generate_fn!r}",
                       "set rollout.generate_fn=slime:<module>:<generate> (or a slime rollout.rollout_fn, whose "
@@ -102,8 +102,6 @@ def slime_reward(cfg: RunConfig) -> Iterator[Problem]:
 def slime_rollout_fn(cfg: RunConfig) -> Iterator[Problem]:
     """rollout.rollout_fn=slime:<path>: slime's rollout function (args, rollout_id, data_buffer) makes each rollout
     (rlrun.agent.slime_rollout). It draws its prompts from slime's data buffer, filters and scores them itself."""
-    from rlrun.agent.slime_adapter import PREFIX
-
     r = cfg.rollout
     spec = r.rollout_fn
     if spec is None:
@@ -143,3 +141,40 @@ def slime_rollout_fn(cfg: RunConfig) -> Iterator[Problem]:
     except TypeError:
         yield Problem("rollout.rollout_fn", f"{spec!r} does not take (args, rollout_id, data_buffer)",
                       "write slime's `generate_rollout(args, rollout_id, data_buffer, evaluation=False)`", spec)
+
+
+@rule
+def slime_reward_post_process(cfg: RunConfig) -> Iterator[Problem]:
+    """algo.reward_post_process=slime:<path>: slime's post_process_rewards(args, samples) -> (raw_rewards, rewards),
+    run unchanged on each rollout's trained samples (rlrun.agent.slime_rollout.SlimeRewardPostProcess); its
+    rewards replace the group normalisation, so it needs an estimator that reads rewards."""
+    from rlrun.config.kinds import LOSS_TYPES
+
+    spec = cfg.algo.reward_post_process
+    if spec is None:
+        return
+    key = "algo.reward_post_process"
+    if not spec.startswith(PREFIX):
+        yield Problem(key, f"{spec!r}: rlrun runs slime's reward post-process functions (args, samples) only",
+                      "write slime:<module>:<function> (slime's --custom-reward-post-process-path)", spec)
+        return
+    if not LOSS_TYPES[cfg.algo.loss_type].needs_advantages:
+        yield Problem(key, f"algo.loss_type={cfg.algo.loss_type} reads no advantages, so the post-processed rewards "
+                      "would be ignored", f"remove {key}", spec)
+    from rlrun.agent.slime_adapter import load_problem
+    from rlrun.rollout.generate_api import load_object
+
+    try:
+        fn = load_object(spec[len(PREFIX):], "slime reward post-process function")
+    except Exception as exc:  # noqa: BLE001 - the user's import error is the problem to report
+        yield Problem(key, load_problem(spec, exc), "fix the path: slime:<module>:<fn>", spec)
+        return
+    import inspect
+
+    try:
+        inspect.signature(fn).bind(None, None)
+    except TypeError:
+        yield Problem(key, f"{spec!r} does not take (args, samples)", "write `def post_process_rewards(args, "
+                      "samples, **kwargs) -> (raw_rewards, rewards)`, slime's form", spec)
+    except ValueError:
+        pass

@@ -31,10 +31,9 @@ from enum import Enum
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from rlrun.agent.prefix import PREFIX
 from rlrun.data.sample import Sample, Status
 from rlrun.rollout.generate_api import GenerateFn
-
-PREFIX = "slime:"
 
 
 def _rm_type(cfg) -> str | None:

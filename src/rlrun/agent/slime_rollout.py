@@ -25,6 +25,10 @@ from rlrun.agent import slime_adapter as sa
 from rlrun.data.sample import Sample
 
 
+# slime's default --rollout-function-path (slime/utils/arguments.py), what args.rollout_function_path says without one
+DEFAULT_ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
+
+
 class SlimeDataBuffer:
     """slime's data_buffer over rlrun's prompt dataset (thread-safe: slime's fully-async worker calls it from
     its own thread)."""
@@ -111,3 +115,79 @@ class SlimeRolloutFn:
                                 metadata=dict(s.metadata) if isinstance(s.metadata, dict) else {})
                 samples.append(sa.from_slime(s, target, self.args.reward_key))
         return samples
+
+
+class SlimeRewardPostProcess:
+    """algo.reward_post_process=slime:<path>: slime's ``post_process_rewards(args, samples) -> (raw_rewards,
+    rewards)`` (``--custom-reward-post-process-path``; slime/ray/rollout.py ``_post_process_rewards`` calls it in
+    place of its group normalisation), called unchanged once per rollout on the samples that train, as slime
+    Samples (tokens = prompt + response, response_length, reward, loss_mask, rollout_log_probs, label, metadata,
+    index, group_index). Its `rewards` become each sample's ``train_reward``, which the advantage estimator takes
+    as given (rlrun.loops.steps.add_advantages); ``reward`` stays the scored one (slime logs raw_rewards)."""
+
+    def __init__(self, spec: str, cfg, router_url: str, model_dir: str | None):
+        from rlrun.agent import slime_compat
+        from rlrun.rollout.generate_api import load_object
+
+        self.fn = load_object(spec[len(sa.PREFIX):], "slime reward post-process function")
+        ro = cfg.rollout.rollout_fn
+        self.args = slime_rollout_args(cfg, router_url, model_dir, sa.dotted_path(ro) if ro else DEFAULT_ROLLOUT)
+        self.args.custom_reward_post_process_path = sa.dotted_path(spec)
+        self.cls = slime_compat.Sample
+
+    def __call__(self, samples: list[Sample]) -> None:
+        out = self.fn(copy.copy(self.args), [to_slime_sample(s, self.cls, i) for i, s in enumerate(samples)])
+        try:
+            _raw, rewards = out
+            rewards = [float(r) for r in rewards]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"slime reward post-process {getattr(self.fn, '__name__', self.fn)} returned "
+                            f"{type(out).__name__}; slime's contract is (raw_rewards, rewards), one float per "
+                            "sample each") from exc
+        if len(rewards) != len(samples):
+            raise ValueError(f"slime reward post-process returned {len(rewards)} rewards for {len(samples)} samples")
+        for s, r in zip(samples, rewards):
+            s.train_reward = r
+
+
+def to_slime_sample(s: Sample, cls, index: int) -> Any:
+    """A generated rlrun Sample as slime's (what slime's default generate leaves for its rm_hub and
+    post-processing): tokens = prompt + response ids, response_length, reward, loss mask, log-probs."""
+    one = sa.to_slime(s, cls)
+    one.tokens = list(s.prompt_tokens) + list(s.response_tokens)
+    one.response, one.response_length, one.reward = s.response, len(s.response_tokens), s.reward
+    one.loss_mask = list(s.effective_loss_mask)
+    one.rollout_log_probs = list(s.rollout_logprobs) if s.rollout_logprobs is not None else None
+    one.index = index
+    return one
+
+
+class SlimeRewardOnOwnGeneration:
+    """data.rm_type=slime:<path> with rlrun's own generation (rollout.generate_fn null): slime's default generate
+    (slime/rollout/sglang_rollout.py generate_and_rm) scores each sample it made with ``await custom_rm(args,
+    sample)`` (rm_hub.async_rm: --custom-rm-path first); rlrun does the same through the adapter on each
+    generated sample without a reward, eval ones too, the reward read at data.reward_key (slime's
+    get_reward_value)."""
+
+    def __init__(self, cfg, router_url: str, model_dir: str | None):
+        from rlrun.agent import slime_compat
+
+        self.rm = sa.slime_reward(cfg.data.rm_type)
+        self.args = slime_rollout_args(cfg, router_url, model_dir, DEFAULT_ROLLOUT)
+        self.cls = slime_compat.Sample
+
+    def __call__(self, samples: list[Sample]) -> None:
+        import asyncio
+
+        todo = [s for s in samples if s.reward is None]
+        if not todo:
+            return
+        slime = [to_slime_sample(s, self.cls, i) for i, s in enumerate(todo)]
+
+        async def score():
+            return await asyncio.gather(*(self.rm(copy.copy(self.args), one) for one in slime))
+
+        from rlrun.reward.custom import run_sync
+
+        for s, r in zip(todo, run_sync(score())):
+            s.reward = sa.reward_value(r, self.args.reward_key)

@@ -119,6 +119,7 @@ def compute_advantages(
     group_ids: torch.Tensor | None = None,
     teacher_logp: torch.Tensor | None = None,
     opd_kl_coef: float = 0.0,
+    group_normalize_rewards: bool = True,
 ):
     """Token-level (advantages, returns) for one rollout batch, laid out like `loss_mask`.
 
@@ -131,6 +132,8 @@ def compute_advantages(
     KL of the student (`logp`: the trainer's log-probs of the samples) from the teacher, after the estimator and
     before whitening (slime `apply_opd_kl_to_advantages` in slime/backends/megatron_utils/loss.py); the
     returns (PPO's value targets) are left as they are, as slime does.
+    group_normalize_rewards=False: `rewards` are final (slime's --custom-reward-post-process-path returns them in
+    place of its group normalisation, slime/ray/rollout.py _post_process_rewards): no group mean/std is applied.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"algo.advantage_estimator={estimator!r} is unknown; use one of {', '.join(ESTIMATORS)}")
@@ -142,6 +145,7 @@ def compute_advantages(
             logp=pad(logp), ref_logp=pad(ref_logp), values=pad(values), kl_coef=kl_coef, kl_type=kl_type,
             normalize_std=normalize_std, normalize_advantages=normalize_advantages, gamma=gamma, lambd=lambd,
             group=group, group_ids=group_ids, teacher_logp=pad(teacher_logp), opd_kl_coef=opd_kl_coef,
+            group_normalize_rewards=group_normalize_rewards,
         )
         return padded_to_packed(adv, cu_seqlens), padded_to_packed(ret, cu_seqlens)
 
@@ -156,7 +160,7 @@ def compute_advantages(
         raise ValueError(f"algo.kl_coef={kl_coef} needs logp and ref_logp (a reference model: checkpoint.ref)")
     tok_kl = kl_estimate(logp, ref_logp, kl_type) * rmask if kl_coef != 0 else torch.zeros_like(rmask)
 
-    if spec.group_normalised:
+    if spec.group_normalised and group_normalize_rewards:
         r = group_normalize(r, n_samples_per_prompt, normalize_std and spec.std_normalised, group_ids=group_ids)
     adv, ret = resolve(spec.token_rule)(r, lmask, rmask, tok_kl, values, kl_coef=kl_coef, gamma=gamma, lambd=lambd)
     if teacher_logp is not None:

@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Iterator
 
 from rlrun.config.errors import Problem
 from rlrun.config.families import FAMILIES
+from rlrun.config.memory import overflow
 from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
 
@@ -37,7 +38,6 @@ def family_trained(cfg: RunConfig) -> Iterator[Problem]:
 def memory_fits(cfg: RunConfig) -> Iterator[Problem]:
     """The plan's memory estimate surely above a GPU's memory (checks.memory_fit=stop; the rest is a warning:
     rlrun.config.warn.memory_overflow_accepted)."""
-    from rlrun.config.memory import overflow
 
     if cfg.checks.memory_fit == "stop" and (over := overflow(cfg)) and over[1]:
         yield Problem("checks.memory_fit", *over[0])

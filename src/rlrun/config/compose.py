@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlrun.config import cache
 from rlrun.config.errors import ConfigError, Problem, closest, did_you_mean
 from rlrun.config.interpolate import interpolation_problem, resolve
+from rlrun.config.schema import free_form_paths
 
 # src/rlrun/config/compose.py -> repo root is three levels above the package directory (editable install,
 # the supported setup); RLRUN_CONF_DIR points elsewhere, e.g. for a copy of conf/ next to a wheel install.
@@ -262,7 +264,6 @@ def unknown_key(path: str, keys: Sequence[str], all_paths: Sequence[str] = ()) -
     fix = (f"write {best}" if best else
            f"use one of the keys{where}: {', '.join(keys)}" if keys else "check the key's spelling")
     mean = f' (did you mean "{best}"?)' if best else ""
-    from rlrun.config.schema import free_form_paths
 
     return Problem(path, f"unknown key {leaf!r}{where}{mean}",
                    fix + " (`rlrun --cfg job` prints the whole tree; +key=value adds a key only under "
@@ -272,7 +273,6 @@ def unknown_key(path: str, keys: Sequence[str], all_paths: Sequence[str] = ()) -
 def new_keys_problem(path: str, detail: str) -> Problem:
     m = re.search(r"Key '([^']+)' is not in struct", detail)
     extra = f" ({m.group(1)!r} is not in {path})" if m else ""
-    from rlrun.config.schema import free_form_paths
 
     fix = (f"add each new key with +{path}.<key>=value" if path in free_form_paths() else
            f"set {path}'s existing keys one by one ({path}.<key>=value; `rlrun --cfg job` lists them)")
@@ -305,7 +305,6 @@ def compose(overrides: Sequence[str] = (), config_dir: str | os.PathLike | None 
             use_cache: bool = True) -> Composed:
     """Compose with Hydra, or reuse the unresolved tree of an earlier identical composition (cache.py).
     use_cache=False: neither read nor write the cache (a throwaway config dir no later run can hit)."""
-    from rlrun.config import cache
 
     overrides = tuple(overrides)
     dirs = [conf_dir()] + ([Path(config_dir).resolve()] if config_dir is not None else [])

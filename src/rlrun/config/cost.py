@@ -29,6 +29,8 @@ from math import ceil
 from pathlib import Path
 from typing import Any
 
+from rlrun.config import cache
+from rlrun.config.compose import CONF_DIR
 from rlrun.config.kinds import BACKENDS, ENGINES, auto_transport, use_critic
 from rlrun.config.memory import GiB, Memory, _attention_widths, estimate, kv_bytes_per_token, trainer_offload
 from rlrun.config.params import count_params
@@ -44,7 +46,6 @@ def calibration_path() -> Path:
     """The fitted overlay: $RLRUN_CALIBRATION, else conf/calibration.fitted.yaml of rlrun's config tree."""
     if os.environ.get("RLRUN_CALIBRATION"):
         return Path(os.environ["RLRUN_CALIBRATION"])
-    from rlrun.config.compose import CONF_DIR
 
     return CONF_DIR / FITTED_FILE
 
@@ -56,7 +57,6 @@ def _read(path: str, mtime: float) -> dict:
     import hashlib
     import json
 
-    from rlrun.config import cache
 
     k = "calibration-" + hashlib.sha256(f"{path}:{mtime}".encode()).hexdigest()[:24]
     if cache.enabled():
@@ -88,7 +88,6 @@ def _table(shipped: str, shipped_mtime: float | None, fitted: str, fitted_mtime:
 def load_table(fitted: Path | None = None) -> dict:
     """conf/calibration.yaml with the fitted overlay (calibration_path(), or `fitted`) merged over it (one parse
     per file version: a 1,000-point sweep plans every point). Shared: callers copy before changing it."""
-    from rlrun.config.compose import CONF_DIR
 
     shipped, over = str(CONF_DIR / CALIBRATION_FILE), str(fitted or calibration_path())
     return _table(shipped, _mtime(shipped), over, _mtime(over))

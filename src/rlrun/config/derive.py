@@ -10,8 +10,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from rlrun.config.errors import Problem
 from rlrun.config.engine_health import engine_loss_s
+from rlrun.config.errors import Problem
+from rlrun.config.kinds import LOSS_TYPES
 
 
 def _int(x: Any) -> bool:
@@ -31,7 +32,6 @@ def _default(sec: dict, key: str, value: Any) -> None:
 
 def _trains_on_data(algo: dict) -> bool:
     """algo.loss_type names a loss that trains on the data set with no engines (rlrun.config.kinds.LOSS_TYPES)."""
-    from rlrun.config.kinds import LOSS_TYPES
 
     name = algo.get("loss_type")
     return isinstance(name, str) and name in LOSS_TYPES and not LOSS_TYPES[name].needs_rollout
@@ -75,6 +75,11 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     ev = _sec(raw, "eval")
     for key in ("max_response_len", "top_p", "temperature", "top_k"):
         _default(ev, key, rollout.get(key))
+    for ds in ev.get("datasets") or []:  # a dataset's own sampling, else the eval section's
+        if isinstance(ds, dict):
+            for key in ("n_samples_per_prompt", "max_response_len", "top_p", "temperature", "top_k"):
+                if ds.get(key) is None:
+                    ds[key] = ev.get(key)
     ckpt = _sec(raw, "checkpoint")
     hub_id = _sec(raw, "model").get("hub_id")
     if isinstance(hub_id, str) and ckpt.get("random_init") is False:
@@ -85,6 +90,9 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     _default(ckpt, "ref", ckpt.get("hf"))
     optim = _sec(raw, "optim")
     _default(optim, "critic_lr", optim.get("lr"))
+    reward_model = _sec(_sec(raw, "reward"), "model")
+    if reward_model.get("checkpoint") is not None:  # (without one no engine is started: nothing to derive)
+        _default(reward_model, "engine", rollout.get("engine"))
     return raw, problems
 
 

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlrun.config.compose import Composer
 from rlrun.config.errors import ConfigError, Problem
+from rlrun.config.plan import make_plan
+from rlrun.config.rundir import read_run_dir, run_dirs_in
+from rlrun.config.schema import RunConfig
+from rlrun.config.validate import validate
 
 PLAN_KEYS = ("world_size", "tp", "pp", "cp", "dp", "ep", "colocate", "num_nodes", "trainer_gpus", "rollout_gpus",
              "num_engines", "gpus_per_engine", "samples_per_rollout", "global_batch_size", "steps_per_rollout",
@@ -79,16 +84,12 @@ def split_overrides(arg: str) -> list[str]:
 
 
 def _plan_dict(cfg, choices: dict) -> dict:
-    from rlrun.config.plan import make_plan
-
     return make_plan(cfg, choices).to_dict()
 
 
 def load_side(arg: str, config_dir=None, composer=None) -> Side:
     import yaml
 
-    from rlrun.config.rundir import read_run_dir, run_dirs_in
-    from rlrun.config.schema import RunConfig
 
     path = Path(arg)
     picked: list[str] = []
@@ -161,7 +162,6 @@ def _fill_missing(saved: dict, defaults: dict, where: str, written_by: str, pref
 
 def _validate_saved(raw: dict, where: str):
     """A saved config holds concrete values: validate it as it is (no derivation), rules included."""
-    from rlrun.config.validate import validate
 
     try:
         return validate(raw)
@@ -170,8 +170,6 @@ def _validate_saved(raw: dict, where: str):
 
 
 def _from_overrides(overrides: list[str], label: str, config_dir, composer) -> Side:
-    from rlrun.config.validate import validate
-
     composed = composer.compose(overrides)
     cfg = validate(composed.raw)
     return Side(label, cfg.to_dict(), _plan_dict(cfg, composed.choices), composed.choices)
@@ -249,8 +247,6 @@ def _md(x: Any) -> str:
 
 
 def diff_main(a) -> int:
-    from rlrun.config.compose import Composer
-
     args = a.args
     if len(args) != 2:
         raise ConfigError([Problem("", f"rlrun diff takes two things to compare, got {len(args)}: {args}",

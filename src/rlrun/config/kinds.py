@@ -12,8 +12,10 @@ everything that reads the registries: nothing copies their names.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 K = TypeVar("K")
@@ -78,26 +80,42 @@ class Kinds(Generic[K]):
 
 
 # ---- discovery -------------------------------------------------------------------------------------------
-# The one mechanism that finds the kinds and rules outside this package: the modules below register theirs
-# (ENGINES, TRANSPORTS, @RULES, ...) when imported, and every registry imports them on first use, so that
-# config imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun
-# plan` reads them). tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+# The one mechanism that finds the kinds and rules outside this package: modules that register theirs (ENGINES,
+# TRANSPORTS, REWARDS, @RULES, ...) when imported, imported by every registry on its first use, so that config
+# imports no other rlrun package yet sees every kind. Each must import no torch and no ray (`rlrun plan` reads
+# them). KIND_PACKAGES are searched: every module of a package whose value is "" (a transport is one module
+# there), the named module of every subpackage otherwise (an engine kind is one package with its spec.py);
+# PLUGINS are named. tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
+KIND_PACKAGES: dict[str, str] = {"rlrun.rollout.transports": "", "rlrun.rollout.engines": "spec"}
 PLUGINS: list[str] = [
-    "rlrun.rollout.transports.tensor", "rlrun.rollout.transports.nccl", "rlrun.rollout.transports.disk",
-    "rlrun.rollout.engines.hf.spec", "rlrun.rollout.engines.sglang.spec",
+    "rlrun.reward.spec",
     # rule modules (@RULES): config's own and the packages above it
     "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
-    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.agent.rules",
+    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.config.reward_rules", "rlrun.agent.rules",
 ]
 _discovered: list[bool] = [False]
 
 
+def plugin_modules() -> list[str]:
+    """Every module discovery imports, in order: the kind packages' modules (sorted by name), then PLUGINS."""
+    found = []
+    for package, module in KIND_PACKAGES.items():
+        where = find_spec(package)
+        for m in sorted(pkgutil.iter_modules(where.submodule_search_locations if where else []),
+                        key=lambda m: m.name):
+            if not module and not m.ispkg:
+                found.append(f"{package}.{m.name}")
+            elif module and m.ispkg and find_spec(f"{package}.{m.name}.{module}") is not None:
+                found.append(f"{package}.{m.name}.{module}")
+    return found + PLUGINS
+
+
 def discover() -> None:
-    """Import PLUGINS once (each registers its kinds and rules)."""
+    """Import the plugin modules once (each registers its kinds and rules)."""
     if _discovered[0]:
         return
     _discovered[0] = True
-    for name in PLUGINS:
+    for name in plugin_modules():
         importlib.import_module(name)
 
 
@@ -141,8 +159,10 @@ class TransportKind:
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
     # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (keep: a
     # dict the transport keeps across the rank's pushes, e.g. its process group; flattened: the engines read a bucket
-    # as one buffer, EngineKind.flattened_buckets); None: the trainer writes a file
+    # as one buffer: TransportKind.flattened of the engine kind); None: the trainer writes a file
     push: Callable[..., int] | None = None
+    # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
+    flattened: Callable[[Any], bool] = lambda kind: False
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
     write: Callable[..., None] | None = None
@@ -190,10 +210,12 @@ class EngineKind:
     # without it a push is verified by the weight_version every engine reports
     checksums: bool = False
     sharded_weights: bool = False            # each of the engine's GPUs takes its own copy of a push
-    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket", in
-    # /update_weights_from_tensor and /update_weights_from_distributed): one IPC handle / one broadcast per bucket
-    # instead of one per tensor; the tensor and distributed transports then send that form
-    flattened_buckets: bool = False
+    # it reads a pushed bucket as one flat buffer plus metadata (SGLang's load_format="flattened_bucket"): one IPC
+    # handle per bucket in /update_weights_from_tensor (flattened_ipc), one broadcast per bucket in
+    # /update_weights_from_distributed (flattened_broadcast), instead of one per tensor. Set only where verified
+    # against the real engine (docs/rollout.md); each transport reads the one it sends (TransportKind.flattened)
+    flattened_ipc: bool = False
+    flattened_broadcast: bool = False
     # memory model (rlrun.config.memory): "static_pool" = mem_fraction_static of the GPU is reserved for
     # weights + KV; "per_sequence" = weights + the KV of the sequences it runs
     memory: str = "per_sequence"
@@ -202,6 +224,9 @@ class EngineKind:
     start: str = ""
     packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
     lora: bool = False                       # serves a LoRA run (takes the merged weights at each sync)
+    # serves a reward engine (reward.model): /generate answers SGLang's token_ids_logprob (a discriminative judge's
+    # next-token probability) besides text (a generative judge's judgement)
+    judge: bool = False
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
@@ -209,6 +234,11 @@ class EngineKind:
     # group must agree (a trainer with NCCL's cuMem allocator on and an engine with it off hang at the first
     # collective: SGLang sets NCCL_CUMEM_ENABLE=0 unless --enable-symm-mem, sglang/srt/entrypoints/engine.py)
     nccl_env: Mapping[str, str] = field(default_factory=dict)
+    # answers return_routed_experts=true with meta_info.routed_experts (SGLang's field; rollout.routing_replay)
+    routed_experts: bool = False
+    # serves block-wise FP8 (e4m3, 128 x 128 scales) linear weights, loaded from an FP8 checkpoint or a push
+    # through rlrun.rollout.fp8 (rollout.fp8)
+    fp8: bool = False
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))
@@ -254,6 +284,11 @@ class BackendKind:
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
+    # replays the engines' routed experts in its MoE layers (rollout.routing_replay): the model families it
+    # does it for (those whose router it hooks), empty: none
+    routing_replay: tuple[str, ...] = ()
+    # "module:function"(cfg) -> Problems: what its routing replay cannot do with this config (rlrun validate)
+    routing_replay_check: str = ""
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "sharded"))
@@ -266,6 +301,7 @@ BACKENDS: Kinds[BackendKind] = Kinds("train.backend")
 BACKENDS.register(BackendKind("torch", needs_gpu=False, model_parallel=False, critic=True, state_dtypes=("fp32",),
                               bf16_grads=False, cuda_graphs=False, sliding_window=True,
                               checkpoint_bytes={"fp32": 12}, memory="fp32", teacher=True, lora=True,
+                              routing_replay=("qwen3_moe",),  # transformers' Qwen3MoeTopKRouter (rollout/routing.py)
                               factory="rlrun.train.torch_backend:TorchBackend"))
 # megatron: bf16 HF weights 2 + fp32 master 4 + Adam m and v (4 + 4, or 2 + 2 with optim.state_dtype=bf16)
 BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, critic=False,
@@ -274,6 +310,9 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               memory="sharded", activations_calibrated=True, teacher=True,
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
+                              # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)
+                              routing_replay=("qwen3_moe",),
+                              routing_replay_check="rlrun.train.megatron.replay_rules:check",
                               requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 
@@ -324,6 +363,38 @@ LOSS_TYPES.register(LossKind("policy_loss"))
 LOSS_TYPES.register(LossKind("sft_loss", needs_rollout=False, needs_advantages=False))
 
 
+# ---- reward types (data.rm_type, eval.datasets.N.rm_type) ------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardKind:
+    """A reward type: rlrun.reward.spec registers the built-in ones (a pure module: the rules check rm_type against
+    this registry without importing the reward package, whose graders import math-verify)."""
+    name: str
+    # "module:function"(response, label, metadata) -> float, run in this process or a reward worker
+    # (rlrun.reward.rules.rule_score); "" for a remote type
+    score: Any = ""
+    remote: bool = False             # POSTs every sample to data.rm_url (rlrun.reward.remote)
+    # a right answer needs the label's text in the response (the preflight checks labels against
+    # rollout.max_response_len); its top score is 1.0 (rlrun.reward.rules.top_score)
+    label_in_response: bool = False
+    in_process: bool = False         # linear-time and allocation-free: not worth a round trip to a worker
+    judged: bool = False             # the reward engines judge every sample (reward.model; rlrun.reward.judge)
+
+    def __post_init__(self) -> None:
+        if [bool(self.score), self.remote, self.judged].count(True) != 1:
+            raise ValueError(f"RewardKind({self.name!r}): give one of score (a rule), remote=True or judged=True")
+
+
+REWARDS: Kinds[RewardKind] = Kinds("data.rm_type")
+
+
+def label_in_response(rm_type: str) -> bool:
+    """rm_type (boxed_ prefix or not) is a rule type whose full score needs the label's text in the response (a
+    response too short to hold the label, or unable to spell it, scores 0): the preflight checks the labels."""
+    base = rm_type.removeprefix("boxed_")
+    return base in REWARDS and REWARDS[base].label_in_response
+
+
 def needs_rollout(cfg: Any) -> bool:
     """Whether the run generates with engines: the one place "this loss trains on a dataset only" is decided."""
     return LOSS_TYPES[cfg.algo.loss_type].needs_rollout
@@ -338,6 +409,12 @@ def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:
 def use_teacher(cfg: Any) -> bool:
     """Whether the run distils from a teacher (algo.distill.teacher set): the one place it is decided."""
     return cfg.algo.distill.teacher is not None
+
+
+def use_reward_model(cfg: Any) -> bool:
+    """Whether the run starts reward engines (reward.model.checkpoint set, and engines generate samples to judge):
+    the one place it is decided."""
+    return cfg.reward.model.checkpoint is not None and needs_rollout(cfg)
 
 
 def use_critic(cfg: Any) -> bool:

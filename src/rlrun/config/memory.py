@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 from math import ceil
 
 from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
-from rlrun.config.params import ParamCount, count_params, lora_params
+from rlrun.config.params import ParamCount, count_params, lora_params, norms_per_layer
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, known_sample_tokens
 
@@ -181,6 +181,23 @@ def _tokens_per_micro_batch(cfg: RunConfig, sample_tokens: int) -> int:
     return t.micro_batch_size * ceil(sample_tokens / cfg.parallelism.cp)
 
 
+FP8_BLOCK = 128  # rlrun.rollout.fp8.BLOCK: one float32 scale per 128 x 128 block of an FP8 weight
+
+
+def engine_weight_bytes(m, pc, fp8: bool) -> float:
+    """Bytes of one engine's weights: bf16 (2 B/param), or with rollout.fp8 the attention projections and the
+    dense and expert MLP weights in FP8 (1 B/param + 4 B per 128 x 128 block of scales, rlrun.rollout.fp8) and the
+    rest (embeddings, output layer, norms, routers) in bf16."""
+    if not fp8:
+        return 2.0 * pc.total
+    h = m.hidden_size
+    norms = pc.final_norm + (norms_per_layer(m) + (2 * m.head_dim if m.qk_layernorm else 0)) * m.num_layers
+    routers = (m.moe.num_experts * h) * pc.num_moe_layers if m.moe is not None else 0
+    kept = pc.embedding + pc.lm_head + norms + routers
+    quantized = pc.total - kept
+    return 2.0 * kept + quantized * (1.0 + 4.0 / FP8_BLOCK ** 2)
+
+
 def kv_bytes_per_token(cfg: RunConfig) -> int:
     m, tp = cfg.model, cfg.rollout.gpus_per_engine
     if m.mla is not None:  # SGLang caches the compressed latent + rope key, replicated on every TP rank
@@ -265,7 +282,7 @@ def _estimate(cfg: RunConfig, offload_train: bool) -> Memory:
     trainer = [critic * weights / GiB, critic * grads / GiB, critic * optim / GiB, act / GiB]
 
     kv_tok = kv_bytes_per_token(cfg)
-    engine_weights = 2 * pc.total / r.gpus_per_engine / GiB
+    engine_weights = engine_weight_bytes(cfg.model, pc, r.fp8) / r.gpus_per_engine / GiB
     if ENGINES[r.engine].memory == "static_pool":
         pool = r.mem_fraction_static * hw.memory_gib
         kv = max(pool - engine_weights, 0.0)

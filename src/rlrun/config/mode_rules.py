@@ -6,7 +6,7 @@ from typing import Iterator
 
 from rlrun.config.errors import Problem
 from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, use_critic
-from rlrun.config.params import lora_shapes
+from rlrun.config.params import lora_saved_modules, lora_saves, lora_shapes
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
 
@@ -83,7 +83,8 @@ def lora(cfg: RunConfig) -> Iterator[Problem]:
     lo, m = cfg.model.lora, cfg.model
     if lo.rank == 0:
         defaults = {"alpha": 16.0, "dropout": 0.0,
-                    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+                    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                    "modules_to_save": []}
         for key, off in defaults.items():
             if getattr(lo, key) != off:
                 yield Problem(f"model.lora.{key}", "is set but model.lora.rank is 0 (full fine-tuning), so it would "
@@ -108,6 +109,13 @@ def lora(cfg: RunConfig) -> Iterator[Problem]:
         if t not in known:
             yield Problem("model.lora.target_modules", f"{t!r} is not a linear layer of {m.family} that LoRA can "
                           f"target", f"use some of {', '.join(known)}", lo.target_modules)
+    saved = lora_saved_modules(m)
+    for t in lo.modules_to_save:  # peft matches a module whose name ends with t; none: it would train nothing
+        if t in known or not any(lora_saves(name, t) for name in saved):
+            yield Problem("model.lora.modules_to_save", f"{t!r} names no module of {m.family} to train whole"
+                          + (" (it is a LoRA target)" if t in known else ""), f"use some of "
+                          f"{', '.join(sorted({n.rsplit('.', 1)[-1] for n in saved}))} (or a longer suffix such as "
+                          "model.norm)", lo.modules_to_save)
     if use_critic(cfg):
         yield Problem("model.lora.rank", f"{cfg.algo.advantage_estimator}'s critic would train in full beside the "
                       "adapter (and the memory estimate counts it as an adapter)", "use a critic-free algo "

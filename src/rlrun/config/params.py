@@ -81,9 +81,28 @@ def lora_shapes(m: ModelSection) -> dict[str, tuple[int, int]]:
     return shapes
 
 
+def lora_saved_modules(m: ModelSection) -> dict[str, int]:
+    """HF names of the modules besides the linear layers that model.lora.modules_to_save may train whole (layer 0
+    stands for every layer) -> their parameters in the whole model: embeddings, output layer, norms."""
+    layer, h, L = "model.layers.0.", m.hidden_size, m.num_layers
+    names = {"model.embed_tokens": m.vocab_size * h, "lm_head": 0 if m.tie_word_embeddings else m.vocab_size * h,
+             "model.norm": h, layer + "input_layernorm": L * h, layer + "post_attention_layernorm": L * h}
+    if m.qk_layernorm:
+        names.update({layer + "self_attn.q_norm": L * m.head_dim, layer + "self_attn.k_norm": L * m.head_dim})
+    if m.post_norms:
+        names.update({layer + "post_self_attn_layernorm": L * h, layer + "post_mlp_layernorm": L * h})
+    return names
+
+
+def lora_saves(name: str, entry: str) -> bool:
+    """peft's modules_to_save match: the module's name ends with the entry (at a dot)."""
+    return name == entry or name.endswith("." + entry)
+
+
 def lora_params(m: ModelSection) -> int:
-    """Parameters of the LoRA adapter model.lora describes: rank * (in + out) per targeted layer (A and B),
-    0 when LoRA is off."""
+    """Parameters of the LoRA adapter model.lora describes: rank * (in + out) per targeted layer (A and B), plus
+    the modules it trains whole (model.lora.modules_to_save); 0 when LoRA is off."""
     r = m.lora.rank
     shapes = lora_shapes(m)
-    return sum(m.num_layers * r * sum(shapes[t]) for t in m.lora.target_modules if t in shapes)
+    saved = sum(n for name, n in lora_saved_modules(m).items() if any(lora_saves(name, t) for t in m.lora.modules_to_save))
+    return sum(m.num_layers * r * sum(shapes[t]) for t in m.lora.target_modules if t in shapes) + (saved if r else 0)

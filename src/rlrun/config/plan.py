@@ -8,7 +8,11 @@ from dataclasses import asdict, dataclass, field
 from math import ceil
 from typing import Any, Literal
 
-from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout
+from rlrun.config.cost import predict
+from rlrun.config.hfcheck import hf_note
+from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout, use_reward_model
+from rlrun.config.memory import estimate, lean_state_hint
+from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
 
@@ -17,8 +21,8 @@ from rlrun.config.sizes import dp_size, sample_tokens
 class Slot:
     node: int
     gpu: int
-    role: Literal["trainer", "engine"]
-    rank: int          # trainer rank, or engine id for role "engine"
+    role: Literal["trainer", "engine", "reward"]
+    rank: int          # trainer rank, or engine id for role "engine" (a reward engine's for "reward")
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,11 @@ class Plan:
     # train.megatron: megatron-core fields handed to the trainer's config objects unchanged
     backend_config: dict[str, Any] = field(default_factory=dict)
     offload_why: str = ""      # why offload_train is what it is (train.offload forced, or auto from the estimate)
+    reward_engines: int = 0    # reward.model's engines (placement role "reward"); 0 = none
+    reward_gpus: int = 0       # the GPUs they take of their own (0 when colocated with the rollout engines)
 
-    def engine_slots(self, engine: int) -> list[Slot]:
-        return [s for s in self.placement if s.role == "engine" and s.rank == engine]
+    def engine_slots(self, engine: int, role: str = "engine") -> list[Slot]:
+        return [s for s in self.placement if s.role == role and s.rank == engine]
 
     def devices_per_node(self) -> list[int]:
         """Devices (GPU or CPU bundles) the placement puts on each of its nodes, node 0 first."""
@@ -111,16 +117,21 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
     g = cfg.rollout.gpus_per_engine
     if cfg.train.colocate:
         return [Slot(s.node, s.gpu, "engine", s.rank // g) for s in trainer_slots(cfg)[: cfg.rollout.num_gpus]]
-    per_node = cfg.hardware.gpus_per_node
     used = {(s.node, s.gpu) for s in trainer_slots(cfg)}
+    return _fill_free(used, cfg.rollout.num_engines, g, cfg.hardware.gpus_per_node, "engine")
+
+
+def _fill_free(used: set, count: int, g: int, per_node: int, role: str) -> list[Slot]:
+    """`count` blocks of g GPUs that `used` leaves free, node by node, never splitting a block that fits a node
+    across nodes; a block wider than a node takes g / per_node whole nodes after the last node in use."""
     slots, node, gpu = [], 0, 0
     if g > per_node:  # whole nodes, after the last node the trainer touches
         node = max((n for n, _ in used), default=-1) + 1
-        for engine in range(cfg.rollout.num_engines):
-            slots += [Slot(node + i // per_node, i % per_node, "engine", engine) for i in range(g)]
+        for engine in range(count):
+            slots += [Slot(node + i // per_node, i % per_node, role, engine) for i in range(g)]
             node += g // per_node
         return slots
-    for engine in range(cfg.rollout.num_engines):
+    for engine in range(count):
         while True:
             block = [(node, gpu + i) for i in range(g)]
             if gpu + g <= per_node and not used.intersection(block):
@@ -128,9 +139,24 @@ def engine_slots(cfg: RunConfig) -> list[Slot]:
             gpu += 1
             if gpu + g > per_node:
                 node, gpu = node + 1, 0
-        slots += [Slot(n, k, "engine", engine) for n, k in block]
+        slots += [Slot(n, k, role, engine) for n, k in block]
         gpu += g
     return slots
+
+
+def reward_slots(cfg: RunConfig) -> list[Slot]:
+    """The reward engines (reward.model): colocated, reward engine e shares the GPUs of the rollout engines' slots
+    [e*g, (e+1)*g) (g = reward.model.gpus_per_engine; on the CPU a process beside the engine's); else blocks of
+    GPUs the trainer and the rollout engines leave free, as disaggregated engines take theirs."""
+    if not use_reward_model(cfg):
+        return []
+    rm = cfg.reward.model
+    g = rm.gpus_per_engine
+    if rm.colocate:
+        under = [(s.node, s.gpu) for s in engine_slots(cfg)]
+        return [Slot(n, k, "reward", i // g) for i, (n, k) in enumerate(under[: rm.num_engines * g])]
+    used = {(s.node, s.gpu) for s in trainer_slots(cfg) + engine_slots(cfg)}
+    return _fill_free(used, rm.num_engines, g, cfg.hardware.gpus_per_node, "reward")
 
 
 def nodes_per_engine(slots: list[Slot]) -> int:
@@ -179,7 +205,6 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append("micro_batches_per_step is an upper bound: dynamic batching packs by actual lengths")
     else:
         micro = ceil(per_rank / t.micro_batch_size)
-    from rlrun.config.hfcheck import hf_note
 
     note = hf_note(cfg)
     if note:
@@ -199,14 +224,17 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                                           "so they are dropped at every offload" if offload else "")
                      + "; a new shape runs eagerly")
     engines = needs_rollout(cfg)  # algo.loss_type=sft_loss: the trainer alone, no engine is placed
+    rm = use_reward_model(cfg)
+    if rm:
+        m = cfg.reward.model
+        notes.append(f"reward.model: {m.num_engines} {m.engine} reward engine(s) of {m.gpus_per_engine} GPU(s) "
+                     + ("on the rollout engines' GPUs" if m.colocate else "on GPUs of their own")
+                     + f", judging every sample ({m.mode})")
     if not engines:
         notes.append(f"algo.loss_type={cfg.algo.loss_type}: trains on the data set only; no rollout engines are "
                      "started (rollout.* sampling settings are unused)")
-    placement = trainer_slots(cfg) + engine_slots(cfg)
+    placement = trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
-    from rlrun.config.cost import predict
-    from rlrun.config.memory import estimate, lean_state_hint
-    from rlrun.config.params import count_params
 
     params, mem = count_params(cfg.model), estimate(cfg)
     notes += list(mem.notes)
@@ -232,5 +260,6 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
         params_active=params.active, memory_gib={k: round(v, 3) for k, v in mem.by_role().items()},
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes, cost=cost,
-        backend_config=dict(cfg.train.megatron),
+        backend_config=dict(cfg.train.megatron), reward_engines=cfg.reward.model.num_engines if rm else 0,
+        reward_gpus=0 if not rm or cfg.reward.model.colocate else cfg.reward.model.num_engines * cfg.reward.model.gpus_per_engine,
     )

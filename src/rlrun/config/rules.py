@@ -9,8 +9,8 @@ from typing import Iterator
 
 from rlrun.config.derive import batch_fix
 from rlrun.config.errors import Problem, did_you_mean
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TRANSPORTS, discover, resolve, use_critic
-from rlrun.config.names import REMOTE_TYPES, RM_TYPES  # generated from rlrun.reward (rlrun/reward/names.py)
+from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, REWARDS, TRANSPORTS, discover, resolve,
+                                use_critic)
 from rlrun.config.plan import weight_sync as transport_of
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
@@ -329,7 +329,7 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
 
 
 def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
-    known = list(RM_TYPES)
+    known = list(REWARDS)
     base = rm_type[len("boxed_"):] if rm_type.startswith("boxed_") else rm_type
     if ":" not in rm_type and base not in known:
         yield Problem(path, f"unknown reward type {rm_type!r}{did_you_mean(base, known)}",
@@ -337,20 +337,26 @@ def _rm_problems(path: str, rm_type: str) -> Iterator[Problem]:
                       "'module.path:function'", rm_type)
 
 
+# data.rm_type's form for a slime reward function (rlrun.agent.prefix.PREFIX), which reads data.rm_url as
+# slime's args.rm_url (slime's on-policy distillation example posts to its teacher there)
+SLIME_FUNCTION = "slime:"
+
+
 @rule
 def remote_reward(cfg: RunConfig) -> Iterator[Problem]:
-    """rm_type remote POSTs every sample to data.rm_url (rlrun.reward.remote); eval datasets use it too."""
+    """rm_type remote POSTs every sample to data.rm_url (rlrun.reward.remote); eval datasets use it too; a slime
+    reward function gets it as args.rm_url."""
     from urllib.parse import urlparse
 
     users = [("data.rm_type", cfg.data.rm_type)] + [(f"eval.datasets.{i}.rm_type", ds.rm_type)
                                                     for i, ds in enumerate(cfg.eval.datasets)]
-    remote = [path for path, t in users if t in REMOTE_TYPES]
+    remote = [path for path, t in users if t in REWARDS and REWARDS[t].remote]
     url = cfg.data.rm_url
     if remote and url is None:
         yield Problem(remote[0], "rm_type remote posts each sample to a reward server, but data.rm_url is null",
                       "set data.rm_url to the server's POST endpoint (e.g. data.rm_url=http://127.0.0.1:8000/reward)",
                       "remote")
-    elif url is not None and not remote:
+    elif url is not None and not remote and not cfg.data.rm_type.startswith(SLIME_FUNCTION):
         yield Problem("data.rm_url", f"is set ({url}) but no rm_type is remote (data.rm_type is "
                       f"{cfg.data.rm_type!r}), so it would be ignored",
                       "set data.rm_type=remote, or data.rm_url=null", url)
@@ -393,6 +399,66 @@ def training_mode(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.recompute.granularity", f"recompute method/num_layers apply to full recompute only "
                       f"(granularity is {rc.granularity})", "set train.recompute.granularity=full or method and "
                       "num_layers to null", rc.model_dump())
+
+
+@rule
+def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
+    """rollout.routing_replay (R3): the engines return the experts each MoE layer chose per token and the
+    trainer routes by them. Refused where a part cannot: a dense model (no router), an engine kind without
+    routed experts (EngineKind.routed_experts), a backend that does not replay the family's router
+    (BackendKind.routing_replay), a slime rollout or generate function (slime's own Sample carries them,
+    rollout_routed_experts, which the adapter does not carry over)."""
+    r = cfg.rollout
+    if not r.routing_replay:
+        return
+    if cfg.model.moe is None:
+        yield Problem("rollout.routing_replay", f"model {cfg.model.name} is dense (model.moe is null): it has no "
+                      "router whose choices could be replayed", "set rollout.routing_replay=false, or pick a MoE "
+                      "model (e.g. model=qwen3-30b-a3b, model=tiny-moe)", True)
+        return
+    if not ENGINES[r.engine].routed_experts:
+        yield Problem("rollout.routing_replay", f"rollout.engine={r.engine} does not return the routed experts of "
+                      "a request (SGLang's return_routed_experts)", f"use an engine that does "
+                      f"({', '.join(n for n, e in ENGINES.items() if e.routed_experts)}) or "
+                      "rollout.routing_replay=false", True)
+    backend = BACKENDS[cfg.train.backend]
+    if cfg.model.family not in backend.routing_replay:
+        able = [n for n, b in BACKENDS.items() if cfg.model.family in b.routing_replay]
+        yield Problem("rollout.routing_replay", f"train.backend={cfg.train.backend} does not replay routing in "
+                      f"{cfg.model.family} MoE layers (it does for: {', '.join(backend.routing_replay) or 'none'})",
+                      f"use train.backend={able[0]}" if able else "set rollout.routing_replay=false", True)
+    elif backend.routing_replay_check:
+        yield from resolve(backend.routing_replay_check)(cfg)
+    for key, value in (("rollout.rollout_fn", r.rollout_fn), ("rollout.generate_fn", r.generate_fn)):
+        if value is not None and str(value).startswith("slime:"):
+            yield Problem(key, "a slime function keeps the routed experts on slime's own Sample "
+                          "(rollout_routed_experts), which rlrun does not carry over, so nothing would be replayed",
+                          "use an rlrun generate function (single_turn, an rlrun.agent Environment) or "
+                          "rollout.routing_replay=false", value)
+
+
+@rule
+def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
+    """rollout.fp8: the engines serve block-wise FP8 weights while the trainer keeps bf16. Refused on hardware
+    without FP8 units (hardware.fp8), on an engine kind that does not serve them (EngineKind.fp8: the hf engine,
+    CPU or GPU), and - until its GPU path is measured - everywhere else too: the weight sync does not yet push
+    through the quantize step (rlrun.rollout.fp8.quantize_named), so the engines would serve bf16 after the
+    first push while the key says FP8."""
+    r = cfg.rollout
+    if not r.fp8:
+        return
+    if not cfg.hardware.fp8:
+        yield Problem("rollout.fp8", f"hardware={cfg.hardware.name} has no FP8 matrix units (hardware.fp8 is false)",
+                      "set rollout.fp8=false, or run on hardware with FP8 (h100, h200, b200, mi300x and later)", True)
+    if not ENGINES[r.engine].fp8:
+        fp8 = [n for n, e in ENGINES.items() if e.fp8]
+        yield Problem("rollout.fp8", f"rollout.engine={r.engine} does not serve FP8 weights",
+                      (f"use rollout.engine={' or '.join(fp8)} or " if fp8 else "use ") + "rollout.fp8=false", True)
+    if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
+        yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
+                      "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "
+                      "engines would serve the trainer's bf16 weights after the first sync", "set rollout.fp8=false "
+                      "(docs/rollout.md \"FP8 weights for the rollout\")", True)
 
 
 @rule

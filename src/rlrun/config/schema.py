@@ -86,6 +86,7 @@ class HardwareSection(Section):
     gpus_per_node: PosInt
     memory_gib: PosFloat
     peak_bf16_tflops: PosFloat
+    fp8: bool                                 # FP8 (e4m3) matrix units: engines may serve FP8 weights (rollout.fp8)
     env: dict[str, Union[str, int, float, bool]]  # stringified below: `+hardware.env.X=1` parses as an int
     defaults: HardwareDefaults
 
@@ -119,6 +120,7 @@ class LoraSection(Section):
     alpha: PosFloat
     dropout: Annotated[float, Field(ge=0, lt=1)]
     target_modules: Annotated[list[str], Field(min_length=1)]
+    modules_to_save: list[str]               # trained whole beside the adapter (peft modules_to_save)
 
 
 class ModelSection(Section):
@@ -227,6 +229,8 @@ class RolloutSection(Section):
     dynamic_sampling: Optional[Literal["nonzero_std"]]
     partial_rollout: bool
     mask_offpolicy_in_partial_rollout: bool
+    routing_replay: bool                      # R3: the engines' routed experts replayed in the trainer's MoE layers
+    fp8: bool                                 # engines serve block-wise FP8 e4m3 weights, the trainer keeps bf16
     generate_fn: Optional[str]                # null = single_turn (rlrun.rollout.generate_api; rlrun.agent.resolve)
     rollout_fn: Optional[str]                 # slime:<module>:<fn>, slime's rollout function (rlrun.agent.slime_rollout)
     async_buffer_size: PosInt                 # async: rollouts generated ahead of the trainer
@@ -288,6 +292,13 @@ class EvalDataset(Section):
     name: str
     path: str
     rm_type: str
+    # one dataset's own sampling (slime's --eval-config per-dataset keys); derived: null -> the eval section's value.
+    # A list item has no YAML of its own, so these are the one place their null default is written.
+    n_samples_per_prompt: Optional[PosInt] = None
+    max_response_len: Optional[PosInt] = None
+    top_p: Optional[float] = None
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
 
 
 class EvalSection(Section):
@@ -316,6 +327,29 @@ class DataSection(Section):
     shuffle: bool
     num_epochs: PosInt
     source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
+
+
+class RewardModelSection(Section):
+    """A reward model served as engines (docs/rewards.md "Reward engines"): data.rm_type=reward_model."""
+    checkpoint: Optional[str]              # null = no reward engines
+    # derived with a checkpoint: null -> rollout.engine (without one it stays null: no engine to name)
+    engine: Optional[_kind(ENGINES)]  # type: ignore[valid-type]
+    num_engines: PosInt
+    gpus_per_engine: PosInt
+    colocate: bool
+    mem_fraction_static: Annotated[float, Field(gt=0, lt=1)]
+    mode: Literal["discriminative", "generative"]   # rlrun.reward.judge.MODES
+    prompt_template: Annotated[str, Field(min_length=1)]
+    target: str
+    parser: str
+    max_new_tokens: PosInt
+    max_concurrency: PosInt
+    timeout_s: PosFloat
+    max_retries: NonNegInt
+
+
+class RewardSection(Section):
+    model: RewardModelSection
 
 
 class DistillSection(Section):
@@ -359,6 +393,7 @@ class AlgoSection(Section):
     opsm_reference: Literal["rollout", "old"]
     use_unbiased_kl: bool
     use_rollout_logprobs: bool
+    reward_post_process: Optional[str]   # slime:<path> (rlrun.agent.slime_rollout.SlimeRewardPostProcess)
     distill: DistillSection
 
 
@@ -446,6 +481,7 @@ class RunConfig(Section):
     rollout: RolloutSection
     eval: EvalSection
     data: DataSection
+    reward: RewardSection
     algo: AlgoSection
     optim: OptimSection
     logging: LoggingSection

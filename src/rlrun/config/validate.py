@@ -6,6 +6,7 @@ from typing import Any, Optional, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from rlrun.config import rules
 from rlrun.config.derive import fill_derived
 from rlrun.config.errors import ConfigError, Problem, closest, did_you_mean
 from rlrun.config.schema import RunConfig
@@ -24,8 +25,6 @@ def validate(raw: dict[str, Any], *, check_rules: bool = True) -> RunConfig:
         schema = _without_follow_ons(schema, raw, problems)
         problems += schema
     if cfg is not None and check_rules:
-        from rlrun.config import rules
-
         problems += rules.check(cfg)
     if problems:
         err = ConfigError(_dedupe(problems))

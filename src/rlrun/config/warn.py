@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, Sequence
 
 from rlrun.config.errors import Problem
+from rlrun.config.memory import overflow
 from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
+from rlrun.config.sizes import known_sample_tokens
 
 Warning_ = Callable[[RunConfig, Sequence[str]], Iterable[Problem]]
 WARNINGS: Checks[Warning_] = Checks()
@@ -48,6 +50,8 @@ def responses_cut_at_the_context(cfg: RunConfig, overrides: Sequence[str]) -> It
     r, d, ctx = cfg.rollout, cfg.data, cfg.rollout.context_length
     lens = [("rollout", r.max_response_len)] + ([("eval", cfg.eval.max_response_len)]
                                                 if cfg.eval.max_response_len != r.max_response_len else [])
+    lens += [(f"eval.datasets.{i}", ds.max_response_len) for i, ds in enumerate(cfg.eval.datasets)
+             if ds.max_response_len not in (None, cfg.eval.max_response_len, r.max_response_len)]
     for sec, resp in lens:
         total = resp + (d.max_prompt_len or 1)
         if total > ctx:
@@ -62,7 +66,6 @@ def samples_above_the_budget(cfg: RunConfig, overrides: Sequence[str]) -> Iterat
     """A token budget that holds the response limit but not a whole sample: such a sample trains alone in its
     micro-batch (rlrun.train.batching.group_samples), as slime's dp_schedule places a sample above
     --max-tokens-per-gpu; the memory plan counts it (rlrun.config.memory)."""
-    from rlrun.config.sizes import known_sample_tokens
 
     t, cp = cfg.train, cfg.parallelism.cp
     need = known_sample_tokens(cfg)
@@ -107,7 +110,6 @@ def real_weights_on_the_toy_task(cfg: RunConfig, overrides: Sequence[str]) -> It
 def memory_overflow_accepted(cfg: RunConfig, overrides: Sequence[str]) -> Iterator[Problem]:
     """A memory estimate above a GPU's memory that the gate does not refuse (capability.memory_fits): checks.memory_fit=warn,
     or an overflow that rests on an uncalibrated activation estimate."""
-    from rlrun.config.memory import overflow
 
     over = overflow(cfg) if cfg.checks.memory_fit != "off" else None
     if over and (cfg.checks.memory_fit == "warn" or not over[1]):

@@ -27,6 +27,9 @@ from types import SimpleNamespace
 from typing import Callable, Optional
 
 from rlrun.config.kinds import ESTIMATORS
+from rlrun.data.groups import groups_of
+from rlrun.reward.rules import top_score
+from rlrun.rollout.handle import version_number
 
 MISMATCH = "train/train_rollout_logp_abs_diff"  # mean |train - rollout| log-prob per loss token
 # truncation_reward judges a rollout only with at least this many truncated AND this many complete
@@ -109,8 +112,6 @@ def staleness(inv, ev) -> Verdict:
     bound = inv.cfg.rollout.max_staleness
     if not inv.cfg.train.async_train or bound is None or not ev.kept:
         return None
-    from rlrun.data.groups import groups_of
-
     lag = staleness
 
     worst = max(lag(groups_of(ev.kept), version=ev.rollout_id))
@@ -123,8 +124,6 @@ def broken_groups(samples: list, estimator: str, n: int, one_prompt: bool = True
     """What is wrong with the group ids of `samples` (laid out group after group). one_prompt=False: a
     group may hold samples of several prompts (a custom generate function may return a list of samples
     with prompts of their own in the prompt's group, as slime's multi-agent example does)."""
-    from rlrun.data.groups import groups_of
-
     groups, seen, out = groups_of(samples), set(), []
     for g in groups:
         gid = g[0].group_id
@@ -166,7 +165,7 @@ def nonfinite(inv, ev) -> Verdict:
 
 
 @check("logprob_mismatch", "trained", fix="the engines and the trainer compute different log-probs: check the "
-       "engine dtype/model (rollout.engine, rollout.sglang) or raise checks.logprob_mismatch_max")
+       "engine dtype/model (rollout.engine and its argument section) or raise checks.logprob_mismatch_max")
 def logprob_mismatch(inv, ev) -> Verdict:
     m = ev.metrics.get(MISMATCH)
     if not _finite(m):
@@ -198,16 +197,12 @@ def logprob_jump(inv, ev) -> Verdict:
 def _agree_below_top(inv, groups: list) -> list:
     """The groups whose rewards all agree below the reward's top score (rlrun.reward.rules.top_score; any value
     for a reward whose top rlrun does not know): no signal. Agreement at the top is a solved prompt."""
-    from rlrun.reward.rules import top_score
-
     top = top_score(inv.cfg.data.rm_type)
     return [g for g in groups if len(g) > 1 and len({s.reward for s in g}) == 1 and (top is None or g[0].reward != top)]
 
 
 def _zero_variance_fix(inv, ev) -> str:
     """The response length, where the agreeing groups' samples were all cut at it (the labels may not fit)."""
-    from rlrun.data.groups import groups_of
-
     base = "the task is too hard for the policy (or too easy below the reward's top score): " \
            "rollout.dynamic_sampling=nonzero_std drops these groups, or change the data"
     flat = _agree_below_top(inv, groups_of(ev.kept))
@@ -225,9 +220,6 @@ def zero_variance(inv, ev) -> Verdict:
     """The share of trained groups whose rewards all agree below the reward's top score: no signal. Groups that
     agree at the top score (every sample right) are solved prompts: convergence, reported as
     rollout/solved_groups and said once, not a fault."""
-    from rlrun.data.groups import groups_of
-    from rlrun.reward.rules import top_score
-
     gs = [g for g in groups_of(ev.kept) if len(g) > 1]
     if not gs:
         return None
@@ -369,8 +361,6 @@ class NoChecks:
 
 def staleness(groups: list[list], version: int) -> list[int]:
     """Per group: the trainer's version minus the oldest version among its trained tokens."""
-    from rlrun.rollout.handle import version_number
-
     def oldest(g):
         vs = [version_number(v) for s in g for v, m in zip(s.token_versions or [s.weight_version] *
                                                            len(s.response_tokens), s.effective_loss_mask) if m]

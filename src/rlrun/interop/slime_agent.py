@@ -9,6 +9,10 @@
     of a slime generate function's samples, slime's generate_and_rm); it beats --rm-type, as in slime's
     rm_hub.async_rm. Without a slime generate function rlrun has no slime args/Sample to call it with:
     `rlrun validate` refuses that (rlrun.agent.rules).
+--custom-reward-post-process-path a.b.f      <-> algo.reward_post_process=slime:a.b:f
+    slime's `post_process_rewards(args, samples) -> (raw_rewards, rewards)` runs unchanged on each rollout's
+    trained samples (rlrun.agent.slime_rollout.SlimeRewardPostProcess); its rewards replace the group
+    normalisation, as in slime's RolloutManager.
 --data-source-path, --buffer-filter-path
     slime's signatures (DataSource(args); filter(args, rollout_id, buffer, n)) differ from rlrun's data
     sources (prompts, n), so an import reports them (with the rlrun setting to port them to) instead of
@@ -22,13 +26,14 @@ GENERATE_FLAG = "--custom-generate-function-path"
 SLIME_DEFAULT_SOURCE = "slime.rollout.data_source.RolloutDataSourceWithBuffer"
 RM_FLAG = "--custom-rm-path"
 ROLLOUT_FLAG = "--rollout-function-path"
+POST_PROCESS_FLAG = "--custom-reward-post-process-path"
 PORT = {
     "--data-source-path": "slime's DataSource(args) classes do not run in rlrun; port it to data.source, a "
                           "subclass of rlrun.agent.source.DataSource / BufferedDataSource (docs/agents.md)",
     "--buffer-filter-path": "set buffer_filter(buffer, n) on a BufferedDataSource subclass named by data.source "
                             "(docs/agents.md)",
 }
-FLAGS = (GENERATE_FLAG, RM_FLAG, *PORT)  # ROLLOUT_FLAG: slime_modes (SFT's rollout) calls decode_rollout_fn
+FLAGS = (GENERATE_FLAG, RM_FLAG, POST_PROCESS_FLAG, *PORT)  # ROLLOUT_FLAG: slime_modes (SFT's rollout) calls decode_rollout_fn
 # slime's default rollout function (slime/utils/arguments.py --rollout-function-path): rlrun's own rollout
 SLIME_DEFAULT_ROLLOUT = "slime.rollout.sglang_rollout.generate_rollout"
 
@@ -60,6 +65,8 @@ def decode(dec, occ) -> None:
         dec.set("rollout.generate_fn", to_rlrun(value), occ)
     elif occ.flag == RM_FLAG:
         dec.custom_rm = (to_rlrun(value), occ)  # applied after every flag: it beats --rm-type wherever that is
+    elif occ.flag == POST_PROCESS_FLAG:
+        dec.set("algo.reward_post_process", to_rlrun(value), occ)
     elif not (occ.flag == "--data-source-path" and value == SLIME_DEFAULT_SOURCE):
         dec.unknown.append((occ, PORT[occ.flag]))
 
@@ -80,6 +87,14 @@ def encode(cfg: dict, arrays: dict, comments: dict) -> None:
         else:
             comments["ROLLOUT_ARGS"].append(f"data.rm_type={rm}: not exported; slime imports a reward function "
                                             f"by its dotted path only ({RM_FLAG} module.function)")
+    post = cfg["algo"].get("reward_post_process")
+    if post:
+        post_dotted, _ = to_slime(post)
+        if post_dotted:
+            arrays["ROLLOUT_ARGS"].append([POST_PROCESS_FLAG, post_dotted])
+        else:
+            comments["ROLLOUT_ARGS"].append(f"algo.reward_post_process={post}: not exported; slime imports it by "
+                                            f"its dotted path only ({POST_PROCESS_FLAG} module.function)")
     if cfg["rollout"].get("rollout_fn"):
         ro_dotted, ro_comment = to_slime(cfg["rollout"]["rollout_fn"])
         if ro_dotted:
@@ -91,3 +106,6 @@ def encode(cfg: dict, arrays: dict, comments: dict) -> None:
         comments["ROLLOUT_ARGS"].append(comment)
     if cfg["data"]["source"]:
         comments["ROLLOUT_ARGS"].append(f"data.source={cfg['data']['source']}: not exported; " + PORT["--data-source-path"])
+    if (cfg.get("reward") or {}).get("model", {}).get("checkpoint"):
+        comments["ROLLOUT_ARGS"].append("reward.model: not exported; slime starts no reward engines (serve the reward "
+                                        "model yourself and point --rm-type remote_rm --rm-url at it)")

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rlrun.interop import slime_agent, slime_mis, slime_modes
+from rlrun.interop import slime_agent, slime_eval, slime_mis, slime_modes
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
@@ -90,7 +90,8 @@ def known_flags() -> list[str]:
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
               *slime_agent.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", *WANDB_FLAGS, "--offload",
-              "--exp-avg-sq-dtype", "--use-precision-aware-optimizer",
+              "--exp-avg-sq-dtype", "--use-precision-aware-optimizer", "--make-vocab-size-divisible-by",
+              "--save-debug-rollout-data", "--eval-config",
               *_ROPE_FLAGS, *POST_NORM_FLAGS}
     return sorted(flags)
 
@@ -130,6 +131,8 @@ class _Decoder:
         self.custom_config: Occ | None = None
         self.opd: list[Occ] = []  # --use-opd, --opd-type (slime_modes)
         self.modes: list[Occ] = []  # SFT's implied flags (slime_modes), checked against --loss-type at the end
+        self.vocab_pad: Occ | None = None  # --make-vocab-size-divisible-by (_vocab_padding)
+        self.eval_config: Occ | None = None  # --eval-config (slime_eval)
 
     def set(self, path: str, value: Any, occ: Occ) -> None:
         if path in self.explicit and not same(self.values[path], value) and path != "train.async_train":
@@ -151,6 +154,7 @@ class _Decoder:
         if self.custom_rm is not None:  # slime's rm_hub.async_rm: custom_rm_path first, --rm-type otherwise
             self.set("data.rm_type", *self.custom_rm)
         self.fill_defaults()
+        self.vocab_padding()
         slime_modes.finish(self)
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
@@ -240,6 +244,19 @@ class _Decoder:
             if allowed is not None and tuple(vals) != allowed:
                 return False
             self.notes.append(_at(occ, f"{' '.join((flag, *vals))}: no change: {why}"))
+        elif flag == "--eval-config":
+            self.expect(occ, 1)
+            self.eval_config = occ  # read in fill_defaults: it wins over --eval-prompt-data wherever it stands
+        elif flag == "--make-vocab-size-divisible-by":
+            self.expect(occ, 1)
+            int(occ.values[0])
+            self.vocab_pad = occ  # settled once the vocabulary and TP are known: vocab_padding
+        elif flag == "--save-debug-rollout-data":
+            self.expect(occ, 1)
+            self.set("logging.rollout_records", "all", occ)
+            self.notes.append(_at(occ, f"{flag} {vals[0]}: imported as logging.rollout_records=all (every sample of "
+                                       "every rollout, written to the run folder's rollout records, not to this "
+                                       "path; docs/observability.md)"))
         elif flag == "--use-wandb":
             self.expect(occ, 0)  # the mode is settled in fill_defaults: --wandb-mode may come later
         elif flag == "--wandb-mode":
@@ -366,8 +383,9 @@ class _Decoder:
             if "--multi-latent-attention" not in self.seen:
                 v["model.mla"] = None
             v["model.family"] = family_of(v)
+        self.read_eval_config()
         if self.datasets:
-            v["eval.datasets"] = self.datasets  # rm_type is filled by the importer (data.rm_type)
+            v["eval.datasets"] = self.datasets  # a missing rm_type is filled by the importer (data.rm_type)
         elif "eval.datasets" not in self.explicit:
             v["eval.datasets"] = []
         v.setdefault("logging.wandb.mode", "online" if "--use-wandb" in self.seen else "disabled")
@@ -390,6 +408,41 @@ class _Decoder:
                 if value is not KEEP:
                     v[row.path] = value
         self.apply_overrides()
+
+    def read_eval_config(self) -> None:
+        """--eval-config: slime builds its eval datasets from the file, ignoring --eval-prompt-data
+        (slime/utils/arguments.py _resolve_eval_datasets)."""
+        occ = self.eval_config
+        if occ is None:
+            return
+        try:
+            datasets, lost = slime_eval.read(occ.values[0])
+        except ValueError as exc:
+            self.unknown.append((occ, str(exc)))
+            return
+        if "--eval-prompt-data" in self.seen:
+            self.notes.append(_at(occ, "--eval-config wins over --eval-prompt-data (slime reads only the file)"))
+        self.unknown += [(occ, why) for why in lost]
+        self.datasets = datasets
+        self.explicit.add("eval.datasets")
+
+    def vocab_padding(self) -> None:
+        """Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x TP (slime: padded_vocab_size
+        = _vocab_size_with_padding(--vocab-size), slime/backends/megatron_utils/arguments.py); rlrun trains the
+        model's vocabulary unpadded, so the flag is a no-op exactly where that multiple divides it."""
+        occ = self.vocab_pad
+        if occ is None:
+            return
+        vocab, tp = self.values.get("model.vocab_size"), self.values.get("parallelism.tp") or 1
+        multiple = int(occ.values[0]) * tp
+        if isinstance(vocab, int) and vocab % multiple == 0:
+            self.notes.append(_at(occ, f"{occ.flag} {occ.values[0]}: no change: model.vocab_size={vocab} is a "
+                                       f"multiple of {occ.values[0]} x TP {tp}, so Megatron's padded vocabulary is "
+                                       "the model's own"))
+        else:
+            self.notes.append(_at(occ, f"{occ.flag}: Megatron would pad model.vocab_size={vocab} to a multiple of "
+                                       f"{multiple}; rlrun trains the model's vocabulary unpadded"))
+            self.unknown.append((occ, f"slime feature rlrun lacks: {FEATURE_OF[occ.flag]}"))
 
     def custom_tis_config(self) -> None:
         """slime's MIS example reads its settings from --custom-config-path (slime_mis.py); without it that

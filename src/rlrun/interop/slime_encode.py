@@ -134,6 +134,11 @@ def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[s
             comments["EVAL_ARGS"].append(
                 f"eval.datasets[{d['name']}].rm_type={d['rm_type']}: slime scores eval with --rm-type "
                 f"({cfg['data']['rm_type']}) unless an --eval-config file says otherwise")
+        for key in ("n_samples_per_prompt", "max_response_len", "top_p", "temperature", "top_k"):
+            if d.get(key) is not None and d[key] != cfg["eval"][key]:
+                comments["EVAL_ARGS"].append(
+                    f"eval.datasets[{d['name']}].{key}={d[key]}: slime takes a dataset's own value from an "
+                    f"--eval-config file only (the --eval-* flags say {cfg['eval'][key]})")
     slime_agent.encode(cfg, arrays, comments)
     slime_modes.encode(cfg, arrays, comments)
     wandb = cfg["logging"]["wandb"]

@@ -260,9 +260,12 @@ def _num_gpus(args: list[str]) -> int | None:
 
 
 def _fill_eval_rm_type(values: dict[str, Any], base: dict) -> None:
-    # slime scores eval sets with --rm-type (an --eval-config file aside); rlrun names it per dataset
+    # slime scores eval sets with --rm-type unless an --eval-config dataset names its own rm_type; --custom-rm-path
+    # wins over both (slime/rollout/rm_hub/__init__.py async_rm); rlrun names it per dataset
     rm_type = values.get("data.rm_type", base["data"]["rm_type"])
-    values["eval.datasets"] = [{**d, "rm_type": rm_type} for d in values.get("eval.datasets", [])]
+    custom = rm_type.startswith("slime:") if isinstance(rm_type, str) else False
+    values["eval.datasets"] = [{**d, "rm_type": d["rm_type"] if d.get("rm_type") and not custom else rm_type}
+                               for d in values.get("eval.datasets", [])]
 
 
 def _nest(flat: dict[str, Any], base: dict) -> dict:

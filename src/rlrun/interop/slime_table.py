@@ -178,6 +178,8 @@ ROWS: tuple[Row, ...] = (
     Row("rollout.partial_rollout", "--partial-rollout", "ROLLOUT_ARGS", "true", default=False),
     Row("rollout.mask_offpolicy_in_partial_rollout", "--mask-offpolicy-in-partial-rollout", "ROLLOUT_ARGS", "true",
         default=False),
+    # R3 (slime/utils/arguments.py; scripts/low_precision/run-qwen3-30b-a3b-fp8.sh lists it with SGLANG_ARGS)
+    Row("rollout.routing_replay", "--use-rollout-routing-replay", "SGLANG_ARGS", "true", default=False),
     # train_async.py's flags (slime writes them on the launch line of its async examples)
     Row("rollout.async_buffer_size", "--async-buffer-size", LAUNCH, type=int, default=1),
     Row("rollout.update_weights_interval", "--update-weights-interval", LAUNCH, type=int, default=1),
@@ -304,7 +306,9 @@ SPECIAL: dict[str, str] = {
     "model.moe": "`--num-experts` present <=> MoE; MoE runtime flags (grouped GEMM, alltoall, fp32 router)",
     "model.moe.first_k_dense": "`--moe-layer-freq \"[0]*K+[1]*(L-K)\"` (absent: every layer MoE)",
     "model.mla": "`--multi-latent-attention` present <=> MLA",
-    "eval.datasets": "`--eval-prompt-data NAME PATH [NAME PATH ...]` (rm_type: slime uses --rm-type for eval)",
+    "eval.datasets": "`--eval-prompt-data NAME PATH [NAME PATH ...]` (rm_type: slime uses --rm-type for eval), or "
+                     "an `--eval-config` YAML (imported: each dataset's rm_type, n_samples_per_eval_prompt, "
+                     "temperature, top_p, top_k, max_response_len; rlrun.interop.slime_eval)",
     "logging.wandb.mode": "disabled: no flag; offline/online: `--use-wandb --wandb-mode MODE`",
     "logging.wandb.project": "`--wandb-project` (only with wandb on)",
     "logging.wandb.entity": "`--wandb-team` (only with wandb on)",
@@ -317,6 +321,9 @@ SPECIAL: dict[str, str] = {
     "checks `--sglang-*` against the pinned SGLang ServerArgs (abbreviations expanded and noted)",
     "train.async_train": "entry point `train_async.py` instead of `train.py`",
     "rollout.max_staleness": "slime's train_async.py bounds staleness by --async-buffer-size alone",
+    "algo.reward_post_process": "`--custom-reward-post-process-path a.b.f` <-> `slime:a.b:f` (slime's "
+                                "post_process_rewards(args, samples), run by rlrun.agent.slime_rollout; its rewards "
+                                "replace the group normalisation)",
     "rollout.rollout_fn": "`--rollout-function-path a.b.f` <-> `slime:a.b:f` (slime's rollout function, run by "
     "rlrun.agent.slime_rollout; slime's default sglang_rollout.generate_rollout is rlrun's own rollout: null)",
     "rollout.generate_fn": "`--custom-generate-function-path a.b.f` <-> `slime:a.b:f` (slime's form only; "
@@ -329,6 +336,8 @@ SPECIAL: dict[str, str] = {
 
 # Settings slime has no flag for: printed as comments by the export, left to rlrun's groups on import.
 NO_FLAG: dict[str, str] = {
+    "reward.model": "slime starts no reward engines (its rewards are --rm-type rules, --rm-url servers and "
+    "--custom-rm-path functions): the export writes a comment",
     "model.lora": "slime has no LoRA (its pull request is open at 624b824a): an exported LoRA run would fine-tune "
     "the whole model; the import leaves model.lora.rank 0",
     "run.name": "slime names runs through wandb (--wandb-group)",
@@ -358,6 +367,7 @@ NO_FLAG: dict[str, str] = {
     "hardware.vendor": "implied by the env exports (HIP_* on ROCm)",
     "hardware.memory_gib": "used by rlrun's memory plan only",
     "hardware.peak_bf16_tflops": "used by rlrun's plan (MFU) only",
+    "hardware.fp8": "a capability rlrun's rules read (rollout.fp8); slime has no flag",
     "hardware.defaults.offload_train": "exported as the resolved --offload-train",
     "hardware.defaults.offload_rollout": "exported as the resolved --offload-rollout",
     "hardware.defaults.gradient_accumulation_fusion": "exported as the resolved gradient-accumulation fusion",
@@ -385,6 +395,8 @@ NO_FLAG: dict[str, str] = {
     "debug.rollout_only": "slime's --debug-rollout-only (not mapped by export/import yet)",
     "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
     "debug.profile_engines": "slime has no engine-profile flag",
+    "rollout.fp8": "slime has no flag: its FP8 rollout is an FP8 --hf-checkpoint that SGLang loads (scripts/"
+    "low_precision/run-qwen3-4b-fp8.sh); rlrun refuses the key until its push is wired (docs/rollout.md)",
     "rollout.max_turns": "slime has no flag: a custom generate function keeps its own (examples/search-r1: "
     "SEARCH_R1_CONFIGS['max_turns']); rlrun passes it to slime-form functions as args.max_turns",
     "rollout.tool_timeout_s": "slime has no tool runner; its generate functions time their own tools",
@@ -515,6 +527,18 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
                                         "below a sample's length or below --seq-length is refused: slime_checks)"),
     "--train-backend": (("megatron",), "slime's only training backend (slime/utils/arguments.py: "
                                        "choices=['megatron']); rlrun imports it as train.backend=megatron"),
+    "--no-position-embedding": ((), "Megatron's learned absolute position embedding is off; with rotary positions "
+                                    "(which rlrun always uses: --position-embedding-type rope) GPTModel builds none "
+                                    "anyway (megatron-core LanguageModelEmbedding adds one only for learned_absolute)"),
+    "--data-pad-size-multiplier": (None, "slime pads each packed micro-batch to a multiple of TP x this (default 128; "
+                                         "slime/backends/megatron_utils/cp_utils.py) for kernel shapes; the pad "
+                                         "tokens carry no loss, so the step's math is the same; rlrun's packing pads "
+                                         "to what sequence parallelism needs (rlrun.train.megatron.packing)"),
+    "--log-probs-chunk-size": (None, "slime computes log-probs in chunks of this many tokens to save memory "
+                                     "(slime/utils/arguments.py); rlrun's megatron backend always does, never "
+                                     "keeping a [tokens, vocab] logits tensor (rlrun.algo.token_stats."
+                                     "linear_logp_entropy, ~512 MB of fp32 logits per chunk): memory only, the "
+                                     "log-probs are the same"),
 }
 
 # The slime/Megatron feature a flag belongs to, where rlrun lacks that feature: a refusal names the feature.
@@ -527,20 +551,15 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
     "vision-language models": ("--multimodal-keys",),
-    "custom reward post-processing (slime's post_process_rewards replaces the advantage normalisation)": (
-        "--custom-reward-post-process-path",),
-    "eval config files": ("--eval-config",),
     "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
                                  "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
                                  "--update-weight-delta-checksum"),
     "prefill/decode disaggregation": ("--prefill-num-servers",),
     "all-gather context parallelism": ("--allgather-cp",),
-    "Megatron vocab padding": ("--make-vocab-size-divisible-by",),
-    "learned-position-free GLM layout flags": ("--no-position-embedding",),
-    "chunked log-prob computation": ("--log-probs-chunk-size",),
-    "data padding multiplier": ("--data-pad-size-multiplier",),
+    # a no-op where Megatron's padded vocabulary equals the model's (slime_decode._vocab_padding); refused otherwise
+    "Megatron vocab padding (a padded vocabulary larger than the model's)": ("--make-vocab-size-divisible-by",),
     "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
     "SGLang config files": ("--sglang-config",),
-    "Megatron debugging switches": ("--enable-experimental", "--save-debug-rollout-data"),
+    "Megatron's experimental features (megatron.core.config.set_experimental_flag)": ("--enable-experimental",),
 }
 FEATURE_OF: dict[str, str] = {f: feature for feature, flags in _FEATURE_FLAGS.items() for f in flags}

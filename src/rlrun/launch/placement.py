@@ -127,11 +127,11 @@ class Placement:
             raise KeyError(f"plan has no {role} with rank {rank}")
         return [self._bundle_for_slot[slot] for slot in slots]
 
-    def engine_parts(self, engine: int) -> list[list[Bundle]]:
+    def engine_parts(self, engine: int, role: str = "engine") -> list[list[Bundle]]:
         """The engine's bundles grouped per node, node 0 of the engine first (the plan's node order): one
         group for an engine that fits a node, k for an engine spanning k nodes."""
         parts: dict[int, list[Bundle]] = defaultdict(list)
-        for node, gpu in sorted((s.node, s.gpu) for s in self.plan.placement if s.role == "engine" and s.rank == engine):
+        for node, gpu in sorted((s.node, s.gpu) for s in self.plan.placement if s.role == role and s.rank == engine):
             parts[node].append(self._bundle_for_slot[(node, gpu)])
         if not parts:
             raise KeyError(f"plan has no engine with rank {engine}")
@@ -159,3 +159,33 @@ class Placement:
 
     def remove(self) -> None:
         remove_placement_group(self.pg)
+
+    def as_role(self, role: str) -> "RoleView":
+        """This placement as an engine kind's start sees it, with its engines being the plan's `role` (a reward
+        engine, "reward"): the kind's own start places them, unchanged."""
+        return RoleView(self, role)
+
+
+class RoleView:
+    """A Placement whose role "engine" means another engine role of the plan (Placement.as_role)."""
+
+    def __init__(self, placement: Placement, role: str):
+        self._placement, self._role = placement, role
+
+    def __getattr__(self, name: str):
+        return getattr(self._placement, name)
+
+    def _as(self, role: str) -> str:
+        return self._role if role == "engine" else role
+
+    def bundle_of(self, role: str, rank: int) -> list[Bundle]:
+        return self._placement.bundle_of(self._as(role), rank)
+
+    def engine_parts(self, engine: int, role: str = "engine") -> list[list[Bundle]]:
+        return self._placement.engine_parts(engine, self._as(role))
+
+    def options(self, role: str, rank: int) -> dict:
+        return self._placement.part_options(self.bundle_of(role, rank)[:1], role)
+
+    def gpu_ids(self, role: str, rank: int) -> list[int]:
+        return [b.gpu_id for b in self.bundle_of(role, rank) if b.gpu_id is not None]

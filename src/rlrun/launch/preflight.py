@@ -23,10 +23,14 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from urllib.parse import urlparse
 
 from rlrun.config.errors import Problem
+from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
-from rlrun.config.kinds import BACKENDS, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic
+from rlrun.config.params import count_params
+from rlrun.config.plan import make_plan
 from rlrun.config.registry import Checks
 from rlrun.config.schema import RunConfig
+from rlrun.config.torch_dist import dist_checkpoint_dir
 
 Check = Callable[[RunConfig, Any], Iterable[Problem]]  # (config, plan or None) -> problems
 CHECKS: Checks[Check] = Checks()
@@ -71,8 +75,6 @@ def _existing_parent(p: Path) -> Path:
 
 @check
 def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
-    from rlrun.config.hfcheck import compare, read_hf_config
-
     ck = cfg.checkpoint
     if ck.hf is not None and ck.hf == cfg.model.hub_id and not Path(ck.hf).expanduser().exists():
         from rlrun.config.hub import cache_dir
@@ -93,8 +95,6 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
             yield from compare(cfg, hf, f"{ck.hf}/config.json")
             yield from _holds("checkpoint.hf", ck.hf, (WEIGHTS, TOKENIZER))
     if ck.ref is not None and ck.ref != ck.hf:  # (a ref equal to an uncached hub id is reported above)
-        from rlrun.config.torch_dist import dist_checkpoint_dir
-
         bad = _unreadable("checkpoint.ref", ck.ref, True, "the reference model's folder",
                           "fix checkpoint.ref, or null to use checkpoint.hf")
         if bad:
@@ -109,11 +109,43 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     if ck.load is not None:
         yield from _trainer_checkpoint(ck.load)
     yield from _teacher(cfg)
+    yield from _reward_model(cfg)
+
+
+def _reward_model(cfg: RunConfig) -> Iterator[Problem]:
+    """reward.model.checkpoint: an HF model folder the reward engines load (weights and tokenizer), whose tokenizer
+    spells a fixed discriminative target as one token."""
+    from rlrun.config.hfcheck import read_hf_config
+    from rlrun.config.kinds import use_reward_model
+
+    m = cfg.reward.model
+    if not use_reward_model(cfg):
+        return
+    bad = _unreadable("reward.model.checkpoint", m.checkpoint, True, "the reward model's Hugging Face folder",
+                      "point reward.model.checkpoint at a folder with config.json, *.safetensors and the tokenizer "
+                      "files (an rlrun checkpoint's iter_N/trainer/model is one)")
+    if bad:
+        yield bad
+        return
+    if read_hf_config(m.checkpoint) is None:
+        yield Problem("reward.model.checkpoint", f"{m.checkpoint} has no config.json", "point "
+                      "reward.model.checkpoint at a Hugging Face model folder", m.checkpoint)
+        return
+    held = list(_holds("reward.model.checkpoint", m.checkpoint, (WEIGHTS, TOKENIZER)))
+    yield from held
+    if held or m.mode != "discriminative" or "{" in m.target:
+        return  # a target with fields is tokenized per sample; one that is not one token scores it as an error
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(m.checkpoint).encode(m.target, add_special_tokens=False)
+    if len(ids) != 1:
+        yield Problem("reward.model.target", f"{m.target!r} is {len(ids)} tokens ({ids}) for the reward model's "
+                      "tokenizer; a discriminative judge scores the probability of one next token",
+                      "use a target the tokenizer spells as one token (e.g. 'yes' or ' yes')", m.target)
 
 
 def _teacher(cfg: RunConfig) -> Iterator[Problem]:
     """algo.distill.teacher: an HF model folder of model.*'s architecture (the trainer builds it from model.*)."""
-    from rlrun.config.hfcheck import compare, read_hf_config
 
     teacher = cfg.algo.distill.teacher
     if teacher is None:
@@ -124,7 +156,6 @@ def _teacher(cfg: RunConfig) -> Iterator[Problem]:
     if bad:
         yield bad
         return
-    from rlrun.config.torch_dist import dist_checkpoint_dir
 
     if dist_checkpoint_dir(teacher) is not None:  # slime's --opd-teacher-load form
         if cfg.train.backend != "megatron":
@@ -273,8 +304,7 @@ def _ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 
 def _labels_fit(cfg: RunConfig, labels: list[str], tokenizer: Any, vocab: str) -> Iterator[Problem]:
     """Labels a response of rollout.max_response_len tokens cannot hold (or cannot spell: <unk>), for a reward that
-    compares the response with the label (rlrun.reward.rules.LABEL_IN_RESPONSE); for a custom reward a note."""
-    from rlrun.reward.rules import label_in_response
+    compares the response with the label (its RewardKind's label_in_response); for a custom reward a note."""
 
     limit, unk = cfg.rollout.max_response_len, getattr(tokenizer, "unk_token_id", None)
     distinct = list(dict.fromkeys(labels))
@@ -472,8 +502,6 @@ def checkpoint_bytes(cfg: RunConfig, params: int) -> int:
 
 @check
 def disk(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
-    from rlrun.config.params import count_params
-
     key, path = _save_dir(cfg)
     near = _existing_parent(Path(path).expanduser())
     if not near.is_dir():
@@ -508,7 +536,7 @@ def router_port(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         try:
             s.bind((host, port))
         except OSError as exc:
-            yield Problem("rollout.router.port", f"sglang-router cannot listen on {host}:{port} here: {exc.strerror}",
+            yield Problem("rollout.router.port", f"the router cannot listen on {host}:{port} here: {exc.strerror}",
                           "choose a free port, or null to let rlrun pick one (check rollout.router.host too)", port)
 
 
@@ -564,13 +592,10 @@ def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     Ray will count them) and the engine's and the backend's Python modules importable (ENGINES / BACKENDS
     `requires`); otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
     is checked against its live nodes instead (rlrun.launch.cluster.check_resources)."""
-    from rlrun.config.kinds import ENGINES
 
     if cfg.cluster.address is not None or cfg.run.dry_run:  # a remote cluster, or no Ray at all (dry run)
         return
     if plan is None:
-        from rlrun.config.plan import make_plan
-
         plan = make_plan(cfg)
     demand, counter = plan.devices_per_node(), GPU_COUNTERS.get(cfg.hardware.vendor)
     if counter is not None:

@@ -12,7 +12,7 @@ from typing import Callable
 import ray
 import torch
 
-from rlrun.config.kinds import BACKENDS, TRANSPORTS, resolve
+from rlrun.config.kinds import BACKENDS, TRANSPORTS, TransportKind, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
 from rlrun.rollout import weights as W
@@ -26,7 +26,7 @@ def backend_class(name: str):
     return resolve(BACKENDS[name].factory)
 
 
-def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str, version: int | str,
+def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str | TransportKind, version: int | str,
                bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
                copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
                nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None,
@@ -43,7 +43,9 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     which this rank must share (rlrun.rollout.engines.group.check_nccl_env). flush_cache: the engines flush their
     prefix cache with the last bucket (rlrun.config.sizes.push_flushes_cache). keep: what the transport keeps
     across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept. flattened: the
-    engines read a bucket as one flat buffer (EngineKind.flattened_buckets).
+    engines read a bucket as one flat buffer (TransportKind.flattened of the engine kind). transport: its name or its
+    spec (TrainGroup sends the spec, so that a transport registered in the driver, by a plugin or a test, needs no
+    import in the trainer's process).
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
 
@@ -55,12 +57,12 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
     named = [(n, t) for n, t in state.items() if n not in tied]
     fp.add([(n, state[n].to(device)) for n in tied if n in state])
     t0, nbytes = time.perf_counter(), 0
-    kind = TRANSPORTS[transport]
+    kind = transport if isinstance(transport, TransportKind) else TRANSPORTS[transport]
     if not urls:
         for bucket in W.buckets(named, bucket_bytes):
             prepare(bucket)
     elif kind.push is None:
-        raise ValueError(f"rollout.weight_sync={transport!r} is a file the trainer writes (export_weights), "
+        raise ValueError(f"rollout.weight_sync={kind.name!r} is a file the trainer writes (export_weights), "
                          "not a push from its memory")
     else:
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
@@ -103,7 +105,7 @@ class _Rank:
     def stop_profile(self, rollout_id: int) -> str:
         return self.profiler.stop(trace_path(self.run_dir or ".", rollout_id, self.rank))
 
-    def export_weights(self, path: str | None, lead: bool, transport: str | None = None) -> str | None:
+    def export_weights(self, path: str | None, lead: bool, transport: TransportKind | None = None) -> str | None:
         """On the lead rank: checksum of the sync state and, with `path`, the state written there
         by the file transport `transport`'s trainer end (an HF safetensors file). Other ranks only take part (state_dict_for_sync may be a
         collective, e.g. a TP gather) and return None.
@@ -116,7 +118,9 @@ class _Rank:
         if not lead:
             return None
         if path is not None:
-            TRANSPORTS[transport].write(state, path)
+            if transport is None or transport.write is None:
+                raise ValueError("export_weights to a path needs a file transport (a TransportKind with write)")
+            transport.write(state, path)
         return W.checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
 
 
@@ -127,7 +131,7 @@ class _Rank:
         if not lead:
             return None
         # what the transport keeps across this rank's pushes (the NCCL group: rebuilt only when the engines change)
-        keep = self.transport_state.setdefault(how["transport"], {})
+        keep = self.transport_state.setdefault(how["transport"].name, {})
         return push_state(state, urls, device=self.device, keep=keep, **how)
 
 
@@ -179,7 +183,8 @@ class TrainGroup:
         Backends whose export is a collective (megatron: TP gather, PP exchange) run it on every
         rank; the torch backend's replicas are identical, so rank 0 alone exports.
         """
-        return ray.get([a.export_weights.remote(path, i == 0, transport) for i, a in enumerate(self._sync_ranks())])[0]
+        kind = TRANSPORTS[transport] if transport else None  # the spec travels (see push_state)
+        return ray.get([a.export_weights.remote(path, i == 0, kind) for i, a in enumerate(self._sync_ranks())])[0]
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
@@ -188,9 +193,9 @@ class TrainGroup:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
-        how = dict(transport=transport, version=version, bucket_bytes=bucket_bytes, engine_dtype=engine_dtype,
-                   backend=backend, copies=copies, tied=tied, resume=resume, timeout_s=timeout_s, nccl_env=nccl_env,
-                   flush_cache=flush_cache, flattened=flattened)
+        how = dict(transport=TRANSPORTS[transport], version=version, bucket_bytes=bucket_bytes,
+                   engine_dtype=engine_dtype, backend=backend, copies=copies, tied=tied, resume=resume,
+                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:

@@ -39,7 +39,8 @@ def train(p: Parts, kept: list, version: int, t, push: bool = True) -> tuple[dic
     push=False: none this step); with offload the engines and the trainer swap GPU memory
     around it. Returns (the mean train metrics, trained tokens)."""
     cfg, plan = p.cfg, p.plan
-    batch = steps.to_train_batch(kept, mask_offpolicy=cfg.rollout.mask_offpolicy_in_partial_rollout)
+    batch = steps.to_train_batch(kept, mask_offpolicy=cfg.rollout.mask_offpolicy_in_partial_rollout,
+                                 routing_replay=cfg.rollout.routing_replay)
     with p.offload.training(version=version, timer=t, push=push), profiled(p, version - 1):
         # 4. log-probs for the importance ratio and the KL term, values for GAE. Old-policy
         # log-probs differ from the live ones only after the first optimizer step of a rollout,
@@ -56,8 +57,11 @@ def train(p: Parts, kept: list, version: int, t, push: bool = True) -> tuple[dic
                 batch = batch.with_(values=p.trainer.compute_values(batch))
         # 5. advantages (ppo: and returns) over whole groups, 6. optimizer steps on consecutive slices
         if LOSS_TYPES[cfg.algo.loss_type].needs_advantages:
-            batch = steps.add_advantages(cfg, batch, [s.reward for s in kept], cfg.rollout.n_samples_per_prompt,
-                                        [s.group_id for s in kept], teacher)  # each group over its members
+            final = cfg.algo.reward_post_process is not None  # its rewards replace the group normalisation
+            rewards = [s.train_reward if final else s.reward for s in kept]
+            batch = steps.add_advantages(cfg, batch, rewards, cfg.rollout.n_samples_per_prompt,
+                                        [s.group_id for s in kept], teacher,  # each group over its members
+                                        final_rewards=final)
         else:  # the loss reads no advantages (sft_loss; slime --disable-compute-advantages-and-returns)
             batch = batch.with_(advantages=[torch.zeros(int(m.numel())) for m in batch.loss_mask])
         p.invariants.batch(version - 1, batch.advantages)

@@ -23,12 +23,23 @@ def offpolicy_mask(sample) -> list[int]:
     return [int(num(v) == last) for v in sample.token_versions]  # inserted tokens are masked already
 
 
-def to_train_batch(samples: list, mask_offpolicy: bool = False) -> TrainBatch:
+def routed_experts_tensor(sample) -> torch.Tensor:
+    """A sample's RoutedExperts as int32 [rows, num_layers, top_k] (rollout.routing_replay)."""
+    r = sample.routed_experts
+    if r is None:
+        raise ValueError(f"rollout.routing_replay is on but the sample of group {sample.group_id} has no routed "
+                         "experts (a generate function must pass Generated.routed_experts to append_tokens)")
+    data = torch.frombuffer(bytearray(r.data), dtype=torch.int32) if r.data else torch.zeros(0, dtype=torch.int32)
+    return data.reshape(r.rows, r.num_layers, r.top_k)
+
+
+def to_train_batch(samples: list, mask_offpolicy: bool = False, routing_replay: bool = False) -> TrainBatch:
     """mask_offpolicy: tokens of an older policy version are left out of the loss through
     TrainBatch.offpolicy_mask (the trainer folds it into the loss mask and reports the share it removed,
-    train/offpolicy_maskfrac)."""
+    train/offpolicy_maskfrac). routing_replay: the samples' routed experts go to TrainBatch.routed_experts."""
     off = [torch.tensor(offpolicy_mask(s), dtype=torch.float32) for s in samples] if mask_offpolicy else None
     return TrainBatch(
+        routed_experts=[routed_experts_tensor(s) for s in samples] if routing_replay else None,
         tokens=[torch.tensor(list(s.prompt_tokens) + list(s.response_tokens), dtype=torch.long) for s in samples],
         response_start=[len(s.prompt_tokens) for s in samples],
         loss_mask=[torch.tensor(s.effective_loss_mask, dtype=torch.float32) for s in samples],
@@ -41,13 +52,15 @@ def _pad(xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
-                   group_ids: list[int] | None = None, teacher_logp: list[torch.Tensor] | None = None) -> TrainBatch:
+                   group_ids: list[int] | None = None, teacher_logp: list[torch.Tensor] | None = None,
+                   final_rewards: bool = False) -> TrainBatch:
     """Per-token advantages (and, for PPO, the critic's returns) from rlrun.algo on the padded view
     of the batch. group_ids: each sample's Sample.group_id, so that a group that reaches the trainer
     incomplete is normalised over its members (None: whole consecutive groups of n). Only trained
     tokens (loss mask times TrainBatch.offpolicy_mask) enter whitening and REINFORCE++'s returns.
     teacher_logp: per sample, the distillation teacher's log-probs (algo.distill; the student's are
-    batch.old_logp); with algo.distill.reward=replace the rewards do not enter the advantages."""
+    batch.old_logp); with algo.distill.reward=replace the rewards do not enter the advantages. final_rewards: the
+    rewards are algo.reward_post_process's (Sample.train_reward), taken as given: no group normalisation."""
     a = cfg.algo
     if teacher_logp is not None and a.distill.reward == "replace":
         rewards = [0.0] * len(rewards)  # every group's reward advantage is 0: the distillation term alone
@@ -62,7 +75,7 @@ def add_advantages(cfg, batch: TrainBatch, rewards: list[float], n: int,
         values=pad(batch.values), kl_coef=a.kl_coef, kl_type=a.kl_loss_type, normalize_std=a.normalize_std,
         normalize_advantages=a.normalize_advantages, gamma=a.gamma, lambd=a.lambd,
         group_ids=None if group_ids is None else torch.tensor(group_ids), teacher_logp=pad(teacher_logp),
-        opd_kl_coef=a.distill.coef)
+        opd_kl_coef=a.distill.coef, group_normalize_rewards=not final_rewards)
     unpad = lambda x: [x[i, :k].clone() for i, k in enumerate(lengths)]  # noqa: E731
     return batch.with_(advantages=unpad(adv), returns=unpad(ret) if use_critic(cfg) else None)
 

@@ -18,6 +18,7 @@ from rlrun.metrics import BOARD
 from rlrun.parts import sampling as steps
 from rlrun.launch.env import runtime_env
 from rlrun.rollout.engines.group import EngineGroup
+from rlrun.rollout.client import routing_shape
 from rlrun.rollout.handle import PolicyVersion, generate_samples
 from rlrun.rollout.router import Router
 from rlrun.train.profile import trace_path
@@ -32,6 +33,7 @@ class RolloutSide:
         self.cfg, self.tokenizer, self.run_dir = cfg, tokenizer, Path(run_dir)
         self.router, self.engines, self.model_dir = router, engines, model_dir
         self.versions = PolicyVersion()  # what the engines serve (WeightSync writes it)
+        self.judge = None  # the reward engines' judge (rm_type reward_model), set by the runner when it starts them
         # rollout.generate_fn (a function, an Environment class, slime:<path>; docs/agents.md)
         self.generate_fn = load_generate_fn(cfg.rollout.generate_fn, cfg)
         self.prompts = steps.load_prompts(cfg, tokenizer, self.run_dir)
@@ -40,6 +42,16 @@ class RolloutSide:
         if cfg.rollout.rollout_fn is not None:
             from rlrun.agent.slime_rollout import SlimeRolloutFn
             self.rollout_fn = SlimeRolloutFn(cfg.rollout.rollout_fn, cfg, self.prompts, router.url, model_dir)
+        # data.rm_type=slime:<path> without a slime generate/rollout function: slime's reward through the adapter
+        self.slime_reward = None
+        if cfg.data.rm_type.startswith("slime:") and cfg.rollout.generate_fn is None and cfg.rollout.rollout_fn is None:
+            from rlrun.agent.slime_rollout import SlimeRewardOnOwnGeneration
+            self.slime_reward = SlimeRewardOnOwnGeneration(cfg, router.url, model_dir)
+        self.reward_post_process = None  # algo.reward_post_process: slime's, on each rollout's trained samples
+        if cfg.algo.reward_post_process is not None:
+            from rlrun.agent.slime_rollout import SlimeRewardPostProcess
+            self.reward_post_process = SlimeRewardPostProcess(cfg.algo.reward_post_process, cfg, router.url,
+                                                              model_dir)
 
     @classmethod
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
@@ -61,9 +73,14 @@ class RolloutSide:
         """The generate function on every sample -> (samples, counters). evaluation: eval datasets
         (a slime function is told so, as slime does: its `for_evaluation` form)."""
         fn = getattr(self.generate_fn, "for_evaluation", self.generate_fn) if evaluation else self.generate_fn
-        return generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
-                                tokenizer=self.tokenizer, versions=self.versions,
-                                partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir)
+        out, counts = generate_samples(self.router.url, self.cfg.rollout, samples, sampling, seeds, fn=fn,
+                                       tokenizer=self.tokenizer, versions=self.versions,
+                                       partial=self.cfg.rollout.partial_rollout, model_path=self.model_dir,
+                                       routing_shape=None if evaluation else routing_shape(self.cfg),
+                                       engine_urls=lambda: self.engines.urls)
+        if self.slime_reward is not None:  # slime's generate_and_rm scores right after generating
+            self.slime_reward(out)
+        return out, counts
 
     @contextmanager
     def profiling(self, rollout_id: int):
@@ -91,9 +108,15 @@ class RolloutSide:
         thread (the async producer) it is the rollout part's phase for the stall watchdog (the sync
         loop times it as the driver's rollout phase)."""
         if threading.current_thread() is threading.main_thread():
-            return self._collect(rollout_id, sampling)
+            return self._post_processed(*self._collect(rollout_id, sampling))
         with BOARD.phase("rollout", "generate"):
-            return self._collect(rollout_id, sampling)
+            return self._post_processed(*self._collect(rollout_id, sampling))
+
+    def _post_processed(self, samples: list, kept: list, info: dict):
+        """algo.reward_post_process on the samples that train (slime calls it on the rollout's train data)."""
+        if self.reward_post_process is not None and kept:
+            self.reward_post_process(kept)
+        return samples, kept, info
 
     def _collect(self, rollout_id: int, sampling):
         if self.rollout_fn is not None:
@@ -117,7 +140,7 @@ class RolloutSide:
             for k, v in counts.items():
                 info[k] = info.get(k, 0.0) + v
             t0 = time.perf_counter()
-            for k, v in steps.score(new, self.cfg.data.rm_type, n, self.cfg.data.rm_url).items():
+            for k, v in steps.score(new, self.cfg.data.rm_type, n, self.cfg.data.rm_url, self.judge).items():
                 info[k] = info.get(k, 0.0) + v
             info["time/reward_s"] += time.perf_counter() - t0
             samples += new
@@ -136,7 +159,7 @@ class RolloutSide:
         info = {"rollout/retries": 0.0, "time/rollout_fn_s": time.perf_counter() - t0}
         if any(s.reward is None for s in samples):
             d, n = self.cfg.data, self.cfg.rollout.n_samples_per_prompt
-            info.update(steps.score(samples, d.rm_type, n, self.cfg.data.rm_url))
+            info.update(steps.score(samples, d.rm_type, n, self.cfg.data.rm_url, self.judge))
         return samples, samples, info
 
     def _draw(self, prompts: int, n: int, group_offset: int) -> list:

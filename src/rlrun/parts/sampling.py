@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlrun.data import PromptDataset, make_group, reward_std_nonzero
 from rlrun.data.toy import write_toy_jsonl
-from rlrun.reward import score_batch
+from rlrun.reward.scoring import RewardError, score_batch
 from rlrun.rollout.generate_api import load_object
 
 TOY_PROMPTS = 4096  # rows of the generated toy set (data.prompt_data=null); cycled by data.num_epochs
@@ -28,10 +28,11 @@ def load_source(cfg, prompts):
     return load_object(cfg.data.source, "data.source class")(prompts, cfg.rollout.n_samples_per_prompt)
 
 
-def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) -> dict[str, float]:
+def score(samples: list, rm_type: str, n: int, remote_url: str | None = None, judge=None) -> dict[str, float]:
     """Sets sample.reward of the samples that have none (a generate function, an environment or a
     reused group may have set it); returns the reward counters (timeouts, errors, seconds).
-    remote_url: data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample."""
+    remote_url: data.rm_url, where rm_type remote (also a sample's metadata rm_type) posts each sample.
+    judge: the reward engines' judge (rm_type reward_model; rlrun.parts.reward_engines), None without them."""
     metrics: dict[str, float] = {}
     todo = [s for s in samples if s.reward is None]
     if not todo:
@@ -40,7 +41,7 @@ def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) ->
     rewards = score_batch(rm_type, [s.response for s in todo], [s.label for s in todo],
                           [s.metadata for s in todo], prompts=[s.prompt for s in todo],
                           group_size=n if len(todo) == len(samples) else None, metrics=metrics,
-                          remote_url=remote_url, failures=failures)
+                          remote_url=remote_url, failures=failures, judge=judge)
     if failures and len(failures) == len(todo):  # a broken reward, not bad responses: stop, do not train on zeros
         raise every_sample_failed(rm_type, todo, failures)
     for s, r in zip(todo, rewards):
@@ -50,8 +51,6 @@ def score(samples: list, rm_type: str, n: int, remote_url: str | None = None) ->
 
 def every_sample_failed(rm_type: str, todo: list, failures: list[tuple[int, str]]):
     """The RewardError of a batch whose every sample failed: the first error and the sample it failed on."""
-    from rlrun.reward import RewardError
-
     i, why = failures[0]
     s = todo[i]
     return RewardError(

@@ -71,7 +71,7 @@ class WeightSync:
                     bucket_bytes=r.weight_sync_bucket_mb << 20,
                     engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
                     copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
-                    flattened=self.kind.flattened_buckets,
+                    flattened=self.transport.flattened(self.kind),
                     timeout_s=r.weight_sync_timeout_s,
                     flush_cache=push_flushes_cache(self.cfg),
                     nccl_env={k: self.plan.env.get(k, v) for k, v in self.kind.nccl_env.items()},

@@ -4,7 +4,7 @@ Why processes: a grader can hang inside sympy (math-verify's SIGALRM does not in
 call) or eat memory on a hostile 10 MB response. Each worker runs one task at a time; a task that
 passes its deadline gets its worker killed and replaced, scores 0 and is counted as a timeout,
 and the batch goes on. Workers are started with "spawn" (safe next to torch/Ray threads) and
-import math-verify before they report ready, so the import never eats into a task's time.
+import math-verify and discover the reward types before they report ready, so neither eats into a task's time.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ def run_task(task: tuple):
 
 def _worker_main(conn) -> None:
     import math_verify  # noqa: F401 - preload sympy before the first deadline starts
+
+    from rlrun.config.kinds import discover
+
+    discover()  # and the reward types (rlrun.config.kinds.REWARDS), which a rule's lookup reads
 
     conn.send(READY)
     while True:

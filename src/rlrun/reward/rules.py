@@ -18,8 +18,9 @@ import random
 import re
 import string
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
+from rlrun.config.kinds import REWARDS, resolve
 from rlrun.reward.extract import last_boxed, strip_thinking
 from rlrun.reward.mathgrade import math_equal, normalize
 
@@ -148,14 +149,23 @@ def random_reward(response: str, label, metadata=None) -> float:
     return float(random.randint(0, 1))
 
 
-RULES: dict[str, Callable[..., float]] = {
-    "deepscaler": deepscaler, "math": math, "dapo": dapo, "f1": f1, "gpqa": gpqa,
-    "exact_match": exact_match, "char_match": char_match, "random": random_reward,
-}
-# Rule types whose full score needs the label's text in the response (a response too short to hold the label, or
-# unable to spell it, scores 0): the preflight checks the labels against rollout.max_response_len for these.
-LABEL_IN_RESPONSE = ("deepscaler", "math", "dapo", "f1", "exact_match", "char_match")
-REMOTE_TYPES = ("remote", "remote_rm")  # rm_type values that post to data.rm_url (rlrun.reward.score_batch)
+class _Rules(Mapping[str, Callable[..., float]]):
+    """rm_type -> its rule function: a view of the rule types in rlrun.config.kinds.REWARDS (registered by
+    rlrun.reward.spec, and any registered at run time), each function resolved from its spec's path."""
+
+    def __getitem__(self, name: str) -> Callable[..., float]:
+        if name not in REWARDS or not REWARDS[name].score:  # a remote or judged type has no rule
+            raise KeyError(name)
+        return resolve(REWARDS[name].score)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k for k, spec in REWARDS.items() if spec.score])
+
+    def __len__(self) -> int:
+        return sum(bool(spec.score) for spec in REWARDS.values())
+
+
+RULES: Mapping[str, Callable[..., float]] = _Rules()
 
 
 def top_score(rm_type: str) -> float | None:
@@ -178,8 +188,3 @@ def rule_score(rm_type: str, response: str, label, metadata=None) -> float:
             "'remote', or a custom 'module.path:function'"
         )
     return float(RULES[base](response, label, metadata))
-
-
-def label_in_response(rm_type: str) -> bool:
-    """True for a rule type (boxed_ prefix or not) in LABEL_IN_RESPONSE."""
-    return rm_type.removeprefix("boxed_") in LABEL_IN_RESPONSE

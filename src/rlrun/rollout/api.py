@@ -63,8 +63,8 @@ def parse_sampling_params(raw: dict | None) -> SamplingParams:
             continue
         if key in _INERT_DEFAULTS:
             if value != _INERT_DEFAULTS[key]:
-                problems.append(f"sampling_params.{key}={value!r} is not implemented by the hf engine "
-                                f"(only the SGLang default {_INERT_DEFAULTS[key]!r}); use engine=sglang")
+                problems.append(f"sampling_params.{key}={value!r} is not implemented by the hf engine (only the "
+                                f"SGLang default {_INERT_DEFAULTS[key]!r}); use a rollout.engine that implements it")
             raw.pop(key)
             continue
         close = difflib.get_close_matches(key, sorted(_SAMPLING_FIELDS | set(_INERT_DEFAULTS)), n=1)
@@ -108,6 +108,13 @@ class GenerateItem:
     text: str | None
     sampling: SamplingParams
     return_logprob: bool
+    # SGLang's token_ids_logprob: with return_logprob, each output position also reports the log-probs of these ids
+    # (meta_info.output_token_ids_logprobs; a discriminative reward engine's yes-token probability)
+    token_ids_logprob: list[int] | None = None
+    # SGLang's return_routed_experts / routed_experts_start_len: the experts each MoE layer routed every
+    # position in [routed_experts_start_len, seqlen - 1) to, in meta_info["routed_experts"]
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
 
 
 def _expand(value: Any, n: int, name: str, is_batch_value) -> list:
@@ -141,6 +148,13 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
     if is_batch and body.get("rid") is not None and not isinstance(body["rid"], list):
         raise RequestError("a batch request needs rid as a list with one id per prompt (ids must be unique)")
     rids = _expand(body.get("rid"), n, "rid", lambda v: isinstance(v, list))
+    probe = _expand(body.get("token_ids_logprob"), n, "token_ids_logprob",
+                    lambda v: isinstance(v, list) and bool(v) and isinstance(v[0], list))
+    routed, start = body.get("return_routed_experts", False), body.get("routed_experts_start_len", 0)
+    if not isinstance(routed, bool):
+        raise RequestError(f"return_routed_experts={routed!r} must be true or false")
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+        raise RequestError(f"routed_experts_start_len={start!r} must be a non-negative integer")
     items = [
         GenerateItem(
             rid=rids[i] or new_rid(),
@@ -148,6 +162,9 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
             text=texts[i] if texts is not None else None,
             sampling=parse_sampling_params(sampling[i]),
             return_logprob=bool(logprob[i]),
+            token_ids_logprob=[int(t) for t in probe[i]] if probe[i] is not None else None,
+            return_routed_experts=routed,
+            routed_experts_start_len=start,
         )
         for i in range(n)
     ]
@@ -175,6 +192,9 @@ class GenerateResult:
     finish: dict
     logprobs: list[float] | None
     weight_version: str
+    token_ids: list[int] | None = None                    # the request's token_ids_logprob
+    token_ids_logprobs: list[list[float]] | None = None   # per output position, their log-probs
+    routed_experts: str | None = None  # base64 of int32 [rows, layers, top_k] (SGLang's meta_info["routed_experts"])
 
     def to_json(self) -> dict:
         meta = {
@@ -189,6 +209,11 @@ class GenerateResult:
             # SGLang: (logprob, token_id, token_text or None when return_text_in_logprobs=False)
             meta["output_token_logprobs"] = [[lp, tok, None] for lp, tok in zip(self.logprobs, self.output_ids)]
             meta["output_token_logprobs_length"] = len(self.logprobs)
+            if self.token_ids is not None and self.token_ids_logprobs is not None:
+                meta["output_token_ids_logprobs"] = [[[lp, tok, None] for lp, tok in zip(row, self.token_ids)]
+                                                     for row in self.token_ids_logprobs]
+        if self.routed_experts is not None:
+            meta["routed_experts"] = self.routed_experts
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta}
 
 

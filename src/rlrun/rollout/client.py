@@ -20,13 +20,14 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import aiohttp
 
 from rlrun.rollout import api
 
 from rlrun.data import Status
+from rlrun.data.sample import RoutedExperts
 
 # finish_reason.type -> Sample status
 STATUS_BY_FINISH = {"stop": Status.COMPLETED, "length": Status.TRUNCATED, "abort": Status.ABORTED}
@@ -70,8 +71,16 @@ class Sampling:
 class RolloutClient:
     def __init__(self, url: str, *, max_concurrency: int = 64, request_timeout_s: float = 300.0,
                  max_retries: int = 5, retry_window_s: float = 0.0, backoff_s: float = 0.25,
-                 max_backoff_s: float = 4.0):
+                 max_backoff_s: float = 4.0, routing_shape: tuple[int, int] | None = None,
+                 engine_urls: Callable[[], list[str]] | None = None):
         self.url = url.rstrip("/")
+        # (num_layers, top_k): every /generate asks for the routed experts (return_routed_experts), which
+        # RoutedExperts holds in that shape (rollout.routing_replay; routing_shape(cfg)); None: not asked
+        self.routing_shape = routing_shape
+        # the engines' current URLs: /generate asking for routed experts goes to them directly, in turn (each
+        # attempt of a retry to the next), because sglang-router 0.3.2 drops return_routed_experts
+        self.engine_urls = engine_urls
+        self._turn = 0
         self.max_concurrency = max_concurrency
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
@@ -82,10 +91,18 @@ class RolloutClient:
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    def from_config(cls, url: str, rollout_cfg) -> "RolloutClient":
+    def from_config(cls, url: str, rollout_cfg, routing_shape: tuple[int, int] | None = None,
+                    engine_urls: Callable[[], list[str]] | None = None) -> "RolloutClient":
         return cls(url, max_concurrency=rollout_cfg.max_concurrency,
                    request_timeout_s=rollout_cfg.request_timeout_s, max_retries=rollout_cfg.max_retries,
-                   retry_window_s=rollout_cfg.retry_window_s)
+                   retry_window_s=rollout_cfg.retry_window_s, routing_shape=routing_shape, engine_urls=engine_urls)
+
+    def _next_engine(self) -> str:
+        urls = list(self.engine_urls())
+        if not urls:
+            raise RolloutError("no engine to send the request to (the engine group is empty)")
+        self._turn += 1
+        return urls[self._turn % len(urls)]
 
     async def __aenter__(self) -> "RolloutClient":
         self._sem = asyncio.Semaphore(self.max_concurrency)
@@ -101,16 +118,17 @@ class RolloutClient:
     def _delay(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random())
 
-    async def post(self, path: str, body: dict, *, url: str | None = None) -> Any:
-        """POST with retries; returns the decoded JSON (or None for an empty 200)."""
+    async def post(self, path: str, body: dict, *, url: str | Callable[[], str] | None = None) -> Any:
+        """POST with retries; returns the decoded JSON (or None for an empty 200). url: a base URL, or a
+        callable asked for one at every attempt (a retry may go elsewhere)."""
         if self._session is None:
             raise RolloutError("RolloutClient used outside `async with RolloutClient(...)`")
-        target = f"{(url or self.url).rstrip('/')}{path}"
         last, attempt, first_failure = "", 0, None
         while True:
             if attempt:
                 self.retries += 1
                 await asyncio.sleep(self._delay(attempt - 1))
+            target = f"{(url() if callable(url) else (url or self.url)).rstrip('/')}{path}"
             try:
                 async with self._sem, self._session.post(target, json=body) as resp:
                     text = await resp.text()
@@ -134,11 +152,15 @@ class RolloutClient:
                        sampling: Sampling, rid: str | None = None, seed: int | None = None) -> dict:
         body = {"sampling_params": sampling.to_json(seed), "return_logprob": True,
                 "rid": rid or uuid.uuid4().hex}
+        direct = None
+        if self.routing_shape is not None:  # every position's experts (routed_experts_start_len 0, as slime)
+            body["return_routed_experts"] = True
+            direct = self._next_engine if self.engine_urls is not None else None
         if input_ids:
             body["input_ids"] = list(input_ids)
         else:
             body["text"] = text
-        return await self.post("/generate", body)
+        return await self.post("/generate", body, url=direct)
 
     async def generate_group(self, prompt: str | list[int], n: int, sampling: Sampling) -> list[dict]:
         """n samples of one prompt (a GRPO group), as n concurrent requests."""
@@ -160,7 +182,7 @@ class RolloutClient:
                 return sample
             out = await self.generate(text=sample.prompt, input_ids=sample.prompt_tokens or None,
                                       sampling=sampling, seed=seed)
-            fill_sample(sample, out)
+            fill_sample(sample, out, routing_shape=self.routing_shape)
             return sample
 
         return list(await asyncio.gather(*(one(s, seed) for s, seed in zip(samples, seeds))))
@@ -177,7 +199,7 @@ class RolloutClient:
             return
         out = await self.generate(input_ids=list(sample.prompt_tokens) + list(sample.response_tokens),
                                   sampling=dataclasses.replace(sampling, max_new_tokens=budget), seed=seed)
-        fill_sample(sample, out, append=True)
+        fill_sample(sample, out, append=True, routing_shape=self.routing_shape)
 
     async def abort_all(self, engine_urls: list[str]) -> None:
         """/abort_request to every engine (the router forwards a request to one engine only)."""
@@ -185,9 +207,38 @@ class RolloutClient:
                                for u in engine_urls))
 
 
-def fill_sample(sample, out: dict, append: bool = False) -> None:
+def routing_shape(cfg) -> tuple[int, int] | None:
+    """(num_layers, top_k) of the routed experts a rollout asks the engines for: rollout.routing_replay on a
+    MoE model (the rules refuse it on a dense one), else None."""
+    if not cfg.rollout.routing_replay or cfg.model.moe is None:
+        return None
+    return cfg.model.num_layers, cfg.model.moe.top_k
+
+
+def routed_experts(meta: dict, shape: tuple[int, int] | None, rows: int) -> RoutedExperts | None:
+    """meta_info["routed_experts"] of an answer asked with return_routed_experts (None when not asked),
+    checked to hold `rows` rows (prompt + output - 1: SGLang's [routed_experts_start_len=0, seqlen - 1))."""
+    if shape is None:
+        return None
+    text = meta.get("routed_experts")
+    if text is None:
+        raise RolloutError(f"request {meta.get('id')}: return_routed_experts=true but the answer has no "
+                           "meta_info.routed_experts: the router (0.3.2, the pin) parses /generate into its own "
+                           "GenerateRequest, which has no return_routed_experts field, and drops it before the engine "
+                           "(give RolloutClient the engine_urls to send such requests to the engines directly); "
+                           "SGLang also needs --enable-return-routed-experts, which rlrun sets")
+    routed = RoutedExperts.from_base64(text, *shape)
+    if routed.rows != max(rows, 0):
+        raise RolloutError(f"request {meta.get('id')}: {routed.rows} rows of routed experts for {rows} fed "
+                           f"positions (prompt + output - 1); model.num_layers / model.moe.top_k may not match the "
+                           f"engine's model ({shape})")
+    return routed
+
+
+def fill_sample(sample, out: dict, append: bool = False, routing_shape: tuple[int, int] | None = None) -> None:
     """Writes an SGLang /generate answer into an rlrun.data.Sample (names: docs/CONTRACT.md);
-    append=True extends a partial (aborted) response instead of replacing it."""
+    append=True extends a partial (aborted) response instead of replacing it. routing_shape: the answer
+    carries routed experts (for the whole sequence: they replace the sample's)."""
     meta = out["meta_info"]
     tokens = list(out["output_ids"])
     logprobs = [lp for lp, _tok, _txt in meta.get("output_token_logprobs", [])]
@@ -204,6 +255,9 @@ def fill_sample(sample, out: dict, append: bool = False) -> None:
         sample.response_tokens = tokens
         sample.rollout_logprobs = logprobs
         sample.loss_mask = [1] * len(tokens)
+    if routing_shape is not None:
+        fed = len(sample.prompt_tokens) + len(sample.response_tokens) - 1
+        sample.routed_experts = routed_experts(meta, routing_shape, fed)
     sample.weight_version = weight_version_number(meta["weight_version"])
     sample.status = STATUS_BY_FINISH[meta["finish_reason"]["type"]]
     sample.metadata["finish_reason"] = meta["finish_reason"]

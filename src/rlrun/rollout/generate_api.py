@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
-from rlrun.data.sample import Sample, Status
+from rlrun.data.sample import RoutedExperts, Sample, Status
 
 if TYPE_CHECKING:  # rollout.client imports aiohttp; the type is only named here
     from rlrun.rollout.client import Sampling
@@ -35,7 +35,9 @@ class Generated:
     """One engine answer: the new token ids, their log-probs under the sampling distribution, why
     it stopped ("stop" | "length" | "abort"), and the weight version that produced them (None:
     the engines' initial weights). token_versions: one version per token when they differ (a
-    partial rollout continued under newer weights); None = all ``weight_version``."""
+    partial rollout continued under newer weights); None = all ``weight_version``. routed_experts: the
+    experts the engine routed every position of input + output (but the last) to, when the rollout asks
+    for them (rollout.routing_replay); pass it to append_tokens."""
 
     token_ids: list[int]
     logprobs: list[float]
@@ -43,6 +45,7 @@ class Generated:
     weight_version: int | None
     text: str = ""
     token_versions: list[int | None] | None = None
+    routed_experts: RoutedExperts | None = None
 
     @property
     def versions(self) -> list[int | None]:
@@ -68,11 +71,13 @@ GenerateFn = Callable[[GenerationHandle, Sample, "Sampling"], Awaitable["Sample 
 
 
 def append_tokens(sample: Sample, token_ids: list[int], *, logprobs: list[float] | None = None,
-                  trained: bool, version: int | None | list[int | None] = None) -> None:
+                  trained: bool, version: int | None | list[int | None] = None,
+                  routed: RoutedExperts | None = None) -> None:
     """Extend a sample's response by ``token_ids``: model tokens (trained=True: loss mask 1, their
     log-probs and version: one for all, or one per token, ``Generated.versions``) or inserted
     tool/environment tokens (loss mask 0, log-prob 0.0, version None). The four per-token lists
-    stay the same length as ``response_tokens``."""
+    stay the same length as ``response_tokens``. routed: ``Generated.routed_experts`` of the answer
+    whose tokens these are (it covers the whole sequence so far: it replaces the sample's)."""
     n = len(token_ids)
     if logprobs is not None and len(logprobs) != n:
         raise ValueError(f"{n} token ids but {len(logprobs)} log-probs")
@@ -84,12 +89,19 @@ def append_tokens(sample: Sample, token_ids: list[int], *, logprobs: list[float]
     old = len(sample.response_tokens) - n
     sample.rollout_logprobs = list(sample.rollout_logprobs or [0.0] * old) + list(logprobs or [0.0] * n)
     sample.token_versions = list(sample.token_versions or [None] * old) + [v if trained else None for v in versions]
+    if routed is not None:
+        fed = len(sample.prompt_tokens) + len(sample.response_tokens) - 1
+        if routed.rows != fed:
+            raise ValueError(f"routed experts have {routed.rows} rows but the sample has {fed} fed positions (prompt "
+                             "+ response - 1): pass the routed experts of the answer to prompt_tokens + response_tokens")
+        sample.routed_experts = routed
 
 
 async def single_turn(handle: GenerationHandle, sample: Sample, sampling: "Sampling") -> Sample:
     """One request with the prompt's token ids; the answer becomes the whole response."""
     out = await handle.generate(list(sample.prompt_tokens), sampling)
-    append_tokens(sample, out.token_ids, logprobs=out.logprobs, trained=True, version=out.versions)
+    append_tokens(sample, out.token_ids, logprobs=out.logprobs, trained=True, version=out.versions,
+                  routed=out.routed_experts)
     sample.response += out.text
     sample.weight_version = out.weight_version
     sample.status = STATUS_BY_FINISH[out.finish]

@@ -27,10 +27,21 @@ class Sequence:
     sampling: SamplingParams
     generator: torch.Generator
     return_logprob: bool = False
+    token_ids: list[int] | None = None   # SGLang's token_ids_logprob: ids whose log-probs each step reports
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    token_ids_logprobs: list[list[float]] = field(default_factory=list)
     finish: dict | None = None
     matched_stop_str: str | None = None
+    # return_routed_experts: the [tokens, layers, top_k] expert ids of every position fed to the model
+    # (prompt at prefill, then each sampled token but the last), one tensor per forward
+    return_routed_experts: bool = False
+    routed_start: int = 0  # SGLang's routed_experts_start_len: the answer covers positions [start, seqlen - 1)
+    routed: list[torch.Tensor] = field(default_factory=list)
+
+    def routed_experts(self) -> torch.Tensor:
+        """int32 [positions, layers, top_k] for positions [routed_start, seqlen - 1)."""
+        return torch.cat(self.routed)[self.routed_start:] if self.routed else torch.zeros(0, dtype=torch.int32)
 
     def abort(self, message: str) -> None:
         if self.finish is None:
@@ -38,7 +49,8 @@ class Sequence:
 
 
 def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[float]]:
-    """logits: [B, V] float32 for the last position of each row."""
+    """logits: [B, V] float32 for the last position of each row. A row with token_ids also gets those ids'
+    log-probs (of the same temperature-scaled distribution as its chosen token's) appended to token_ids_logprobs."""
     temps = torch.tensor([1.0 if s.sampling.greedy else s.sampling.temperature for s in seqs],
                          dtype=logits.dtype, device=logits.device)
     logprobs = torch.log_softmax(logits / temps[:, None], dim=-1)
@@ -61,6 +73,9 @@ def sample_next(logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], 
         tokens.append(torch.multinomial(probs, 1, generator=seq.generator))  # generator on probs' device
     chosen_ids = torch.cat(tokens)
     chosen = logprobs.gather(1, chosen_ids[:, None])[:, 0]
+    for i, seq in enumerate(seqs):
+        if seq.token_ids is not None:
+            seq.token_ids_logprobs.append(logprobs[i, seq.token_ids].tolist())
     return chosen_ids.tolist(), chosen.tolist()
 
 
@@ -122,8 +137,9 @@ class RunningBatch:
     """
 
     def __init__(self, model, stop: StopChecker, pad_id: int,
-                 run_step: Callable[[Callable[[], torch.Tensor]], torch.Tensor]):
+                 run_step: Callable[[Callable[[], torch.Tensor]], torch.Tensor], capture=None):
         self.model, self.stop, self.pad_id, self.run_step = model, stop, pad_id, run_step
+        self.capture = capture  # rlrun.rollout.routing.RoutingCapture: the routed experts of the rows that ask
         self.seqs: list[Sequence] = []
         self.cache = self.mask = self.last_pos = None
 
@@ -134,7 +150,26 @@ class RunningBatch:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def _forward(self, cache, mask, ids, positions) -> torch.Tensor:
+    def _forward(self, cache, mask, ids, positions, seqs: list[Sequence]) -> torch.Tensor:
+        """Logits of the last position of each row; rows asking for routed experts get the expert ids
+        of their real (not left-padding) positions of this forward."""
+        wanted = self.capture is not None and any(s.return_routed_experts for s in seqs)
+        if wanted:
+            self.capture.on = True
+        try:
+            logits = self._model_forward(cache, mask, ids, positions)
+        finally:
+            if wanted:
+                self.capture.on = False
+        if wanted:
+            routed = self.capture.ids(ids.numel()).reshape(*ids.shape, self.capture.num_layers, self.capture.top_k)
+            for row, seq in enumerate(seqs):
+                if seq.return_routed_experts:
+                    fed = ids.shape[1] if ids.shape[1] == 1 else len(seq.prompt_ids)  # decode: 1; prefill: the prompt
+                    seq.routed.append(routed[row, ids.shape[1] - fed:])
+        return logits
+
+    def _model_forward(self, cache, mask, ids, positions) -> torch.Tensor:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                          use_cache=True)
         return out.logits[:, -1, :].float()
@@ -168,7 +203,7 @@ class RunningBatch:
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        logits = self.run_step(lambda: self._forward(cache, mask, ids, positions))
+        logits = self.run_step(lambda: self._forward(cache, mask, ids, positions, new))
         self._sample(new, logits)
         if self.cache is None:
             self.seqs, self.cache, self.mask, self.last_pos = new, cache, mask, positions[:, -1]
@@ -217,7 +252,8 @@ class RunningBatch:
                               dim=1)
         self.last_pos = self.last_pos + 1
         mask, positions, cache = self.mask, self.last_pos[:, None], self.cache
-        logits = self.run_step(lambda: self._forward(cache, mask, ids, positions))
+        seqs = self.seqs
+        logits = self.run_step(lambda: self._forward(cache, mask, ids, positions, seqs))
         self._sample(self.seqs, logits)
 
     def fail(self) -> list[Sequence]:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rlrun.data.sample import Status
-from rlrun.rollout.client import RolloutClient, Sampling, weight_version_number
+from rlrun.rollout.client import RolloutClient, Sampling, routed_experts, weight_version_number
 from rlrun.rollout.generate_api import Generated, GenerateFn
 
 SEED_MOD = 2**31 - 1  # the engines' sampling_seed range (steps.request_seed)
@@ -118,7 +118,7 @@ class ClientHandle:
         if sampling.max_new_tokens > room:
             sampling = dataclasses.replace(sampling, max_new_tokens=room)
         seed = self._next_seed() if seed is None else seed
-        tokens, logprobs, versions, text = [], [], [], ""
+        tokens, logprobs, versions, text, routed = [], [], [], "", None
         while True:
             sent = await self.versions.wait_open()
             left = dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - len(tokens))
@@ -128,6 +128,10 @@ class ClientHandle:
             served = weight_version_number(meta["weight_version"])
             version = served if version_number(served) == version_number(sent) else min(
                 (sent, served), key=version_number)
+            # routed experts: the last answer's, which covers every position it was sent (a continued
+            # partial request re-prefills the earlier tokens under the weights that made the new ones)
+            routed = routed_experts(meta, getattr(self.client, "routing_shape", None),  # a stand-in client: None
+                                    len(input_ids) + len(tokens) + len(new) - 1)
             tokens += new
             logprobs += [lp for lp, _tok, _txt in meta.get("output_token_logprobs", [])]
             versions += [version] * len(new)
@@ -142,7 +146,7 @@ class ClientHandle:
         if len(logprobs) != len(tokens):
             raise RuntimeError(f"{len(tokens)} output ids but {len(logprobs)} log-probs; send return_logprob=true")
         return Generated(token_ids=tokens, logprobs=logprobs, finish=finish, weight_version=served, text=text,
-                         token_versions=versions)
+                         token_versions=versions, routed_experts=routed)
 
 
 DONE = (Status.COMPLETED, Status.TRUNCATED)  # generated already (a data source's reused group): left as is
@@ -150,10 +154,13 @@ DONE = (Status.COMPLETED, Status.TRUNCATED)  # generated already (a data source'
 
 def generate_samples(url: str, rollout_cfg, samples: list, sampling: Sampling, seeds: list[int], *,
                      fn: GenerateFn, tokenizer: Any, versions: PolicyVersion, partial: bool,
-                     model_path: str | None = None) -> tuple[list, dict]:
+                     model_path: str | None = None, routing_shape: tuple[int, int] | None = None,
+                     engine_urls=None) -> tuple[list, dict]:
     """fn(handle, sample, sampling) for every sample not generated yet, all in flight (bounded by
     rollout.max_concurrency); returns (the samples fn returned, in order, lists flattened;
-    counters: client retries, partial-rollout aborts, what fn counted: turns, tool calls...)."""
+    counters: client retries, partial-rollout aborts, what fn counted: turns, tool calls...).
+    routing_shape: every request asks for the routed experts (rlrun.rollout.client.routing_shape), sent to the
+    engines directly (engine_urls(): their current URLs; sglang-router 0.3.2 drops the field)."""
 
     async def one(handle, sample):
         if sample.status in DONE:
@@ -166,7 +173,7 @@ def generate_samples(url: str, rollout_cfg, samples: list, sampling: Sampling, s
             raise
 
     async def run():
-        async with RolloutClient.from_config(url, rollout_cfg) as client:
+        async with RolloutClient.from_config(url, rollout_cfg, routing_shape, engine_urls) as client:
             metrics: dict[str, float] = {}
             handles = [ClientHandle(client, tokenizer=tokenizer, context_length=rollout_cfg.context_length,
                                     max_response_len=rollout_cfg.max_response_len, versions=versions,

@@ -24,6 +24,7 @@ from rlrun.rollout import weights as W
 from rlrun.rollout.api import (DEFAULT_WEIGHT_VERSION, MEMORY_TAGS, GenerateItem, GenerateResult,
                                RequestError)
 from rlrun.rollout.generation import RunningBatch, Sequence, StopChecker
+from rlrun.rollout.routing import RoutingCapture, moe_routers
 
 
 class HFEngine:
@@ -49,7 +50,9 @@ class HFEngine:
         self._weights_lock = threading.RLock()
         self._cv = threading.Condition()
         self._queue: list[tuple[Sequence, Future]] = []
-        self._batch = RunningBatch(model, self.stop, self.pad_id, self._run_step)
+        # return_routed_experts (rollout routing replay): hooks on the MoE routers, idle unless a request asks
+        self._capture = RoutingCapture(model) if moe_routers(model) else None
+        self._batch = RunningBatch(model, self.stop, self.pad_id, self._run_step, capture=self._capture)
         self._futures: dict[int, Future] = {}  # id(seq) -> its HTTP handler's future
         self._running: dict[str, Sequence] = {}  # rid -> sequence in the batch
         self._abort_rids: set[str] = set()
@@ -94,12 +97,24 @@ class HFEngine:
                 if bad:
                     raise RequestError(f"request {item.rid}: input_ids {bad[:5]} outside the vocabulary "
                                        f"[0, {self.vocab_size})")
+                if item.return_routed_experts and self._capture is None:
+                    raise RequestError(f"request {item.rid}: return_routed_experts=true, but the model "
+                                       f"({type(self.model).__name__}) has no MoE layers")
+                if item.routed_experts_start_len > len(ids):
+                    raise RequestError(f"request {item.rid}: routed_experts_start_len={item.routed_experts_start_len} "
+                                       f"is higher than the number of input tokens {len(ids)}")
                 seed = item.sampling.sampling_seed
                 if seed is None:
                     seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
                 generator = torch.Generator(device=self.device).manual_seed(seed)
+                bad = [t for t in item.token_ids_logprob or () if not 0 <= t < self.vocab_size]
+                if bad:
+                    raise RequestError(f"request {item.rid}: token_ids_logprob {bad[:5]} outside the vocabulary "
+                                       f"[0, {self.vocab_size})")
                 seq = Sequence(item.rid, list(ids), item.sampling, generator,
-                               return_logprob=item.return_logprob)
+                               return_logprob=item.return_logprob, return_routed_experts=item.return_routed_experts,
+                               routed_start=item.routed_experts_start_len,
+                               token_ids=item.token_ids_logprob if item.return_logprob else None)
                 fut: Future = Future()
                 self._queue.append((seq, fut))
                 futures.append(fut)
@@ -110,7 +125,10 @@ class HFEngine:
         return GenerateResult(rid=seq.rid, text=self.stop.output_text(seq), output_ids=seq.output_ids,
                               prompt_tokens=len(seq.prompt_ids), finish=seq.finish,
                               logprobs=seq.logprobs if seq.return_logprob else None,
-                              weight_version=self.weight_version)
+                              weight_version=self.weight_version,
+                              routed_experts=_base64_int32(seq.routed_experts()) if seq.return_routed_experts else None,
+                              token_ids=seq.token_ids,
+                              token_ids_logprobs=seq.token_ids_logprobs if seq.token_ids is not None else None)
 
     def _between_steps(self, active: list[Sequence]) -> None:
         with self._cv:
@@ -344,6 +362,15 @@ class HFEngine:
         """Bytes the CUDA caching allocator holds for tensors on the engine's device (0 on the CPU)."""
         device = self._home_device or self.device
         return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def _base64_int32(ids: torch.Tensor) -> str:
+    """SGLang's wire form of routed experts: base64 of the int32 bytes, little-endian (its detokenizer's
+    pybase64.b64encode(tensor.numpy().tobytes()))."""
+    import base64
+
+    data = ids.to(torch.int32).contiguous().numpy()
+    return base64.b64encode(data.astype("<i4", copy=False).tobytes()).decode("ascii")
 
 
 def _free_device_cache(device: torch.device) -> None:

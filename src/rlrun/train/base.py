@@ -25,6 +25,9 @@ class TrainBatch:
     and the value targets; a train_step batch with `returns` also trains the critic.
     offpolicy_mask: optional per response token, 1 = keep (rollout.mask_offpolicy_in_partial_rollout
     fills it): applied like the loss mask, everywhere (TrainBatch.trained_mask).
+    routed_experts: optional (rollout.routing_replay) per sample, int32 [rows, num_layers, top_k]: the experts
+    the engine routed each position of `tokens` to (rows = len(tokens) - 1: the last token has none; the
+    trainer routes positions without a row itself); the actor's forwards replay them.
     """
 
     tokens: list[torch.Tensor]
@@ -37,6 +40,7 @@ class TrainBatch:
     values: list[torch.Tensor] | None = None
     returns: list[torch.Tensor] | None = None
     offpolicy_mask: list[torch.Tensor] | None = None
+    routed_experts: list[torch.Tensor] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -1,5 +1,6 @@
 """LoRA in the torch backend (model.lora.rank > 0) through peft: the base weights frozen, the low-rank adapters
-(A, B of each targeted linear layer) trained; only they enter AdamW and the checkpoints. The engines receive
+(A, B of each targeted linear layer) and the modules in model.lora.modules_to_save trained; only they enter AdamW
+and the checkpoints. The engines receive
 the merged weights (W + B A * alpha / rank, under the base model's HF names) at every sync, so any engine
 that takes full weights serves a LoRA run and the checksum verification is unchanged (docs/algorithms.md "LoRA").
 """
@@ -18,7 +19,11 @@ def wrap(model, lora):
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                        target_modules=list(lora.target_modules), bias="none")
+                        target_modules=list(lora.target_modules), bias="none",
+                        modules_to_save=list(lora.modules_to_save) or None,
+                        # a saved embedding of a tied model stays the output layer too (peft wraps lm_head alike)
+                        ensure_weight_tying=bool(model.config.tie_word_embeddings) and any(
+                            t.endswith(("embed_tokens", "lm_head")) for t in lora.modules_to_save))
     return get_peft_model(model, config)
 
 
@@ -27,8 +32,9 @@ def is_lora(model) -> bool:
 
 
 def hf_name(name: str) -> str:
-    """A peft model's parameter name -> the base model's HF name."""
-    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    """A peft model's parameter name -> the base model's HF name (a module in modules_to_save: its trained copy's)."""
+    return (name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+            .replace(f".modules_to_save.{ADAPTER}.", "."))
 
 
 @torch.no_grad()
@@ -38,7 +44,7 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
 
     out: dict[str, torch.Tensor] = {}
     for name, t in model.state_dict().items():
-        if "lora_" in name:
+        if "lora_" in name or ".original_module." in name:  # the adapter (merged below); a saved module's frozen copy
             continue
         out[hf_name(name)] = t.detach().to("cpu", copy=True)
     for name, module in model.named_modules():

@@ -115,10 +115,12 @@ class MegatronBackend(TrainerBackend):
             join_process_group(master_addr, master_port, self.rank, self.world, self.device)
         cfg = self.cfg
         mm.init_parallel(cfg.parallelism, cfg.run.seed, moe=cfg.model.moe is not None)
-        self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train)
+        self.tconfig = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train,
+                                             routing_replay=cfg.rollout.routing_replay)
         self.layer_offset = get_transformer_layer_offset(self.tconfig)
         self.tp_size = ps.get_tensor_model_parallel_world_size()
         self.tp_group = ps.get_tensor_model_parallel_group()
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
         self.dp_size = ps.get_data_parallel_world_size()
         self.is_last = ps.is_pipeline_last_stage()
         # SP splits the packed row over TP ranks: its length must divide by TP.
@@ -160,6 +162,9 @@ class MegatronBackend(TrainerBackend):
                 for group in inner.optimizer.param_groups:
                     group["fused"], group["foreach"] = True, False
             self._install_fused_adam()
+        # rollout.routing_replay: the actor's routers (the reference's and the teacher's route themselves)
+        from rlrun.train.megatron.routing import replay_routers
+        self.replay_routers = replay_routers(self.model) if cfg.rollout.routing_replay else []
         self.tconfig.finalize_model_grads_func = finalize_model_grads
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
@@ -280,8 +285,15 @@ class MegatronBackend(TrainerBackend):
     # -- forward ----------------------------------------------------------------------------
     def _micro_batches(self, batch: TrainBatch, max_tokens: int):
         from rlrun.train.megatron.packing import pack
+        from rlrun.train.megatron.routing import packed_replay_ids
         groups = micro_batches(self.cfg.train, [int(x.numel()) for x in batch.tokens], max_tokens)
-        return [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
+        mbs = [pack(batch.tokens, batch.response_start, g, self.pad_to, self.device) for g in groups]
+        if self.replay_routers and batch.routed_experts is not None:
+            for mb in mbs:
+                mb.replay_ids = packed_replay_ids([batch.routed_experts[i] for i in mb.index],
+                                                  [int(batch.tokens[i].numel()) for i in mb.index],
+                                                  int(mb.tokens.shape[1]), self.cfg.model.moe.top_k).to(self.device)
+        return mbs
 
     # The last stage's output is the final hidden states, not logits: megatron-core's
     # output_processor hook hands them over before its output layer, and the response rows'
@@ -360,15 +372,23 @@ class MegatronBackend(TrainerBackend):
     def _run(self, model, mbs, loss_fn, forward_only: bool):
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        from rlrun.train.megatron.routing import clear_replay, set_replay
+
         def forward_step(data_iter, m):
             mb = next(data_iter)
+            if mb.replay_ids is not None and model is self.model:  # routing replay: this micro-batch's ids
+                sp = self.tconfig.sequence_parallel
+                set_replay(self.replay_routers, mb.replay_ids, self.tp_rank if sp else 0, self.tp_size if sp else 1)
             out = m(mb.tokens, mb.position_ids, attention_mask=None, packed_seq_params=mb.packed_seq_params(),
                     output_processor=self._hidden_for_output)
             return out, partial(loss_fn, mb)
 
-        return get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter(mbs), model=[model], num_microbatches=len(mbs),
-            seq_length=max(int(mb.tokens.shape[1]) for mb in mbs), micro_batch_size=1, forward_only=forward_only)
+        try:
+            return get_forward_backward_func()(
+                forward_step_func=forward_step, data_iterator=iter(mbs), model=[model], num_microbatches=len(mbs),
+                seq_length=max(int(mb.tokens.shape[1]) for mb in mbs), micro_batch_size=1, forward_only=forward_only)
+        finally:
+            clear_replay(self.replay_routers)
 
     def _to_all_stages(self, obj):
         """Results exist on the last PP stage; every rank of the pipeline returns them."""

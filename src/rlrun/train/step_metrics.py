@@ -56,6 +56,13 @@ class StepSums:
         return out
 
 
+def mismatch_sum(logp, rollout_logp, mask) -> torch.Tensor:
+    """Sum over the loss tokens of |logp - rollout_logp| (the numerator of train/train_rollout_logp_abs_diff)."""
+    keep = mask > 0
+    d = (logp.detach() - rollout_logp).abs()
+    return torch.where(keep, d, torch.zeros_like(d)).sum()
+
+
 def policy_sums(loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp) -> dict[str, torch.Tensor]:
     """One micro-batch of the policy loss as device tensors: compute_loss's metrics (already
     aggregated like the loss, so they add up over micro-batches) and token sums for the means over
@@ -68,7 +75,7 @@ def policy_sums(loss_metrics: dict, logp, entropy, mask, rollout_logp, ref_logp)
     if entropy is not None:
         out["tok/entropy"] = masked_sum(entropy.detach())
     if rollout_logp is not None:
-        out["tok/mismatch"] = masked_sum((d - rollout_logp).abs())
+        out["tok/mismatch"] = mismatch_sum(d, rollout_logp, mask)
     if ref_logp is not None:
         out["tok/kl"] = masked_sum(kl_estimate(d, ref_logp, "low_var_kl"))
     return out
@@ -84,6 +91,10 @@ def policy_metrics(sums: dict[str, float], grad_norm: float, lr: float) -> dict[
                       ("tok/kl", "train/kl")):
         if tok in sums:
             out[name] = sums[tok] / n
+    if "tok/mismatch_no_replay" in sums:  # rollout.routing_replay: the same forward routed by the trainer itself
+        out["train/train_rollout_logp_abs_diff_no_replay"] = sums["tok/mismatch_no_replay"] / n
+    if sums.get("routing/replayed"):  # (position, MoE layer) pairs whose replayed experts differ from its own
+        out["train/routing_replay_changed_frac"] = sums.get("routing/changed", 0.0) / sums["routing/replayed"]
     if "tok/offpolicy_masked" in sums:  # TrainBatch.offpolicy_mask: share of the loss tokens it removed
         masked = sums["tok/offpolicy_masked"]
         out["train/offpolicy_maskfrac"] = masked / max(masked + sums.get("tok/n", 0.0), 1.0)

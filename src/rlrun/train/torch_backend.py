@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
 from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
 from rlrun.config.kinds import use_critic, use_teacher
+from rlrun.rollout.routing import RoutingReplay, packed_ids
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
 from rlrun.train.batching import loss_normalizer, micro_batches, to_device
@@ -33,7 +34,7 @@ from rlrun.train.critic import build_value_model
 from rlrun.train.dist import all_reduce_sum, barrier, join_process_group
 from rlrun.train.hf_model import build_causal_lm
 from rlrun.train.schedule import lr_at, warmup_iters
-from rlrun.train.step_metrics import StepSums, policy_metrics
+from rlrun.train.step_metrics import StepSums, mismatch_sum, policy_metrics
 
 _STATE_FILE = "trainer_state.pt"
 _MODEL_DIR = "model"
@@ -69,6 +70,9 @@ class TorchBackend(TrainerBackend):
         if self.cfg.model.lora.rank:  # LoRA: the base frozen, the adapter trains (rlrun.train.lora)
             self.model = lora.wrap(self.model, self.cfg.model.lora)
         self._recompute(self.model)
+        # rollout.routing_replay: the actor's MoE routers take the engines' expert choices (the reference and
+        # the teacher route themselves, as slime's "fallthrough")
+        self.replay = RoutingReplay(self.model) if self.cfg.rollout.routing_replay else None
         self.ref = None
         if self.needs_ref:  # the reference policy: checkpoint.ref, else the initial weights
             from rlrun.config.torch_dist import ref_weights
@@ -156,8 +160,22 @@ class TorchBackend(TrainerBackend):
             cu.append(cu[-1] + int(batch.tokens[i].numel()) - batch.response_start[i])
         return cu
 
-    def _forward(self, model, batch: TrainBatch, idx: list[int], entropy_grad: bool):
-        """Packed forward of samples `idx` -> (response log-probs, entropy, response cu_seqlens)."""
+    def _route(self, model, batch: TrainBatch | None, idx: list[int]) -> None:
+        """Routing replay for the next forward of `model` on samples `idx` (batch None: the model routes
+        itself). The ids stay set through the backward: recomputed layers route the same way."""
+        if self.replay is None or model is not self.model:
+            return
+        if batch is None or batch.routed_experts is None:
+            self.replay.ids = None
+            return
+        self.replay.ids = to_device(packed_ids([batch.routed_experts[i] for i in idx],
+                                               [int(batch.tokens[i].numel()) for i in idx],
+                                               self.replay.num_layers, self.replay.top_k), self.device)
+
+    def _forward(self, model, batch: TrainBatch, idx: list[int], entropy_grad: bool, replay: bool = True):
+        """Packed forward of samples `idx` -> (response log-probs, entropy, response cu_seqlens).
+        replay=False: the actor routes itself even when the batch carries routed experts."""
+        self._route(model, batch if replay else None, idx)
         ids, pos, gather, cu = self._pack(batch, idx)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.autocast):
             logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[0]
@@ -189,7 +207,10 @@ class TorchBackend(TrainerBackend):
                                if which == "ref" else "no teacher: it is built only when algo.distill.teacher is set")
         model.eval()
 
-        return self._per_sample(batch, lambda idx: self._forward(model, batch, idx, entropy_grad=False)[0])
+        try:
+            return self._per_sample(batch, lambda idx: self._forward(model, batch, idx, entropy_grad=False)[0])
+        finally:
+            self._route(model, None, [])
 
     @torch.no_grad()
     def compute_values(self, batch: TrainBatch) -> list[torch.Tensor]:
@@ -240,14 +261,26 @@ class TorchBackend(TrainerBackend):
         sums = StepSums(self.device)
         if offpolicy_masked is not None:
             sums.add("tok/offpolicy_masked", offpolicy_masked)
+        replaying = self.replay is not None and batch.routed_experts is not None
+        if replaying:
+            self.replay.take_stats()  # this step's forwards only (not compute_log_probs')
         for idx in self._micro_batches(batch, self.cfg.train.max_tokens_per_gpu):
+            rollout = self._cat(batch.rollout_logp, idx)
+            if replaying and rollout is not None:  # the mismatch R3 removes: the same forward, routed by the trainer
+                with torch.no_grad():
+                    free = self._forward(self.model, batch, idx, entropy_grad=False, replay=False)[0]
+                sums.add("tok/mismatch_no_replay", mismatch_sum(free, rollout, self._cat(batch.loss_mask, idx)))
             logp, entropy, cu = self._forward(self.model, batch, idx, entropy_grad=self.params.entropy_coef != 0)
             mask, ref = self._cat(batch.loss_mask, idx), self._cat(batch.ref_logp, idx)
-            rollout = self._cat(batch.rollout_logp, idx)
             loss, m = compute_loss(logp, self._cat(batch.old_logp, idx), ref, rollout, self._cat(batch.advantages, idx),
                                    mask, entropy, self.params, cu_seqlens=cu, normalizer=normalizer)
             loss.backward()
             sums.add_policy(m, logp, entropy, mask, rollout, ref, self._response_cu(batch, idx)[-1])
+        if replaying:
+            self.replay.ids = None
+            replayed, changed = self.replay.take_stats()
+            sums.add("routing/replayed", replayed)
+            sums.add("routing/changed", changed)
         grad_norm, lr = self._optimizer_step(self.model, self.opt, self.cfg.optim.lr)
         self.step += 1
         # the weights after the step: inf/NaN means the step blew them up (e.g. optim.lr far too high)

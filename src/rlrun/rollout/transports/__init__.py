@@ -6,9 +6,9 @@
 
 Each module registers a rlrun.config.kinds.TransportKind that owns both ends (the trainer's push, run on its
 lead rank by rlrun.launch.train_group; the engines' receive), its plan rule (`auto` and `rules`, read by
-rlrun.config.plan and rlrun validate) and its metrics. rlrun.config.kinds.PLUGINS names the modules. A new
-transport (a delta, LoRA-adapter-only sync) is one more module here plus its line in PLUGINS. Pure at import:
-no torch, no ray (the ends import what they run on when they run).
+rlrun.config.plan and rlrun validate) and its metrics. rlrun.config.kinds.discover imports every module here, so a new transport
+(a delta, LoRA-adapter-only sync) is one more module. Pure at import: no torch, no ray (the ends import what they
+run on when they run).
 """
 from __future__ import annotations
 

@@ -49,4 +49,5 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
                         load_format=W.FLATTENED_BUCKET if flattened else None)
 
 
-SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth))
+SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth,
+                                         flattened=lambda kind: kind.flattened_ipc))

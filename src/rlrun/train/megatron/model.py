@@ -23,9 +23,11 @@ TORCH_COMPILE_FUSIONS = False
 _INTERLEAVED_ROPE = {name: f.interleaved_rope for name, f in FAMILIES.items() if f.interleaved_rope is not None}
 
 
-def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, cpu_init: bool = False):
+def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, cpu_init: bool = False,
+                       routing_replay: bool = False):
     """megatron-core TransformerConfig for `model` under `parallelism` (and `train`'s recompute and
-    fusion switches when given; None = inference/verification use, nothing recomputed)."""
+    fusion switches when given; None = inference/verification use, nothing recomputed). routing_replay:
+    every MoE router gets megatron-core's RouterReplay (rollout.routing_replay; rlrun.train.megatron.routing)."""
     from megatron.core.transformer import TransformerConfig
 
     if model.family not in _INTERLEAVED_ROPE:
@@ -65,7 +67,8 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
                   moe_router_pre_softmax=False, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
                   moe_router_dtype="fp32", moe_grouped_gemm=False,
                   expert_tensor_parallel_size=1,  # experts whole on each rank (slime: --expert-tensor-parallel-size 1)
-                  moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size or None)
+                  moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size or None,
+                  moe_enable_routing_replay=routing_replay)
     if train is not None:
         rc = train.recompute
         kw.update(recompute_granularity=rc.granularity, recompute_method=rc.method, recompute_num_layers=rc.num_layers)

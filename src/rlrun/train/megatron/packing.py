@@ -26,6 +26,7 @@ class MicroBatch:
     response_cu: torch.Tensor    # cu_seqlens over the response tokens of the samples
     response_tokens: int         # response_cu[-1], kept on the host (reading the tensor would sync)
     loss_inputs: dict | None = None  # the train step's per-micro-batch loss tensors (megatron_backend)
+    replay_ids: torch.Tensor | None = None  # routing replay: [T, layers, top_k] engine expert ids (routing.py)
 
     def packed_seq_params(self):
         return packed_seq_params(self.cu_seqlens, self.max_seqlen)

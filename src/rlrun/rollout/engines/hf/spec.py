@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from rlrun.config.kinds import ENGINES, EngineKind
 
-SPEC = ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True, flattened_buckets=True,
-                                   memory="per_sequence", start="rlrun.rollout.engines.hf.engine:start"))
+SPEC = ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True,
+                                   flattened_ipc=True, flattened_broadcast=True, memory="per_sequence", judge=True,
+                                   routed_experts=True, start="rlrun.rollout.engines.hf.engine:start"))

@@ -134,6 +134,8 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
         args["enable_memory_saver"] = True  # needed for /release_memory_occupation to free memory
     if not push_flushes_cache(cfg):  # stale prefixes could never be flushed (rlrun.config.sizes); rollout.sglang wins
         args["disable_radix_cache"] = True
+    if r.routing_replay:  # the routed experts of each request (slime: --use-rollout-routing-replay sets it)
+        args["enable_return_routed_experts"] = True
     args.update(r.sglang)
     return args
 

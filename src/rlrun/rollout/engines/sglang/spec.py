@@ -50,9 +50,11 @@ def _sglang_dp(r) -> Iterator[Problem]:
                       f"use a dp_size that divides {tp}", dp)
 
 
-SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping,
+SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping, judge=True,
                                    rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
-                                   flattened_buckets=True,
+                                   # NCCL: verified on two GPUs (tests/gpu/test_sglang_nccl_sync.py); the flattened
+                                   # CUDA-IPC form awaits tests/gpu/test_sglang_flattened_sync.py (docs/rollout.md)
+                                   flattened_broadcast=True, routed_experts=True, fp8=True,
                                    nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                                    start="rlrun.rollout.engines.sglang.engine:start", packages=("sglang",),
                                    requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))

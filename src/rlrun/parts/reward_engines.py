@@ -1,0 +1,57 @@
+"""The reward engines (reward.model; docs/rewards.md "Reward engines"): a reward model served by an engine kind (the
+hf engine on the CPU, SGLang on GPUs) on the plan's "reward" slots, behind an sglang-router of its own and watched
+by an EngineGroup (a dead engine is restarted from the reward model's checkpoint), judging samples through
+rlrun.reward.judge. The kind's own start places them (Placement.as_role), so a reward engine is launched exactly
+as a rollout engine is; they take no weight pushes and are not offloaded (the reward model does not train)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from rlrun.config.kinds import ENGINES, resolve
+from rlrun.launch.env import runtime_env
+from rlrun.reward.judge import Judge
+from rlrun.rollout.engines.group import EngineGroup
+from rlrun.rollout.router import Router
+
+ROLE = "reward"  # the plan's placement role (rlrun.config.plan.reward_slots)
+
+
+def engine_config(cfg):
+    """The run config as the reward engines' kind reads it: rollout.* describes the reward engines (their kind,
+    GPUs per engine, memory share, concurrency; no offload; the reward model's own context length; a router on a
+    free port). The kind's argument section (rollout.sglang) is the run's: its server flags (attention backend,
+    CUDA graphs, ...) are the machine's, for reward engines of that kind too."""
+    m, r = cfg.reward.model, cfg.rollout
+    rollout = r.model_copy(update={
+        "engine": m.engine, "gpus_per_engine": m.gpus_per_engine, "num_gpus": m.num_engines * m.gpus_per_engine,
+        "mem_fraction_static": m.mem_fraction_static, "max_concurrency": m.max_concurrency, "offload": False,
+        "context_length": None, "request_timeout_s": m.timeout_s,
+        "router": r.router.model_copy(update={"port": None}),
+    })
+    return cfg.model_copy(update={"rollout": rollout})
+
+
+class RewardEngines:
+    def __init__(self, router: Router, engines: EngineGroup, judge: Judge):
+        self.router, self.engines, self.judge = router, engines, judge
+
+    @classmethod
+    def start(cls, cfg, plan, placement, env: dict, run_dir: Path, stack) -> "RewardEngines":
+        """Engines (the kind's start on the reward slots) -> their router -> registered and watched; each stopped
+        by `stack` in reverse order."""
+        from transformers import AutoTokenizer
+
+        m = cfg.reward.model
+        log_dir = Path(run_dir) / "logs" / ROLE
+        view = engine_config(cfg)
+        engines, restart = resolve(ENGINES[m.engine].start)(
+            view, dataclasses.replace(plan, num_engines=plan.reward_engines), placement.as_role(ROLE),
+            runtime_env(env), m.checkpoint, str(log_dir))
+        router = Router.from_config(view.rollout, log_dir)
+        stack.callback(router.stop)
+        router.start()
+        group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)
+        stack.callback(group.stop)
+        group.start()
+        return cls(router, group, Judge.from_config(m, router.url, AutoTokenizer.from_pretrained(m.checkpoint)))
