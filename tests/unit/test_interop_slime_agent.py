@@ -239,7 +239,7 @@ def test_the_rollout_side_hands_a_rollout_to_the_slime_rollout_function():
 
     cfg = load(["data.rm_type=exact_match", "rollout.n_samples_per_prompt=2"])
     side = object.__new__(RolloutSide)
-    side.cfg = cfg
+    side.cfg, side.judge = cfg, None  # no reward engines
     made = [Sample(prompt="p", label="a", group_id=0, response="a", status=Status.COMPLETED),
             Sample(prompt="p", label="a", group_id=0, response="b", status=Status.COMPLETED, reward=0.5)]
     calls = []

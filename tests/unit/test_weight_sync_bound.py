@@ -142,11 +142,12 @@ def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(ove
     scheduler dies on the failed flush ("Cache flush failed after updating weights", seen on two H200s 2026-11-28);
     with partial_rollout the requests are aborted first, so the engine is idle and the cache is flushed."""
     from rlrun.config import load
-    from rlrun.config.kinds import ENGINES
+    from rlrun.config.kinds import ENGINES, TRANSPORTS
     from rlrun.config.plan import make_plan
     from rlrun.parts.weight_sync import WeightSync
 
     cfg = load(overrides)
-    sync = object.__new__(WeightSync)  # push_args reads only the config, the plan and the engine kind
+    sync = object.__new__(WeightSync)  # push_args reads only the config, the plan, the engine kind and the transport
     sync.cfg, sync.plan, sync.kind, sync.engine_dtype = cfg, make_plan(cfg), ENGINES[cfg.rollout.engine], None
+    sync.transport = TRANSPORTS[sync.plan.weight_sync]
     assert sync.push_args(3)["flush_cache"] is flush
