@@ -89,8 +89,12 @@ class _Watcher(threading.Thread):
         while not self.done.wait(self.poll_s):
             try:
                 now = alive_node_ids()
-            except Exception:  # noqa: BLE001 - Ray going down under us: the driver is leaving anyway
-                return
+            except Exception:  # noqa: BLE001 - a GCS call that failed once (a loaded head) or Ray going down
+                import ray
+
+                if not ray.is_initialized():
+                    return  # the driver is leaving anyway
+                continue  # a transient failure must not end the watch for the rest of the run
             gone = {n: ip for n, ip in self.before.items() if n not in now and n not in self.tolerated}
             if gone and not self.lost and self.tolerate(gone):
                 self.tolerated.update(gone)
