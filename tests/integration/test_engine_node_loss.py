@@ -26,7 +26,7 @@ from rlrun.metrics import METRICS_FILE, read_metrics
 RUN_AFTER_KILL_S = 240
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-STEPS = 8
+STEPS = 16  # room after the kill for Ray to mark the node dead and the watcher to see it (8 was too few at load: the run ended first)
 JOB = ["train.colocate=false", "rollout.num_gpus=2", "hardware.gpus_per_node=1", "train.gpus_per_node=1",
        "cluster.num_nodes=3", "logging.wandb.mode=disabled", "logging.progress=false",
        "rollout.rollout_batch_size=8", f"rollout.num_rollout={STEPS}", "checkpoint.save_interval=2"]
