@@ -78,23 +78,23 @@ def decode_rollout_fn(dec, occ) -> None:
         dec.set("rollout.rollout_fn", to_rlrun(occ.values[0]), occ)
 
 
+def _function_flag(arrays: dict, comments: dict, setting: str, value: str, flag: str, what: str) -> None:
+    """A function setting -> slime's `flag module.function`, or a comment where it has no dotted path."""
+    dotted, _ = to_slime(value)
+    if dotted:
+        arrays["ROLLOUT_ARGS"].append([flag, dotted])
+    else:
+        comments["ROLLOUT_ARGS"].append(f"{setting}: not exported; slime imports {what} by its dotted path only "
+                                        f"({flag} module.function)")
+
+
 def encode(cfg: dict, arrays: dict, comments: dict) -> None:
     rm = cfg["data"]["rm_type"]
     if rm.startswith(PREFIX):
-        rm_dotted, rm_comment = to_slime(rm)
-        if rm_dotted:
-            arrays["ROLLOUT_ARGS"].append([RM_FLAG, rm_dotted])
-        else:
-            comments["ROLLOUT_ARGS"].append(f"data.rm_type={rm}: not exported; slime imports a reward function "
-                                            f"by its dotted path only ({RM_FLAG} module.function)")
+        _function_flag(arrays, comments, f"data.rm_type={rm}", rm, RM_FLAG, "a reward function")
     post = cfg["algo"].get("reward_post_process")
     if post:
-        post_dotted, _ = to_slime(post)
-        if post_dotted:
-            arrays["ROLLOUT_ARGS"].append([POST_PROCESS_FLAG, post_dotted])
-        else:
-            comments["ROLLOUT_ARGS"].append(f"algo.reward_post_process={post}: not exported; slime imports it by "
-                                            f"its dotted path only ({POST_PROCESS_FLAG} module.function)")
+        _function_flag(arrays, comments, f"algo.reward_post_process={post}", post, POST_PROCESS_FLAG, "it")
     if cfg["rollout"].get("rollout_fn"):
         ro_dotted, ro_comment = to_slime(cfg["rollout"]["rollout_fn"])
         if ro_dotted:
