@@ -31,11 +31,26 @@ def gpu_machine(monkeypatch):
     monkeypatch.setattr(pf, "importable", lambda module: True)
 
 
+# The order in which --dist loadfile hands out test modules: the GPU tests (slow on a GPU machine, skipped here),
+# then the integration tests (tens of seconds each: Ray clusters, runs, subprocesses), then the unit tests (mostly
+# fractions of a second). xdist's own order (most tests first) hands out the integration modules, which hold few
+# tests each, last: the suite then ended with one worker busy on a 60-110 s module while the other had nothing
+# left, and a worker holding at most two pending tests takes another module, so it could hold three of them.
+# Slow modules first and many small ones last keep both workers busy to the end.
+SCOPE_ORDER = ("tests/gpu", "tests/integration/")
+
+
+def scope_rank(scope: str) -> int:
+    """Where a test module (a --dist loadfile unit) goes in the queue: SCOPE_ORDER's index, the rest after."""
+    return next((i for i, prefix in enumerate(SCOPE_ORDER) if scope.startswith(prefix)), len(SCOPE_ORDER))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """The README's command runs the suite on 2 pytest-xdist workers with `--dist loadfile`: each test module runs
     whole on one worker, so its module-scoped fixtures (a Ray cluster, a finished run that several tests read) are
-    made once. tests/gpu is one unit as well: its modules share the one GPU, so they run one after another."""
+    made once. tests/gpu is one unit as well: its modules share the one GPU, so they run one after another. Units
+    are handed out in SCOPE_ORDER (slow ones first), each group in xdist's own order."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -43,5 +58,11 @@ def pytest_xdist_make_scheduler(config, log):
     class GpuTestsTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return "tests/gpu" if nodeid.startswith("tests/gpu/") else super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # the queue is an OrderedDict that the base class pops from the front; sorted() is stable
+            for scope in sorted(self.workqueue, key=scope_rank):
+                self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
 
     return GpuTestsTogether(config, log)
