@@ -9,7 +9,7 @@ Where each number lives (update them from this script's output):
 | number | where |
 |---|---|
 | tests collected; "N passed, M skipped" and minutes of the README's test command | docs/benchmarks.md, last "README's test command" section (from --junit: the clean-clone run) |
-| the Chromium skips ("the two tests that render ...") | README.md "The two commands", docs/observability.md "Tests" |
+| the Chromium skips ("the two tests that render ...") | README.md "The two commands" (its count: tests/unit/test_docs_drift.py) |
 | GPU tests skipped here (tests/gpu skips without CUDA) | README.md "The two commands" |
 | `rlrun plan` cold start (~0.2-0.5 s) | README.md "Everyday commands", docs/benchmarks.md "Config layer" |
 | a 1,000-point sweep validates in ~1.6 s | docs/config.md "Sweeps", docs/benchmarks.md "Config layer" |
@@ -26,6 +26,7 @@ import argparse
 import collections
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,9 +67,12 @@ def collected() -> None:
 def skips() -> None:
     r = sh(PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/gpu")
     print(f"tests/gpu here: {pytest_summary(r.stdout)}")
+    # the README's count of the tests that skip without Chromium is checked against the tests' source by
+    # tests/unit/test_docs_drift.py; here: whether they ran on this machine
     r = sh(PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/unit/test_report.py")
     chromium = [line for line in r.stdout.splitlines() if line.startswith("SKIPPED") and "hromium" in line]
-    print(f"tests/unit/test_report.py: {pytest_summary(r.stdout)}; skipped for Chromium: {len(chromium)}")
+    print(f"tests/unit/test_report.py: {pytest_summary(r.stdout)}; Chromium on PATH: "
+          f"{shutil.which('chromium') or shutil.which('chromium-browser') or 'no'}; skipped for it: {len(chromium)}")
     for line in chromium:
         print(f"  {line[:200]}")
 
