@@ -9,6 +9,8 @@ chosen groups always goes through Hydra (slime_import.py).
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,18 +38,28 @@ def vendor_of(env: dict[str, str]) -> str:
     return "rocm" if any(k.startswith(_ROCM_MARKERS) for k in env) else "cuda"
 
 
+# (option file, its text, the base composition) -> the merged tree. A merge costs ~0.05 s (OmegaConf builds and
+# copies the whole tree); a process that imports several scripts (scripts/slime_verdicts.py, the tests' catalogue)
+# scores the same ~40 options against the same base each time.
+_MERGED: dict[tuple[str, str, str], dict] = {}
+
+
 def _option_tree(composer: Any, base: dict, group: str, option: str, dirs: list[Path]) -> dict:
     from omegaconf import OmegaConf
 
     for d in dirs:
         f = d / group / f"{option}.yaml"
         if f.is_file():
-            node = OmegaConf.load(f)
-            if "defaults" in node:
-                break
-            glob = f.read_text().lstrip().startswith("# @package _global_")
-            merged = OmegaConf.merge(OmegaConf.create(base), node if glob else {group: node})
-            return OmegaConf.to_container(merged, resolve=True)  # type: ignore[return-value]
+            text = f.read_text()
+            key = (str(f.resolve()), text, json.dumps(base, sort_keys=True, default=str))
+            if key not in _MERGED:
+                node = OmegaConf.load(f)
+                if "defaults" in node:
+                    break
+                glob = text.lstrip().startswith("# @package _global_")
+                merged = OmegaConf.merge(OmegaConf.create(base), node if glob else {group: node})
+                _MERGED[key] = OmegaConf.to_container(merged, resolve=True)  # type: ignore[assignment]
+            return copy.deepcopy(_MERGED[key])  # the caller's own copy: the cached one never changes
     return composer.compose([f"{group}={option}"]).raw
 
 
