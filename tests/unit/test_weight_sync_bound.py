@@ -139,8 +139,11 @@ ASYNC = ["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1"]
 @pytest.mark.parametrize("overrides, flush", [([], True), (ASYNC, False), (ASYNC + ["rollout.partial_rollout=true"], True)])
 def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(overrides, flush):
     """The async loop pushes while requests are paused in place: SGLang 0.5.16 flushes only an idle engine and its
-    scheduler dies on the failed flush ("Cache flush failed after updating weights", seen on two H200s 2026-11-28);
-    with partial_rollout the requests are aborted first, so the engine is idle and the cache is flushed."""
+    scheduler dies on the failed flush ("Cache flush failed after updating weights", seen on two H200s 2026-11-28;
+    again in the sync loop at rollout 34 of 60, when the engine was still finishing the rollout's last batch). So the
+    update never asks SGLang to flush; push_all drains the engines first (waits until idle, flushed) where the loop
+    allows it: the sync loop, and the async loop with partial_rollout (its requests are aborted first)."""
+    from contextlib import nullcontext
     from rlrun.config import load
     from rlrun.config.kinds import ENGINES, TRANSPORTS
     from rlrun.config.plan import make_plan
@@ -150,4 +153,21 @@ def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(ove
     sync = object.__new__(WeightSync)  # push_args reads only the config, the plan, the engine kind and the transport
     sync.cfg, sync.plan, sync.kind, sync.engine_dtype = cfg, make_plan(cfg), ENGINES[cfg.rollout.engine], None
     sync.transport = TRANSPORTS[sync.plan.weight_sync]
-    assert sync.push_args(3)["flush_cache"] is flush
+    assert sync.push_args(3)["flush_cache"] is False
+
+    calls = []
+
+    class Engines:
+        def abort_all(self):
+            calls.append("abort")
+
+        def drain(self, timeout_s):
+            calls.append(("drain", timeout_s))
+
+        def sync(self, push):
+            calls.append("push")
+
+    sync.engines, sync.versions = Engines(), type("V", (), {"pushing": lambda self, v: nullcontext()})()
+    sync.push_all(3)
+    drained = [("drain", cfg.rollout.weight_sync_timeout_s)] if flush else []
+    assert calls == ["abort"] * cfg.rollout.partial_rollout + drained + ["push"]

@@ -51,6 +51,8 @@ class WeightSync:
         with self.versions.pushing(version):
             if self.cfg.rollout.partial_rollout:
                 self.engines.abort_all()
+            if push_flushes_cache(self.cfg):  # idle and flushed before the weights change (EngineGroup.drain)
+                self.engines.drain(self.cfg.rollout.weight_sync_timeout_s)
             self.engines.sync(lambda urls: self.push(version, urls, want, resume))
 
     def engines_hold(self) -> bool:
@@ -73,7 +75,9 @@ class WeightSync:
                     copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
                     flattened=self.transport.flattened(self.kind),
                     timeout_s=r.weight_sync_timeout_s,
-                    flush_cache=push_flushes_cache(self.cfg),
+                    # never SGLang's flush inside the update: it asserts an idle engine and its scheduler dies on a
+                    # busy one; push_all drained and flushed the engines first where the loop allows it
+                    flush_cache=False,
                     nccl_env={k: self.plan.env.get(k, v) for k, v in self.kind.nccl_env.items()},
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
                     tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())

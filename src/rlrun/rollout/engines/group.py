@@ -30,12 +30,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+import requests
+
 from rlrun.config import engine_health as H
 from rlrun.rollout import api
 from rlrun.rollout import weights as W
 from rlrun.rollout.engines.http import HTTPEngine, post as _post, profile as _profile  # noqa: F401 - public
 from rlrun.rollout.process import ServerProcess
 from rlrun.rollout.router import Router
+
+DRAIN_POLL_S = 0.05  # EngineGroup.drain: the interval between /flush_cache tries
 
 
 class HFEngineProcess(HTTPEngine):
@@ -282,6 +286,26 @@ class EngineGroup:
     def continue_generation(self) -> None:
         self._every(lambda e: e.continue_generation())
 
+    def drain(self, timeout_s: float, poll_s: float = DRAIN_POLL_S) -> float:
+        """Waits until every engine is idle and has dropped its prefix cache (/flush_cache until it answers 200);
+        returns the seconds waited. SGLang 0.5.16 asserts an idle engine in release_memory_occupation and in the
+        flush of a weight update, and its scheduler dies on the assertion; an engine can still be busy when the
+        rollout's last answer is in (its overlap scheduler finishes the batch after answering, or requests the
+        rollout dropped still run). Past timeout_s: WeightSyncStuck naming each busy engine and its load."""
+        t0 = time.monotonic()
+        busy = list(self.engines)
+        while busy:
+            busy = [e for e, idle in zip(busy, self._pool.map(lambda e: e.flush_cache(), busy)) if not idle]
+            if busy and time.monotonic() - t0 > timeout_s:
+                raise WeightSyncStuck(
+                    f"engines still busy {timeout_s:.0f} s after the rollout ended (rollout.weight_sync_timeout_s): "
+                    + "; ".join(f"{e.url}: {_load(e.url)}" for e in busy)
+                    + ". Their weights and memory cannot change while requests run: find what keeps sending "
+                      "(a custom rollout function's requests outliving the rollout?) or raise the bound")
+            if busy:
+                time.sleep(poll_s)
+        return time.monotonic() - t0
+
     def release_memory(self, tags: list[str] | None = None) -> None:
         """Colocated training: engines free weights/kv_cache/cuda_graph (None = all) while the trainer
         runs (SGLang frees GPU memory only with enable_memory_saver = rollout.offload)."""
@@ -442,6 +466,16 @@ class EngineGroup:
     def held(self) -> list[str]:
         """URLs of restarted engines waiting for the next sync() (not in the router)."""
         return [self.engines[i].url for i in sorted(self._held)]
+
+
+def _load(url: str) -> str:
+    """An engine's /get_load as a short text (for a diagnosis; never raises)."""
+    try:
+        loads = requests.get(f"{url}/get_load", timeout=10).json()
+        loads = loads if isinstance(loads, list) else [loads]
+        return ", ".join(f"{x.get('num_reqs', '?')} running / {x.get('num_waiting_reqs', '?')} waiting" for x in loads)
+    except Exception as e:  # noqa: BLE001 - a diagnosis must not raise
+        return f"load unknown ({type(e).__name__})"
 
 
 class WeightSyncStuck(RuntimeError):
