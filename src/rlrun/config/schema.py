@@ -45,7 +45,7 @@ class KindNames(tuple):
 
 class Section(BaseModel):
     # extra="forbid": a typo is an error (with a did-you-mean), never silently ignored as in slime.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class RunSection(Section):
