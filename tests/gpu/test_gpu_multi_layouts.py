@@ -35,6 +35,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                 reason="needs SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)")
 
 MISMATCH_TOL = 0.05  # see the module docstring
+RUN_LIMIT_S = float(os.environ.get("LAYOUT_TIMEOUT_S", 540))  # a run's wall limit (tools/device/sglang.sh sets it)
+LOG_DIR = os.environ.get("LAYOUT_LOG_DIR")  # when set, each run's log and metrics are copied there (device $OUT)
 COPY = ["experiment=copy-grpo-h100", "rollout.num_rollout=4", *KIT]
 QWEN3_4B = ["hardware=h100", "model=qwen3-4b", "model.vocab_size=64", "data=toy", "checkpoint.random_init=true",
             "train.backend=megatron", "rollout.engine=sglang", "train.gradient_accumulation_fusion=false",
@@ -93,6 +95,19 @@ def _plan(args: list[str]) -> dict:
     return json.loads(out.stdout)
 
 
+def _keep(layout: str, run_root, peak: dict) -> None:
+    """The run's log, metrics and peak memory into LAYOUT_LOG_DIR (a timed-out or failed run stays readable)."""
+    if not LOG_DIR:
+        return
+    import shutil
+    dest = os.path.join(LOG_DIR, layout)
+    os.makedirs(dest, exist_ok=True)
+    for f in [run_root / "run.log", *run_root.glob(f"{layout}/*/metrics.jsonl")]:
+        shutil.copy(f, dest)
+    with open(os.path.join(dest, "peak_memory_mib.json"), "w") as f:
+        json.dump(peak, f)
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_runs_every_rollout_with_the_trainers_weights(layout, tmp_path):
     gpus, args = LAYOUTS[layout]
@@ -103,8 +118,11 @@ def test_layout_runs_every_rollout_with_the_trainers_weights(layout, tmp_path):
     t0 = time.perf_counter()
     log = tmp_path / "run.log"
     print(f"\nLAYOUT {layout}: running, output in {log}", flush=True)
-    with GpuMemory() as mem:
-        out = _rlrun(args, 540, log)
+    try:
+        with GpuMemory() as mem:
+            out = _rlrun(args, RUN_LIMIT_S, log)
+    finally:
+        _keep(layout, tmp_path, mem.peak)
     wall = time.perf_counter() - t0
     assert out.returncode == 0, log.read_text()[-6000:]
     rows = [json.loads(line) for line in next(tmp_path.glob(f"{layout}/*/metrics.jsonl")).read_text().splitlines()]

@@ -24,6 +24,8 @@
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
 #              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
+#   lay:A,B    tests/gpu/test_gpu_multi_layouts.py, the layouts named A and B only (one rlrun run each, every run's
+#              log, metrics and nvidia-smi peaks kept in $OUT/layouts/; LAYOUT_TIMEOUT_S bounds each run, default 540)
 #   py:A,B     pytest of tests/gpu/A and tests/gpu/B (file names, comma-separated): tools/device/lanes.sh splits the
 #              whole tests/gpu over GPU pairs this way and checks that every file is in one lane
 #   predict    the plan's predicted vs measured per phase for the newest steps-* runs (issue 38;
@@ -121,6 +123,10 @@ for item in $ITEMS; do
              else
                echo "predict: no steps-* runs in /tmp/runs (run ITEMS=steps first, on the same warm machine)" | tee -a "$RES"
              fi ;;
+    lay:*) k=$(echo "${item#lay:}" | sed 's/,/ or /g')
+           LAYOUT_LOG_DIR="$OUT/layouts" run "lay_$(echo "${item#lay:}" | tr ',' '_')" "${ITEM_LIMIT:-580}" \
+             python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_gpu_multi_layouts.py -k "$k"
+           grep -hE "^(LAYOUT|  )|passed|failed|error" "$OUT"/lay_*.log | grep -v "^  warnings" | tail -30 | tee -a "$RES" ;;
     py:*) files=(); IFS=, read -ra names <<< "${item#py:}"
           for f in "${names[@]}"; do files+=("tests/gpu/$f"); done
           name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_ | tr -c 'A-Za-z0-9_\n' '_')

@@ -56,7 +56,12 @@ if [ -d "$SITE/sglang" ]; then
   export PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   export TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-$HOME/.cache/tvm-ffi}
 fi
-python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)" \
-  || echo "stage.sh: megatron-core not importable yet (carry .wA and .wC: tools/device/README.md)"
+if python3 -c "import megatron.core, hydra, pydantic; print('staged: megatron-core', megatron.core.__version__)"; then
+  # Byte-compile the staged tree once (pip ran with --no-compile): otherwise every trainer rank and engine process
+  # of the first run compiles the same megatron-core / SGLang modules at once (a 4-GPU run's start-up, 2026-11-28).
+  [ -e "$SITE/.compiled" ] || { python3 -m compileall -q -j 0 "$SITE" > /dev/null 2>&1; touch "$SITE/.compiled"; }
+else
+  echo "stage.sh: megatron-core not importable yet (carry .wA and .wC: tools/device/README.md)"
+fi
 python3 -c "import ray, sglang_router; print('staged: ray', ray.__version__, '+ sglang-router')" 2>/dev/null || true
 python3 -c "import importlib.metadata as m; print('staged: sglang', m.version('sglang'), 'pydantic', m.version('pydantic'), 'transformers', m.version('transformers'))" 2>/dev/null || true
