@@ -37,7 +37,7 @@ from rlrun.rollout import api
 from rlrun.rollout import weights as W
 from rlrun.rollout.engines.http import HTTPEngine, post as _post, profile as _profile  # noqa: F401 - public
 from rlrun.rollout.process import ServerProcess
-from rlrun.rollout.router import Router
+from rlrun.rollout.routers.protocol import RolloutRouter, build_router
 
 DRAIN_POLL_S = 0.05  # EngineGroup.drain: the interval between /flush_cache tries
 
@@ -173,7 +173,7 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
 
 
 class EngineGroup:
-    def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
+    def __init__(self, router: RolloutRouter, engines: list, restart: Callable[[int], object], *,
                  health_interval_s: float = H.HEALTH_INTERVAL_S, failure_threshold: int = H.FAILURE_THRESHOLD,
                  health_timeout_s: float = H.HEALTH_TIMEOUT_S,
                  max_restarts: int | None = None):
@@ -661,23 +661,24 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
 
 
 @contextmanager
-def local_engine_group(model_dir: str | Path, n: int, *, log_dir: str | Path, seed: int = 0,
+def local_engine_group(model_dir: str | Path, n: int, *, router: str, log_dir: str | Path, seed: int = 0,
                        policy: str = "round_robin", health_interval_s: float = 0.5,
                        startup_timeout_s: float = 600.0, **engine_kwargs) -> Iterator[EngineGroup]:
-    """n hf engine processes on this machine behind a fresh sglang-router, with restart on failure
+    """n hf engine processes on this machine behind a fresh router of kind `router` (rollout.router.kind, whose
+    policies include `policy`), with restart on failure
     (engine i restarts with its original seed). For benchmarks, tests and single-node runs
     without Ray. Everything started here is stopped on exit."""
     def launch(i: int) -> HFEngineProcess:
         return HFEngineProcess(model_dir, seed=seed + i, log_dir=log_dir, **engine_kwargs).start()
 
     engines = [launch(i) for i in range(n)]  # start all, then wait: startups overlap
-    router = Router(policy=policy, log_dir=log_dir, health_check_interval_s=1)
+    front = build_router(router, policy=policy, log_dir=log_dir, health_check_interval_s=1)
     group = None
     try:
         for engine in engines:
             engine.wait_healthy(startup_timeout_s)
-        router.start()
-        group = EngineGroup(router, engines, lambda i: launch(i).wait_healthy(startup_timeout_s),
+        front.start()
+        group = EngineGroup(front, engines, lambda i: launch(i).wait_healthy(startup_timeout_s),
                             health_interval_s=health_interval_s).start()
         yield group
     finally:
@@ -685,4 +686,4 @@ def local_engine_group(model_dir: str | Path, n: int, *, log_dir: str | Path, se
             group.stop()  # also stops engines that replaced dead ones
         for engine in engines:
             engine.stop()
-        router.stop()
+        front.stop()
