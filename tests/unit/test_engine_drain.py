@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("drain")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, log_dir=tmp / "logs",
+    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, router="sglang_router", log_dir=tmp / "logs",
                             health_interval_s=5, startup_timeout_s=60) as grp:
         yield grp
 
