@@ -201,6 +201,10 @@ def run_trl(cfg, model_dir: str, tokenizer, rows: list[dict], steps: int, out_di
     from rlrun.reward import score
 
     cuda = torch.cuda.is_available()
+    if not cuda and "OMP_NUM_THREADS" in cfg.hardware.env:
+        # rlrun's trainer and engine processes run with hardware.env's thread count (1 on hardware=cpu); TRL's one
+        # process gets the same (more threads than free cores made its steps 30x slower on the shared 2-core machine)
+        torch.set_num_threads(int(cfg.hardware.env["OMP_NUM_THREADS"]))
     clock = _Clock(cuda)
     rm_type = cfg.data.rm_type
 
@@ -283,7 +287,8 @@ def not_matched(cfg, dtype: str, cuda: bool) -> list[str]:
         out.append("micro-batches: rlrun packs samples by train.max_tokens_per_gpu; TRL splits the rollout into "
                    "per_device_train_batch_size samples with gradient accumulation (one optimizer step either way)")
     else:
-        out.append("precision: fp32 on both sides (the CPU torch backend; TRL use_cpu=True, bf16=False)")
+        out.append("precision: fp32 on both sides (the CPU torch backend; TRL use_cpu=True, bf16=False); threads: "
+                   "hardware.env's OMP_NUM_THREADS per rlrun process (trainer, engine), the same for TRL's one process")
     return out
 
 
