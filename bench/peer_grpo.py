@@ -321,7 +321,14 @@ def compare(rl: dict[str, list[float]], trl: dict[str, list[float]]) -> tuple[li
 
 
 def time_to_reward(rewards: list[float], step_s: list[float], target: float) -> dict:
-    """Loop seconds until the mean reward of the last REWARD_MEAN_OF rollouts first reaches target."""
+    """Loop seconds until the mean reward of the last REWARD_MEAN_OF rollouts first reaches target; and the curve
+    (the mean reward of each block of REWARD_MEAN_OF rollouts)."""
+    curve = [round(statistics.fmean(rewards[i:i + REWARD_MEAN_OF]), 3) for i in range(0, len(rewards), REWARD_MEAN_OF)]
+    found = _first_reach(rewards, step_s, target)
+    return {**found, "curve": curve}
+
+
+def _first_reach(rewards: list[float], step_s: list[float], target: float) -> dict:
     for i in range(REWARD_MEAN_OF - 1, len(rewards)):
         if statistics.fmean(rewards[i - REWARD_MEAN_OF + 1:i + 1]) >= target:
             return {"reached": True, "rollout": i + 1, "loop_s": sum(step_s[:i + 1])}
@@ -410,7 +417,8 @@ def main(argv: list[str]) -> dict:
                        f"(copy task, up to {a.max_steps} rollouts; loop time, start-up excluded)"]
         for side, r in res.items():
             report.append(f"{side}: " + (f"rollout {r['rollout']}, {r['loop_s']:.1f} s" if r["reached"]
-                                         else f"{r['text']}, {r['loop_s']:.1f} s"))
+                                         else f"{r['text']}, {r['loop_s']:.1f} s")
+                          + f"; mean reward per {REWARD_MEAN_OF} rollouts {r['curve']}")
         result["to_reward"] = {"target": a.to_reward, **res, "run_dir": job["run_dir"]}
     print("\n".join(report), flush=True)
     print("PEER_RESULT " + json.dumps(result, default=str), flush=True)

@@ -6,12 +6,32 @@ import subprocess
 import sys
 from pathlib import Path
 
+import importlib.util
+
 import pytest
 
-pytest.importorskip("trl", reason="trl is in the dev extra (pip install -e '.[dev]')")
-
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import peer_grpo  # noqa: E402  (stdlib only at import)
 
+
+def test_time_to_reward_is_the_first_10_rollout_mean_at_the_target():
+    # rollouts 1-9 score 0.1, 10-19 score 0.9: the mean of rollouts 9-18 is (0.1 + 9 * 0.9) / 10 = 0.82 >= 0.8,
+    # the mean of rollouts 8-17 is (2 * 0.1 + 8 * 0.9) / 10 = 0.74; one second a step -> 18 s
+    r = peer_grpo.time_to_reward([0.1] * 9 + [0.9] * 10, [1.0] * 19, 0.8)
+    assert (r["reached"], r["rollout"], r["loop_s"]) == (True, 18, 18.0)
+    assert r["curve"] == pytest.approx([0.18, 0.9])  # (9 * 0.1 + 0.9) / 10, then nine 0.9s
+    r = peer_grpo.time_to_reward([0.1] * 12, [0.5] * 12, 0.8)
+    assert (r["reached"], r["loop_s"]) == (False, 6.0)
+    assert r["text"].startswith("not reached in 12 steps")
+
+
+def test_the_window_is_steps_2_to_8():
+    assert peer_grpo.window(list(range(1, 10))) == [2, 3, 4, 5, 6, 7, 8]
+    assert peer_grpo.median_window([9.0, 1.0, 3.0]) == 2.0  # steps 2-3 of a 3-step run
+
+
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is in the dev extra (pip install -e '.[dev]')")
 
 def test_peer_bench_runs_both_sides_on_the_cpu(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "peer_grpo.py"), "--device", "cpu", "--steps", "3",

@@ -11,8 +11,9 @@
 #   pandas 3.1.1 -> python-dateutil (-> six)
 # tools/device/stage.sh installs from .wT/ only what pip's resolver says is missing or too old on the device (a dry
 # run against /tmp/site + the system packages), --no-deps into /tmp/site: nothing the device has is replaced needlessly.
-# pyarrow (~45 MB) is in .wP/ (its own folder): carry it only when stage.sh reports pyarrow missing (rlrun's rollout
-# records need pyarrow, so a device that ran rlrun has it).
+# pyarrow (53 MB) is in .wP/ (its own folder: .wT + .wP pass the 64 MiB of a call): carry it, in a call of its own,
+# only when stage.sh reports pyarrow missing (rlrun's rollout records import pyarrow, so a device that ran rlrun has
+# it). stage.sh keeps both folders' wheels in $HOME/stage/trl while the machine stays warm.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PLAT="--python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any --only-binary=:all:"
