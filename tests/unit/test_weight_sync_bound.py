@@ -161,13 +161,11 @@ def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(ove
         def abort_all(self):
             calls.append("abort")
 
-        def drain(self, timeout_s):
-            calls.append(("drain", timeout_s))
-
-        def sync(self, push):
-            calls.append("push")
+        def sync(self, push):  # EngineGroup.sync: push(urls of the live engines)
+            push(["http://e0"])
 
     sync.engines, sync.versions = Engines(), type("V", (), {"pushing": lambda self, v: nullcontext()})()
+    sync.push = lambda version, urls, want, resume, drain: calls.append(("push", urls, drain))
     sync.push_all(3)
-    drained = [("drain", cfg.rollout.weight_sync_timeout_s)] if flush else []
-    assert calls == ["abort"] * cfg.rollout.partial_rollout + drained + ["push"]
+    # drain=True: WeightSync.push waits on EngineGroup.drain(urls) before pushing (tests/unit/test_engine_drain.py)
+    assert calls == ["abort"] * cfg.rollout.partial_rollout + [("push", ["http://e0"], flush)]
