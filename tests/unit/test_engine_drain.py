@@ -10,18 +10,14 @@ import time
 import pytest
 import requests
 
-from rlrun.rollout.engines.group import WeightSyncStuck, local_engine_group
-from rlrun.rollout.tiny_model import save_tiny_model
+from rlrun.rollout.engines.group import WeightSyncStuck
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("drain")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, router="sglang_router", log_dir=tmp / "logs",
-                            health_interval_s=5, startup_timeout_s=60) as grp:
-        yield grp
+def group(hf_engine_group):
+    return hf_engine_group
 
 
 def _generate_in_background(url: str) -> tuple[threading.Thread, list]:

@@ -20,8 +20,7 @@ from rlrun.metrics import Timer
 from rlrun.rollout import api
 from rlrun.rollout.engines import group as engines_mod
 from rlrun.rollout.engines import http as http_mod
-from rlrun.rollout.engines.group import local_engine_group
-from rlrun.rollout.tiny_model import build_model, save_tiny_model
+from rlrun.rollout.tiny_model import build_model
 from rlrun.rollout.weights import checksum, fingerprint
 from rlrun.parts.offload import Offload
 from rlrun.parts.weight_sync import WeightSync
@@ -33,11 +32,8 @@ ALL = ["cuda_graph", "kv_cache", "weights"]
 
 
 @pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("offload")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, router="sglang_router", log_dir=tmp / "logs",
-                            health_interval_s=5, startup_timeout_s=60) as grp:
-        yield grp
+def group(hf_engine_group):
+    return hf_engine_group
 
 
 def _released(group) -> list[str]:

@@ -99,7 +99,7 @@ def test_an_engine_that_never_joins_ends_the_sync_within_its_bound(engine):
 def test_an_engine_that_joins_but_never_receives_is_named_with_the_bucket(engine):
     msg, took = _push(engine)
     assert took < BOUND_S + SLACK_S
-    assert "bucket 1 of 1" in msg and "2 tensors from a" in msg and "load_format=flattened_bucket" in msg
+    assert "bucket 1, the last," in msg and "2 tensors from a" in msg and "load_format=flattened_bucket" in msg
     # the engine's request is still pending, or (gloo's own 3 s send timeout came first) timed out: named either way
     assert f"{engine}: pending" in msg or f"{engine}: failed: HTTPConnectionPool" in msg
 
@@ -161,13 +161,11 @@ def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(ove
         def abort_all(self):
             calls.append("abort")
 
-        def drain(self, timeout_s):
-            calls.append(("drain", timeout_s))
-
-        def sync(self, push):
-            calls.append("push")
+        def sync(self, push):  # EngineGroup.sync: push(urls of the live engines)
+            push(["http://e0"])
 
     sync.engines, sync.versions = Engines(), type("V", (), {"pushing": lambda self, v: nullcontext()})()
+    sync.push = lambda version, urls, want, resume, drain: calls.append(("push", urls, drain))
     sync.push_all(3)
-    drained = [("drain", cfg.rollout.weight_sync_timeout_s)] if flush else []
-    assert calls == ["abort"] * cfg.rollout.partial_rollout + drained + ["push"]
+    # drain=True: WeightSync.push waits on EngineGroup.drain(urls) before pushing (tests/unit/test_engine_drain.py)
+    assert calls == ["abort"] * cfg.rollout.partial_rollout + [("push", ["http://e0"], flush)]

@@ -158,9 +158,10 @@ class TransportKind:
     # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
-    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (keep: a
-    # dict the transport keeps across the rank's pushes, e.g. its process group; flattened: the engines read a bucket
-    # as one buffer: TransportKind.flattened of the engine kind); None: the trainer writes a file
+    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (named:
+    # the state as a rlrun.rollout.weights.Buckets stream, each bucket made when it is asked for: W.as_buckets, then
+    # prepare(bucket); keep: a dict the transport keeps across the rank's pushes, e.g. its process group; flattened:
+    # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind); None: a file transport
     push: Callable[..., int] | None = None
     # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
     flattened: Callable[[Any], bool] = lambda kind: False

@@ -130,7 +130,7 @@ def _payload(bucket: list, transport: str, load_format: str | None = None) -> tu
 Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before it is sent
 
 
-def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
+def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *, transport: str = "ipc",
                  bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
                  pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
                  flush_cache: bool = True, load_format: str | None = None) -> int:
@@ -146,30 +146,37 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
     resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
     (a timeout names the bucket and the engine). flush_cache=False: requests may be running (paused in place, the
     async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler."""
-    parts = list(W.buckets(named, bucket_bytes))
+    parts = W.with_last(W.as_buckets(named, bucket_bytes))  # named: (name, tensor) pairs, or a W.Buckets stream
     how = f"{transport} push" + (f", load_format={load_format}" if load_format else "")
 
-    def stage(i: int) -> tuple[list, str, list]:
-        bucket = prepare(parts[i]) if prepare else parts[i]
-        return (bucket, *_payload(bucket, transport, load_format))
+    def stage(item: tuple[list, bool] | None) -> tuple[list, bool, str, list] | None:
+        if item is None:
+            return None
+        bucket, last = item
+        bucket = prepare(bucket) if prepare else bucket
+        return (bucket, last, *_payload(bucket, transport, load_format))
 
-    nbytes = 0
+    nbytes, i = 0, 0
     with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
-        staged = stage(0) if parts else None
-        for i in range(len(parts)):
-            bucket, payload, keepalive = staged
-            last = i == len(parts) - 1
+        staged = stage(next(parts, None))
+        while staged is not None:
+            bucket, last, payload, keepalive = staged
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
                                                        load_format=load_format, flush_cache=last and flush_cache)
             posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             try:
-                staged = None if last else stage(i + 1)  # while the engines load bucket i
+                staged = None if last else stage(next(parts))  # while the engines load bucket i
             finally:  # even when staging failed: the engines may still be reading bucket i
-                _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} "
-                                                  f"MiB, {len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
-            nbytes += _nbytes(bucket)
+                _bounded(lambda: None, timeout_s, f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
+                                                  f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
+            nbytes, i = nbytes + _nbytes(bucket), i + 1
             del keepalive, bucket, payload  # every engine has copied it: free it
     return nbytes
+
+
+def _which(i: int, last: bool) -> str:
+    """A bucket in a diagnosis (a streamed push does not know its count before the end)."""
+    return f"bucket {i + 1}" + (", the last," if last else "")
 
 
 class EngineGroup:
@@ -286,14 +293,14 @@ class EngineGroup:
     def continue_generation(self) -> None:
         self._every(lambda e: e.continue_generation())
 
-    def drain(self, timeout_s: float, poll_s: float = DRAIN_POLL_S) -> float:
-        """Waits until every engine is idle and has dropped its prefix cache (/flush_cache until it answers 200);
+    def drain(self, timeout_s: float, urls: list[str] | None = None, poll_s: float = DRAIN_POLL_S) -> float:
+        """Waits until every engine (or those at `urls`) is idle and has dropped its prefix cache (/flush_cache until it answers 200);
         returns the seconds waited. SGLang 0.5.16 asserts an idle engine in release_memory_occupation and in the
         flush of a weight update, and its scheduler dies on the assertion; an engine can still be busy when the
         rollout's last answer is in (its overlap scheduler finishes the batch after answering, or requests the
         rollout dropped still run). Past timeout_s: WeightSyncStuck naming each busy engine and its load."""
         t0 = time.monotonic()
-        busy = list(self.engines)
+        busy = self._engines(urls)
         while busy:
             busy = [e for e, idle in zip(busy, self._pool.map(lambda e: e.flush_cache(), busy)) if not idle]
             if busy and time.monotonic() - t0 > timeout_s:
@@ -605,7 +612,7 @@ class BroadcastGroup:
         self.group, self.urls = None, ()
 
 
-def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
+def broadcast_weights(engine_urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *,
                       master_address: str, master_port: int | Callable[[], int], backend: str,
                       bucket_bytes: int = 256 << 20, prepare: Prepare | None = None,
                       ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
@@ -631,14 +638,13 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
     if own:
         group = BroadcastGroup(master_address, master_port if callable(master_port) else lambda: master_port,
                                backend, ranks_per_engine)
-    parts = list(W.buckets(named, bucket_bytes))
+    parts = W.with_last(W.as_buckets(named, bucket_bytes))  # named: (name, tensor) pairs, or a W.Buckets stream
     try:
         with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
             group.ensure(engine_urls, timeout_s)
             t0, nbytes = time.perf_counter(), 0
-            for i, bucket in enumerate(parts):
+            for i, (bucket, last) in enumerate(parts):
                 bucket = prepare(bucket) if prepare else bucket
-                last = i == len(parts) - 1
                 body = api.update_weights_from_distributed_body(
                     [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
                     [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group.name,
@@ -648,7 +654,7 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
                 tensors = [t.contiguous() for _, t in bucket]
                 sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
                 _bounded(lambda: W.broadcast_tensors(group.group, sent), timeout_s,
-                         f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
+                         f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
                          f"from {bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, group.drop)
                 nbytes += _nbytes(bucket)
             seconds = time.perf_counter() - t0
