@@ -125,7 +125,9 @@ for item in $ITEMS; do
            done ;;
     peer|peer_reward)  # rlrun's side with the kit's kernels and no piecewise prefill graphs (start-up only: prompts are <= 6 tokens)
       python3 -c "import trl" 2>/dev/null || { echo "ITEM $item skipped: trl not staged (carry .wT: tools/device/trl_kit.sh)" | tee -a "$RES"; continue; }
+      # shellcheck disable=SC2206  # PEER_ARGS is split into flags on purpose
       what=(--steps "${PEER_STEPS:-9}" ${PEER_ARGS:-})  # PEER_ARGS: more bench flags, e.g. --trl-micro-batch 64
+      # shellcheck disable=SC2206
       [ "$item" = peer_reward ] && what=(--skip-speed --to-reward 0.8 --max-steps "${PEER_MAX_STEPS:-150}" ${PEER_ARGS:-})
       kit=("${KIT_FAST[@]}"); case " ${PEER_ARGS:-} " in *" --device cpu "*) kit=() ;; esac  # the item's CPU check
       run "$item" "${ITEM_LIMIT:-570}" python3 bench/peer_grpo.py "${what[@]}" --out /tmp/runs -- "${kit[@]}" ${PEER_EXTRA:-}
