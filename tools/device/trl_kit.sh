@@ -23,3 +23,7 @@ python3 -m pip download -q --no-deps $PLAT -d .wT trl==1.16.0 accelerate==1.15.0
   python-dateutil==2.9.0.post0 six==1.17.0 psutil==7.2.2
 python3 -m pip download -q --no-deps $PLAT -d .wP pyarrow==26.0.1
 du -sh .wT .wP; ls .wT .wP
+# untracked folders travel with every device call: they must be git-ignored
+for d in .wT .wP; do
+  git check-ignore -q "$d" || echo "trl_kit.sh: $d is not git-ignored: add /$d/ to $(git rev-parse --git-common-dir)/info/exclude"
+done
