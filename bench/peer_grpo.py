@@ -208,9 +208,13 @@ def run_trl(cfg, model_dir: str, tokenizer, rows: list[dict], steps: int, out_di
     clock = _Clock(cuda)
     rm_type = cfg.data.rm_type
 
-    def rlrun_reward(prompts, completions, label, metadata, **_):
+    def rlrun_reward(prompts, completions, completion_ids, label, metadata, **_):
+        # the response text as rlrun's engines return it (skip_special_tokens=false, no_stop_trim: a stop token stays
+        # in the text; rlrun.rollout.client.Sampling), not TRL's `completions` (special tokens skipped): with
+        # char_match, "73<eos>" scores 2/7 against "739" where "73" scores 2/3
+        texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=False)
         scores = [float(score(rm_type, c, json.loads(lab), json.loads(m)))
-                  for c, lab, m in zip(completions, label, metadata, strict=True)]
+                  for c, lab, m in zip(texts, label, metadata, strict=True)]
         clock.rewards.append(statistics.fmean(scores))
         clock.prompts.append(list(dict.fromkeys(prompts)))
         return scores
@@ -274,8 +278,6 @@ def not_matched(cfg, dtype: str, cuda: bool) -> list[str]:
         "mode is not available: vLLM is not installed here or on the device (no wheels carried), so it is not run",
         "sampling RNG: the same temperature/top-p/top-k, but different generators, so the samples (and with 256 "
         "random-init tokens nothing else) differ; every sample of the 0.6B job runs to max_response_len on both",
-        "reward text: rlrun scores the response with special tokens kept (skip_special_tokens=false), TRL decodes "
-        "with skip_special_tokens=true; the toy rules strip <eos>/<pad> either way",
         "advantage eps: rlrun divides by (std + 1e-6), TRL by (std + 1e-4)",
         "weight sync / offload: TRL generates with the trained model itself, so it has neither phase",
     ]
