@@ -5,14 +5,17 @@
     python bench/peer_grpo.py --to-reward 0.8 --max-steps 150   # + wall time to a reward of 0.8, copy task
     python bench/peer_grpo.py --device cpu --tiny --steps 3     # the CPU mode (tests/integration/test_peer_bench.py)
     python bench/peer_grpo.py -- +rollout.sglang.attention_backend=triton   # extra rlrun overrides after `--`
+    (on the lent GPUs: ITEMS=peer / ITEMS=peer_reward bash tools/device/sglang.sh)
 
-rlrun runs first, in this process (Ray, its trainer and engines, torn down at the end), then TRL on the same GPU.
+rlrun runs first, in this process (Ray, its trainer and engines, torn down at the end), then TRL on the same device.
+TRL's vLLM mode is not run (no vLLM here or on the lent GPUs): TRL generates with transformers `generate`, its default.
 Both sides get the same job, read from rlrun's resolved RunConfig, so an override changes both:
   - initial weights: the HF dir rlrun writes for its engines (RUN_DIR/engine_init, rlrun.runner.write_engine_init_dir;
     checkpoint.hf when set) is TRL's model; the tokenizer is rlrun's (rlrun.data.tokenizer.tokenizer_for);
   - prompts: rlrun's PromptDataset for the run (same file, seed and shuffle), drawn in rlrun's order; TRL gets them
     unshuffled, so step k of both sides sees the same rollout_batch_size prompts;
-  - reward: rlrun.reward.score with data.rm_type (rlrun's registry, in-process on the TRL side);
+  - reward: rlrun.reward.score with data.rm_type (rlrun's registry, in-process on the TRL side), on the text rlrun's
+    engines return (TRL's completion_ids decoded with special and stop tokens kept);
   - num_generations = rollout.n_samples_per_prompt, one optimizer step per rollout (generation_batch_size =
     per-device batch x gradient accumulation = all samples of a rollout), max_completion_length =
     rollout.max_response_len, temperature / top_p / top_k, lr, Adam betas / eps, weight decay, grad clip,
