@@ -26,11 +26,11 @@ def backend_class(name: str):
     return resolve(BACKENDS[name].factory)
 
 
-def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, transport: str | TransportKind, version: int | str,
-               bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
-               copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None,
-               flattened: bool = False) -> dict:
+def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, transport: str | TransportKind,
+               version: int | str, bucket_bytes: int, engine_dtype: str | None, device: torch.device,
+               backend: str = "gloo", copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True,
+               timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None, flush_cache: bool = True,
+               keep: dict | None = None, flattened: bool = False) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint. `state`: a dict, or the

@@ -130,8 +130,8 @@ def _payload(bucket: list, transport: str, load_format: str | None = None) -> tu
 Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before it is sent
 
 
-def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *, transport: str = "ipc",
-                 bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
+def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *,
+                 transport: str = "ipc", bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
                  pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
                  flush_cache: bool = True, load_format: str | None = None) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
@@ -294,10 +294,10 @@ class EngineGroup:
         self._every(lambda e: e.continue_generation())
 
     def drain(self, timeout_s: float, urls: list[str] | None = None, poll_s: float = DRAIN_POLL_S) -> float:
-        """Waits until every engine (or those at `urls`) is idle and has dropped its prefix cache (/flush_cache until it answers 200);
-        returns the seconds waited. SGLang 0.5.16 asserts an idle engine in release_memory_occupation and in the
-        flush of a weight update, and its scheduler dies on the assertion; an engine can still be busy when the
-        rollout's last answer is in (its overlap scheduler finishes the batch after answering, or requests the
+        """Waits until every engine (or those at `urls`) is idle and has dropped its prefix cache (/flush_cache until
+        it answers 200); returns the seconds waited. SGLang 0.5.16 asserts an idle engine in release_memory_occupation
+        and in the flush of a weight update, and its scheduler dies on the assertion; an engine can still be busy when
+        the rollout's last answer is in (its overlap scheduler finishes the batch after answering, or requests the
         rollout dropped still run). Past timeout_s: WeightSyncStuck naming each busy engine and its load."""
         t0 = time.monotonic()
         busy = self._engines(urls)
