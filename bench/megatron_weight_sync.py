@@ -48,7 +48,8 @@ def main() -> None:
     del base
     trainer = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=1)
     trainer.init()
-    with local_engine_group(tmp / "base", 1, log_dir=args.log_dir or tmp / "logs", device=args.engine_device,
+    with local_engine_group(tmp / "base", 1, router="sglang_router",
+                            log_dir=args.log_dir or tmp / "logs", device=args.engine_device,
                             dtype="bfloat16", threads=4, health_interval_s=60) as group:
         torch.cuda.synchronize()
         t0 = time.perf_counter()

@@ -57,7 +57,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="rlrun-tput-"))
     model_dir = save_tiny_model(tmp / "tiny")
     for n_engines in args.engines:
-        with local_engine_group(model_dir, n_engines, log_dir=tmp / "logs", threads=args.threads,
+        with local_engine_group(model_dir, n_engines, router="sglang_router",
+                                log_dir=tmp / "logs", threads=args.threads,
                                 health_interval_s=60) as group:
             url = group.router.url
             asyncio.run(rollout(url, 16, 4, 16, False))  # warm-up

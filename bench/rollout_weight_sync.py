@@ -67,7 +67,8 @@ def main() -> None:
     base.save_pretrained(tmp / "base")
     tok = build_tokenizer()
     tok.save_pretrained(tmp / "base")
-    with local_engine_group(tmp / "base", args.engines, log_dir=tmp / "logs", device=args.engine_device,
+    with local_engine_group(tmp / "base", args.engines, router="sglang_router",
+                            log_dir=tmp / "logs", device=args.engine_device,
                             dtype=args.dtype, threads=1, health_interval_s=60) as group:
         trainer = build(args.shape, dtype, seed=1).to(args.trainer_device)
         named = list(trainer.state_dict().items())

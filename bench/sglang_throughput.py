@@ -72,7 +72,7 @@ def main() -> None:
                                                    "cuda_graph_backend_prefill=disabled"])
     a = p.parse_args()
     from rlrun.config import load
-    from rlrun.rollout.router import Router
+    from rlrun.rollout.routers.protocol import run_router
     from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="sglbench"))
@@ -84,7 +84,7 @@ def main() -> None:
     t0 = time.perf_counter()
     engine.start(timeout_s=420)
     print(f"engine healthy after {time.perf_counter() - t0:.1f} s", flush=True)
-    router = Router.from_config(cfg.rollout, tmp).start()
+    router = run_router(cfg.rollout, tmp).start()
     try:
         router.add_worker(engine.url)
         prompts = _prompts(a.prompts)

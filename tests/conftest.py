@@ -66,3 +66,15 @@ def pytest_xdist_make_scheduler(config, log):
             super()._assign_work_unit(node)
 
     return GpuTestsTogether(config, log)
+
+
+@pytest.fixture(scope="module")
+def hf_engine_group(tmp_path_factory):
+    """One hf engine process (the tiny model, seed 0) behind a real sglang-router, for a test module."""
+    from rlrun.rollout.engines.group import local_engine_group
+    from rlrun.rollout.tiny_model import save_tiny_model
+
+    tmp = tmp_path_factory.mktemp("engine")
+    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, router="sglang_router", log_dir=tmp / "logs",
+                            health_interval_s=5, startup_timeout_s=60) as grp:
+        yield grp

@@ -26,6 +26,7 @@ from rlrun.parts.no_engines import NoEngines
 from rlrun.parts.sft_data import SftData
 from rlrun.parts.evaluator import Evaluator
 from rlrun.parts.offload import Offload
+from rlrun.parts.reward_engines import RewardEngines
 from rlrun.parts.rollout_side import MAX_DRAWS, RolloutSide  # noqa: F401 - public names
 from rlrun.parts.run_metrics import RunMetrics
 from rlrun.data.tokenizer import tokenizer_for  # noqa: F401  (rlrun.runner.tokenizer_for)
@@ -87,8 +88,6 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     model_dir = write_engine_init_dir(cfg, tokenizer, run_dir / ENGINE_INIT_DIR)
     rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack)
     if plan.reward_engines:  # reward.model: a reward model served as engines judges the samples (rm_type reward_model)
-        from rlrun.parts.reward_engines import RewardEngines
-
         rollout.judge = RewardEngines.start(cfg, plan, placement, env, run_dir, stack).judge
     invariants = Invariants(cfg, run_dir)
     weights = WeightSync(cfg, plan, run_dir, trainer, rollout.engines, rollout.versions, invariants)

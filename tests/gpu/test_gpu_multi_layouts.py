@@ -96,13 +96,13 @@ def _plan(args: list[str]) -> dict:
 
 
 def _keep(layout: str, run_root, peak: dict) -> None:
-    """The run's log, metrics and peak memory into LAYOUT_LOG_DIR (a timed-out or failed run stays readable)."""
+    """The run's log, metrics, engine and router logs and peak memory into LAYOUT_LOG_DIR (a timed-out or failed run stays readable)."""
     if not LOG_DIR:
         return
     import shutil
     dest = os.path.join(LOG_DIR, layout)
     os.makedirs(dest, exist_ok=True)
-    for f in [run_root / "run.log", *run_root.glob(f"{layout}/*/metrics.jsonl")]:
+    for f in [run_root / "run.log", *run_root.glob(f"{layout}/*/metrics.jsonl"), *run_root.glob(f"{layout}/*/logs/*")]:
         shutil.copy(f, dest)
     with open(os.path.join(dest, "peak_memory_mib.json"), "w") as f:
         json.dump(peak, f)

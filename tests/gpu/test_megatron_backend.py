@@ -241,3 +241,19 @@ def test_cuda_graphs_replay_across_rl_batches_of_changing_lengths(cfg):
     assert reason is None and stats["train/cuda_graph_replays"] > 0
     assert all(a["train/response_tokens"] == b["train/response_tokens"] for a, b in zip(m0, m1))
     _assert_same_training("GRAPHS_RL", m0, m1, w0, w1, loss_tol=1e-3, norm_tol=1e-2, weight_tol=1e-2)
+
+
+def test_sync_buckets_stream_the_sync_state_on_the_gpu(backends, cfg):
+    """The push's stream (MegatronBackend.sync_buckets): every bucket on the GPU, at most one oversize tensor over
+    the bucket size, and together exactly state_dict_for_sync's names and values (the tied lm_head included)."""
+    meg, _ = backends
+    want = meg.state_dict_for_sync()
+    bucket_bytes = 1 << 20
+    got = {}
+    for bucket in meg.sync_buckets(bucket_bytes):
+        assert all(t.is_cuda for _, t in bucket)
+        sent = [t for n, t in bucket if n != "lm_head.weight"]
+        assert len(sent) == 1 or sum(t.numel() * t.element_size() for t in sent) <= bucket_bytes
+        got.update(bucket)
+    assert sorted(got) == sorted(want)
+    assert all(torch.equal(got[k].cpu(), v) for k, v in want.items())

@@ -68,7 +68,7 @@ def _save(cfg, seed, out):
 def served(tmp_path_factory):
     """(cfg, engine group, router, the model the server holds now: a dict so tests can swap it)."""
     from rlrun.rollout.engines.group import EngineGroup
-    from rlrun.rollout.router import Router
+    from rlrun.rollout.routers.protocol import run_router
     from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     tmp = tmp_path_factory.mktemp("sglang")
@@ -82,7 +82,7 @@ def served(tmp_path_factory):
         print(f"SGLANG engine {i} healthy after {time.perf_counter() - t0:.1f} s: {' '.join(engine.argv[3:])}")
         return engine
 
-    router = Router.from_config(cfg.rollout, tmp).start()
+    router = run_router(cfg.rollout, tmp).start()
     group = EngineGroup(router, [launch(0)], launch, health_interval_s=1.0).start()
     yield cfg, group, router, state
     group.stop()

@@ -13,7 +13,8 @@ from rlrun.rollout.tiny_model import build_model, save_tiny_model
 def group(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sync")
     model_dir = save_tiny_model(tmp / "tiny", seed=0)
-    with local_engine_group(model_dir, 2, log_dir=tmp / "logs", health_interval_s=5, startup_timeout_s=120) as grp:
+    with local_engine_group(model_dir, 2, router="sglang_router", log_dir=tmp / "logs",
+                            health_interval_s=5, startup_timeout_s=120) as grp:
         yield grp
 
 

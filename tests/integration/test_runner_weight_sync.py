@@ -47,8 +47,8 @@ def pushes(monkeypatch):
     seen = []
     real = WeightSync.push
 
-    def push(self, version, urls, want=None, resume=True):
-        real(self, version, urls, want, resume)
+    def push(self, version, urls, want=None, resume=True, drain=False):
+        real(self, version, urls, want, resume, drain)
         seen.append({"transport": self.plan.weight_sync, "version": version, "urls": list(urls),
                      "trainer": self.trainer.export_weights(None), "engines": self.engines.checksums("sha256", urls),
                      "versions": self.engines.versions(urls)})

@@ -55,6 +55,23 @@ def test_a_repeated_plan_and_validate_import_only_pydantic_and_rich(tmp_path):
                                         ["rlrun.reward", "rlrun.reward.spec"]], again.stdout + again.stderr
 
 
+def test_one_config_commands_run_as_the_program_without_the_garbage_collector():
+    """rlrun.cli.QUICK_COMMANDS run as the program (argv from sys.argv) turn Python's cyclic collector off and freeze
+    what they built at the end (docs/benchmarks.md: ~40 ms of `rlrun plan`); a sweep (-m) and main() called with an
+    argv by a longer-lived process (tests, a notebook) keep it."""
+    code = ("import gc, sys, io, contextlib; from rlrun.cli import main\n"
+            "def run(argv, given):\n"
+            "    sys.argv = ['rlrun', *argv]\n"
+            "    with contextlib.redirect_stdout(io.StringIO()): rc = main(argv if given else None)\n"
+            "    on, frozen = gc.isenabled(), gc.get_freeze_count()\n"
+            "    gc.enable(); gc.unfreeze()\n"
+            "    return [rc, on, frozen > 0]\n"
+            "print([run(['plan', '--json'], True), run(['validate', '-m', 'optim.lr=1e-6,2e-6'], False), "
+            "run(['plan', '--json'], False)])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "[[0, True, False], [0, True, False], [0, False, True]]", r.stdout + r.stderr
+
+
 def test_invalid_config_exits_2_with_every_problem_and_no_traceback():
     r = run("validate", "rollout.temperature=0", "train.global_batch_size=48", "+rollout.temprature=1")
     assert r.returncode == 2

@@ -108,3 +108,33 @@ def test_broken_yaml_and_bad_experiment_defaults_name_the_file(tmp_path):
         load(["experiment=bad2"], config_dir=tmp_path)
     (p,) = e.value.problems
     assert p.path == "model" and "experiment/bad2.yaml" in p.message and 'did you mean "qwen3-8b"' in p.message
+
+
+def test_conf_reads_the_same_through_libyaml(tmp_path):
+    """Hydra reads conf/ through omegaconf's YAML loader; rlrun.config.compose puts libyaml's C parser under it (the
+    same resolvers, constructors and duplicate-key check). Every YAML file of conf/ gives the same tree both ways,
+    a duplicate key is still refused and a syntax error still names the file and line."""
+    import yaml
+    from omegaconf import OmegaConf, _utils
+
+    from rlrun.config.compose import CONF_DIR, _use_libyaml
+
+    _use_libyaml()
+    fast, pure = _utils.get_yaml_loader(), _utils.get_yaml_loader.pure
+    assert issubclass(fast, yaml.cyaml.CParser) and not issubclass(pure, yaml.cyaml.CParser)
+    files = sorted(CONF_DIR.rglob("*.yaml"))
+    assert len(files) > 40
+    for f in files:
+        text = f.read_text()
+        a, b = yaml.load(text, Loader=fast), yaml.load(text, Loader=pure)
+        assert a == b and repr(a) == repr(b), f  # repr: 1 and 1.0, True and 1 are told apart
+        assert OmegaConf.to_container(OmegaConf.load(f)) == OmegaConf.to_container(OmegaConf.create(b)), f
+    assert yaml.load("lr: 1e-6\nday: 2001-12-14\nn: 1_000\n", Loader=fast) == {"lr": 1e-6, "day": "2001-12-14",
+                                                                                "n": 1000}  # omegaconf's rules
+    with pytest.raises(yaml.constructor.ConstructorError, match="found duplicate key lr"):
+        OmegaConf.create("lr: 1\nlr: 2\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optim:\n  lr: [1\n")
+    with pytest.raises(yaml.YAMLError) as e:
+        OmegaConf.load(bad)
+    assert (e.value.problem_mark.name, e.value.problem_mark.line) == (str(bad), 2)

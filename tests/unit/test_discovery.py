@@ -4,29 +4,32 @@ registered spec holds resolves to a callable, so a renamed function or a moved m
 import subprocess
 import sys
 
-from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, PLUGINS, REWARDS, TRANSPORTS, paths, plugin_modules,
-                                resolve)
+from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, PLUGINS, REWARDS, ROUTERS, TRANSPORTS, paths,
+                                plugin_modules, resolve)
 from rlrun.config.registry import RULES
 
 
 def test_every_registered_path_resolves():
     seen = 0
-    for registry in (ENGINES, BACKENDS, ESTIMATORS, TRANSPORTS, REWARDS):
+    for registry in (ENGINES, BACKENDS, ESTIMATORS, TRANSPORTS, REWARDS, ROUTERS):
         for name, spec in registry.items():
             for field, path in paths(spec).items():
                 if registry is BACKENDS and field == "factory" and "megatron" in path:
                     continue  # megatron-core is not installed on the CPU machine (tests/gpu builds it)
                 assert callable(resolve(path)), f"{registry.what}={name}: {field}={path!r}"
                 seen += 1
-    assert seen >= 2 + 1 + 6 + 6 + 8  # engines' start, torch's factory, estimators' token rules + policy losses, rules
+    # engines' start, torch's factory, estimators' token rules + policy losses, rules, the router's factory
+    assert seen >= 2 + 1 + 6 + 6 + 8 + 1
 
 
 def test_the_built_in_kinds_come_from_their_plugin_modules():
-    # found, not listed: every module of rlrun.rollout.transports, the spec.py of every rlrun.rollout.engines package
+    # found, not listed: every module of rlrun.rollout.transports, the spec.py of every rlrun.rollout.engines and
+    # rlrun.rollout.routers package
     assert ENGINES.names() == ("hf", "sglang") and TRANSPORTS.names() == ("disk", "distributed", "tensor")
-    assert plugin_modules()[:5] == ["rlrun.rollout.transports.disk", "rlrun.rollout.transports.nccl",
+    assert ROUTERS.names() == ("sglang_router",)
+    assert plugin_modules()[:6] == ["rlrun.rollout.transports.disk", "rlrun.rollout.transports.nccl",
                                     "rlrun.rollout.transports.tensor", "rlrun.rollout.engines.hf.spec",
-                                    "rlrun.rollout.engines.sglang.spec"]
+                                    "rlrun.rollout.engines.sglang.spec", "rlrun.rollout.routers.sglang_router.spec"]
     assert ENGINES["sglang"].args_key == "sglang" and ENGINES["sglang"].start.startswith("rlrun.rollout.engines.sglang.")
     assert len(RULES) > 30  # config's rule modules and rlrun.agent.rules, all through PLUGINS
 

@@ -19,25 +19,34 @@ def _lint(src: Path) -> subprocess.CompletedProcess:
 def test_the_layers_contract_is_kept():
     r = _lint(ROOT / "src")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 4 kept, 0 broken." in r.stdout
+    assert "Contracts: 6 kept, 0 broken." in r.stdout
+
+
+def _lint_with(tmp_path: Path, module: str, imported: str) -> subprocess.CompletedProcess:
+    """import-linter on a copy of src/rlrun where `module` (a path under rlrun/) also imports `imported`."""
+    shutil.copytree(ROOT / "src" / "rlrun", tmp_path / "rlrun", ignore=shutil.ignore_patterns("__pycache__"))
+    f = tmp_path / "rlrun" / module
+    f.write_text(f.read_text() + f"\n\ndef _added():\n    import {imported}  # noqa: F401\n")
+    return _lint(tmp_path)
 
 
 def test_the_fleet_naming_an_engine_kind_breaks_the_rollout_contract(tmp_path):
     """The finer contracts inside rollout/ can fail too: EngineGroup importing the sglang kind is reported."""
-    shutil.copytree(ROOT / "src" / "rlrun", tmp_path / "rlrun", ignore=shutil.ignore_patterns("__pycache__"))
-    group = tmp_path / "rlrun" / "rollout" / "engines" / "group.py"
-    group.write_text(group.read_text() + "\n\ndef _kind():\n    import rlrun.rollout.engines.sglang.engine  # noqa: F401\n")
-    r = _lint(tmp_path)
+    r = _lint_with(tmp_path, "rollout/engines/group.py", "rlrun.rollout.engines.sglang.engine")
     assert r.returncode == 1 and "rlrun.rollout.engines.group -> rlrun.rollout.engines.sglang.engine" in r.stdout, \
         r.stdout + r.stderr
 
 
+def test_the_fleet_naming_a_router_kind_breaks_the_router_contract(tmp_path):
+    """EngineGroup importing the sglang_router kind's launcher (not the RolloutRouter protocol) is reported."""
+    r = _lint_with(tmp_path, "rollout/engines/group.py", "rlrun.rollout.routers.sglang_router.router")
+    assert r.returncode == 1 and \
+        "rlrun.rollout.engines.group -> rlrun.rollout.routers.sglang_router.router" in r.stdout, r.stdout + r.stderr
+
+
 def test_an_upward_import_breaks_the_contract(tmp_path):
     """The check can fail: config (the ground floor) importing the runner is reported."""
-    shutil.copytree(ROOT / "src" / "rlrun", tmp_path / "rlrun", ignore=shutil.ignore_patterns("__pycache__"))
-    errors = tmp_path / "rlrun" / "config" / "errors.py"
-    errors.write_text(errors.read_text() + "\n\ndef _upward():\n    import rlrun.runner  # noqa: F401\n")
-    r = _lint(tmp_path)
+    r = _lint_with(tmp_path, "config/errors.py", "rlrun.runner")
     assert r.returncode == 1 and "rlrun.config.errors -> rlrun.runner" in r.stdout, r.stdout + r.stderr
 
 

@@ -20,8 +20,7 @@ from rlrun.metrics import Timer
 from rlrun.rollout import api
 from rlrun.rollout.engines import group as engines_mod
 from rlrun.rollout.engines import http as http_mod
-from rlrun.rollout.engines.group import local_engine_group
-from rlrun.rollout.tiny_model import build_model, save_tiny_model
+from rlrun.rollout.tiny_model import build_model
 from rlrun.rollout.weights import checksum, fingerprint
 from rlrun.parts.offload import Offload
 from rlrun.parts.weight_sync import WeightSync
@@ -33,11 +32,8 @@ ALL = ["cuda_graph", "kv_cache", "weights"]
 
 
 @pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("offload")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, log_dir=tmp / "logs",
-                            health_interval_s=5, startup_timeout_s=60) as grp:
-        yield grp
+def group(hf_engine_group):
+    return hf_engine_group
 
 
 def _released(group) -> list[str]:
@@ -79,6 +75,13 @@ def _run(tmp_path, group, monkeypatch, overrides, seed):
         calls.append((path, body))
         return real_post(url, path, body, timeout_s)
 
+    real_flush = http_mod.flush
+
+    def flush(url):
+        calls.append(("/flush_cache", None))
+        return real_flush(url)
+
+    monkeypatch.setattr(http_mod, "flush", flush)  # EngineGroup.drain: idle and flushed before release and pushes
     monkeypatch.setattr(engines_mod, "_post", post)  # the pushes from the trainer's memory
     monkeypatch.setattr(http_mod, "post", post)  # each engine's control plane (pause, memory, disk loads)
     cfg = load(overrides)
@@ -106,10 +109,12 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
         calls.append(("block", _released(group)))
     assert _paths(calls) == [
         ("/pause_generation", {"mode": "abort"}),
+        ("/flush_cache", None),  # idle before release (EngineGroup.drain)
         ("/release_memory_occupation", {"tags": None}),
         ("trainer.onload", ALL),
         ("block", ALL),
         ("/resume_memory_occupation", {"tags": ["weights"]}),
+        ("/flush_cache", None),  # the push drains first (WeightSync.push_all)
         ("trainer.push", ["cuda_graph", "kv_cache"]),  # the engine's weights are back to load into
         # no /continue_generation yet: a request scheduled before the KV cache is back would prefill
         # into released memory (SGLang 0.5.16's scheduler died so, on the lent H100, 2026-11-25)
@@ -119,7 +124,9 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
         ("/continue_generation", {}),
     ]
     last = [c[1] for c in calls if c[0] == "/update_weights_from_tensor"][-1]
-    assert last["weight_version"] == "7" and last["flush_cache"]  # the last bucket sets the version
+    # the last bucket sets the version; the engines were drained and flushed before the push (EngineGroup.drain),
+    # never inside the update (SGLang asserts an idle engine there and its scheduler dies on a busy one)
+    assert last["weight_version"] == "7" and not last["flush_cache"]
     state = r.trainer.model.state_dict()
     assert group.checksums("fingerprint") == {group.urls[0]: fingerprint(state)}
     assert group.checksums() == {group.urls[0]: checksum(state)}  # the byte-wise check agrees
@@ -142,12 +149,14 @@ def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_
         assert gen.status_code == 400 and "resume_memory_occupation" in gen.text  # really released
     assert calls == [
         ("/pause_generation", {"mode": "abort"}),
+        ("/flush_cache", None),  # idle before release (EngineGroup.drain)
         ("/release_memory_occupation", {"tags": None}),  # None = every tag (SGLang)
         ("trainer.onload", ALL),
         ("block", ALL),
         ("trainer.export", ALL),
         ("trainer.offload", ALL),
         ("/resume_memory_occupation", {"tags": ["weights"]}),
+        ("/flush_cache", None),  # the push drains first (WeightSync.push_all)
         ("/update_weights_from_disk", api.update_weights_from_disk_body(str(tmp_path / "weight_sync"), "7")),
         ("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]}),
         ("/continue_generation", {}),
@@ -170,8 +179,10 @@ def test_a_resident_trainer_stays_and_the_engines_release_only_their_kv_cache(tm
         calls.append(("block", _released(group)))
     assert _paths(calls) == [
         ("/pause_generation", {"mode": "abort"}),
+        ("/flush_cache", None),  # idle before release (EngineGroup.drain)
         ("/release_memory_occupation", {"tags": ["kv_cache"]}),
         ("block", ["kv_cache"]),
+        ("/flush_cache", None),  # the push drains first (WeightSync.push_all)
         ("trainer.push", ["kv_cache"]),  # into the weights the engine kept
         *PUSH[:-1],  # paused until the KV cache is back, as above
         ("/resume_memory_occupation", {"tags": ["kv_cache"]}),
@@ -188,14 +199,14 @@ def test_without_offload_only_the_weights_are_pushed(tmp_path, group, monkeypatc
     t = Timer()
     with r.training(version=8, timer=t):
         assert _released(group) == []
-    assert _paths(calls) == [("trainer.push", []), *PUSH]
+    assert _paths(calls) == [("/flush_cache", None), ("trainer.push", []), *PUSH]
     assert "offload" not in t.seconds and _generate(group).status_code == 200
 
 
 @pytest.mark.parametrize("transport, order", [
-    ("tensor", ["trainer.onload", "trainer.push", "/pause_generation", "/update_weights_from_tensor",
+    ("tensor", ["trainer.onload", "/flush_cache", "trainer.push", "/pause_generation", "/update_weights_from_tensor",
                 "/continue_generation", "trainer.offload"]),
-    ("disk", ["trainer.onload", "trainer.export", "trainer.offload", "/update_weights_from_disk"])])
+    ("disk", ["trainer.onload", "trainer.export", "trainer.offload", "/flush_cache", "/update_weights_from_disk"])])
 def test_trainer_offload_alone_leaves_the_engines_alone(tmp_path, group, monkeypatch, transport, order):
     r, calls = _run(tmp_path, group, monkeypatch, ["train.offload=true", f"rollout.weight_sync={transport}"], seed=5)
     with r.training(version=9, timer=Timer()):

@@ -7,8 +7,8 @@ import torch
 
 from rlrun.algo.advantages import compute_advantages
 from rlrun.config import ConfigError, load
-from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, BackendKind, EngineKind, EstimatorKind, resolve,
-                                use_critic)
+from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, ROUTERS, BackendKind, EngineKind, EstimatorKind,
+                                RouterKind, resolve, use_critic)
 from rlrun.config.plan import make_plan
 from rlrun.config.registry import Checks
 
@@ -84,6 +84,31 @@ def test_an_engine_refuses_a_transport_it_does_not_take():
         assert err.value.paths == ["rollout.weight_sync"]
         assert err.value.problems[0].fix == "set rollout.weight_sync=disk"
         assert load(["rollout.engine=disk_only", "rollout.weight_sync=disk"]).rollout.weight_sync == "disk"
+
+
+def test_a_router_kind_offers_its_own_policies(tmp_path):
+    """rollout.router.kind picks the spec; rollout.router.policy is checked against that kind's policies; the run
+    builds its router through the spec's factory (rlrun.rollout.routers.protocol.run_router); versions.json records
+    the kind's packages."""
+    from rlrun.config.rundir import versions
+    from rlrun.rollout.routers.protocol import run_router
+
+    built = []
+    toy = RouterKind("toy_router", policies=("nearest",), factory=lambda **options: built.append(options) or "router",
+                     packages=("toy-router-dist",))
+    with pytest.raises(ConfigError) as err:  # the default kind (sglang_router) offers no "nearest"
+        load(["rollout.router.policy=nearest"])
+    assert err.value.paths == ["rollout.router.policy"]
+    assert err.value.problems[0].fix == "use one of: cache_aware, round_robin, random, power_of_two"
+    with ROUTERS.registered(toy):
+        cfg = load(["rollout.router.kind=toy_router", "rollout.router.policy=nearest"])
+        with pytest.raises(ConfigError) as err:  # the toy kind offers only its own
+            load(["rollout.router.kind=toy_router"])  # policy: cache_aware, the default
+        assert err.value.paths == ["rollout.router.policy"] and err.value.problems[0].fix == "use one of: nearest"
+        assert run_router(cfg.rollout, tmp_path) == "router"
+        assert versions()["toy-router-dist"] is None  # recorded, not installed
+    assert built == [{"policy": "nearest", "host": "127.0.0.1", "port": None, "request_timeout_s": 600.0,
+                      "log_dir": tmp_path}]  # hardware=cpu's router timeout (conf/hardware/cpu.yaml)
 
 
 def test_the_new_estimator_computes_through_its_rule(toy_kinds):

@@ -99,7 +99,7 @@ def test_an_engine_that_never_joins_ends_the_sync_within_its_bound(engine):
 def test_an_engine_that_joins_but_never_receives_is_named_with_the_bucket(engine):
     msg, took = _push(engine)
     assert took < BOUND_S + SLACK_S
-    assert "bucket 1 of 1" in msg and "2 tensors from a" in msg and "load_format=flattened_bucket" in msg
+    assert "bucket 1, the last," in msg and "2 tensors from a" in msg and "load_format=flattened_bucket" in msg
     # the engine's request is still pending, or (gloo's own 3 s send timeout came first) timed out: named either way
     assert f"{engine}: pending" in msg or f"{engine}: failed: HTTPConnectionPool" in msg
 
@@ -139,8 +139,11 @@ ASYNC = ["train.async_train=true", "train.colocate=false", "rollout.num_gpus=1"]
 @pytest.mark.parametrize("overrides, flush", [([], True), (ASYNC, False), (ASYNC + ["rollout.partial_rollout=true"], True)])
 def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(overrides, flush):
     """The async loop pushes while requests are paused in place: SGLang 0.5.16 flushes only an idle engine and its
-    scheduler dies on the failed flush ("Cache flush failed after updating weights", seen on two H200s 2026-11-28);
-    with partial_rollout the requests are aborted first, so the engine is idle and the cache is flushed."""
+    scheduler dies on the failed flush ("Cache flush failed after updating weights", seen on two H200s 2026-11-28;
+    again in the sync loop at rollout 34 of 60, when the engine was still finishing the rollout's last batch). So the
+    update never asks SGLang to flush; push_all drains the engines first (waits until idle, flushed) where the loop
+    allows it: the sync loop, and the async loop with partial_rollout (its requests are aborted first)."""
+    from contextlib import nullcontext
     from rlrun.config import load
     from rlrun.config.kinds import ENGINES, TRANSPORTS
     from rlrun.config.plan import make_plan
@@ -150,4 +153,19 @@ def test_a_push_flushes_the_prefix_cache_only_when_no_request_can_be_running(ove
     sync = object.__new__(WeightSync)  # push_args reads only the config, the plan, the engine kind and the transport
     sync.cfg, sync.plan, sync.kind, sync.engine_dtype = cfg, make_plan(cfg), ENGINES[cfg.rollout.engine], None
     sync.transport = TRANSPORTS[sync.plan.weight_sync]
-    assert sync.push_args(3)["flush_cache"] is flush
+    assert sync.push_args(3)["flush_cache"] is False
+
+    calls = []
+
+    class Engines:
+        def abort_all(self):
+            calls.append("abort")
+
+        def sync(self, push):  # EngineGroup.sync: push(urls of the live engines)
+            push(["http://e0"])
+
+    sync.engines, sync.versions = Engines(), type("V", (), {"pushing": lambda self, v: nullcontext()})()
+    sync.push = lambda version, urls, want, resume, drain: calls.append(("push", urls, drain))
+    sync.push_all(3)
+    # drain=True: WeightSync.push waits on EngineGroup.drain(urls) before pushing (tests/unit/test_engine_drain.py)
+    assert calls == ["abort"] * cfg.rollout.partial_rollout + [("push", ["http://e0"], flush)]

@@ -31,7 +31,13 @@
 #   predict    the plan's predicted vs measured per phase for the newest steps-* runs (issue 38;
 #              tools/device/predict_vs_measured.py: shipped constants and leave-one-out fits), $OUT/predict.md
 #              and $OUT/calibration.fitted.yaml (the fit to all of them)                      ~5 s
-# LEARN_EXTRA / STEPS_EXTRA add overrides.
+#   peer       bench/peer_grpo.py: issue 33's job (random-init Qwen3-0.6B, 16x8 samples, 256 tokens, lr 1e-5) in rlrun
+#              (Megatron + SGLang colocated) and in TRL 1.16.0's GRPOTrainer, same call: both per-phase tables
+#              (median of steps 2-8 of PEER_STEPS, default 9) and rlrun/TRL; needs .wT/ (tools/device/trl_kit.sh)   ~330 s
+#   peer_reward  the same bench's time to a 10-rollout mean reward of 0.8 on the copy task (experiment=copy-grpo-h100)
+#              for both, up to PEER_MAX_STEPS rollouts each (default 150)                            ~400 s
+#              (the two items together pass the 10-minute limit of a call: one call each)
+# LEARN_EXTRA / STEPS_EXTRA / PEER_EXTRA add overrides.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/runs
@@ -117,6 +123,17 @@ for item in $ITEMS; do
                run.name=steps-$shape run.output_dir=/tmp/runs $lean ${STEPS_EXTRA:-}
              summary steps-$shape
            done ;;
+    peer|peer_reward)  # rlrun's side with the kit's kernels and no piecewise prefill graphs (start-up only: prompts are <= 6 tokens)
+      python3 -c "import trl" 2>/dev/null || { echo "ITEM $item skipped: trl not staged (carry .wT: tools/device/trl_kit.sh)" | tee -a "$RES"; continue; }
+      # shellcheck disable=SC2206  # PEER_ARGS is split into flags on purpose
+      what=(--steps "${PEER_STEPS:-9}" ${PEER_ARGS:-})  # PEER_ARGS: more bench flags, e.g. --trl-micro-batch 64
+      # shellcheck disable=SC2206
+      [ "$item" = peer_reward ] && what=(--skip-speed --to-reward 0.8 --max-steps "${PEER_MAX_STEPS:-150}" ${PEER_ARGS:-})
+      kit=("${KIT_FAST[@]}"); case " ${PEER_ARGS:-} " in *" --device cpu "*) kit=() ;; esac  # the item's CPU check
+      run "$item" "${ITEM_LIMIT:-570}" python3 bench/peer_grpo.py "${what[@]}" --out /tmp/runs -- "${kit[@]}" ${PEER_EXTRA:-}
+      sed -n '/^## /,$p' "$OUT/$item.log" | grep -v '^PEER_RESULT' | tee -a "$RES"
+      grep '^PEER_RESULT' "$OUT/$item.log" | cut -c13- > "$OUT/$item.json"
+      tail -c 3000 "$OUT/$item.log" | grep -i -E "error|traceback" && tail -40 "$OUT/$item.log" ;;
     predict) dirs=$(for d in /tmp/runs/steps-*; do ls -td "$d"/*/ 2>/dev/null | head -1; done)
              if [ -n "$dirs" ]; then
                python3 tools/device/predict_vs_measured.py $dirs --out "$OUT" 2>&1 | tee -a "$RES"

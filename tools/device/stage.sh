@@ -47,6 +47,24 @@ mkdir -p "$SITE/rlrun-$ver.dist-info"
 printf 'Metadata-Version: 2.1\nName: rlrun\nVersion: %s\n' "$ver" > "$SITE/rlrun-$ver.dist-info/METADATA"
 export PYTHONPATH="$PWD/src:$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# TRL 1.16.0 for bench/peer_grpo.py (.wT/, and pyarrow in .wP/ where the device lacks it: tools/device/trl_kit.sh;
+# kept in $HOME/stage/trl, so the two folders may come in different calls): pip's resolver, in a dry run against what
+# is importable now (/tmp/site on PYTHONPATH + the system), names what is missing or too old; only those wheels are
+# installed, --no-deps, into /tmp/site.
+for p in .wT/*.whl .wP/*.whl; do [ -e "$p" ] && mkdir -p "$STAGE/trl" && cp -n "$p" "$STAGE/trl/"; done
+if ls "$STAGE"/trl/trl-*.whl > /dev/null 2>&1; then
+  tm="$SITE/.trl-$(ls "$STAGE/trl" | md5sum | cut -c1-8)"
+  if [ ! -e "$tm" ]; then
+    if python3 -m pip install -q --dry-run --no-index --find-links "$STAGE/trl" --report /tmp/trl-report.json trl==1.16.0; then
+      need=$(python3 -c 'import json, urllib.parse; print(" ".join(urllib.parse.unquote(i["download_info"]["url"][7:]) for i in json.load(open("/tmp/trl-report.json"))["install"]))')
+      [ -z "$need" ] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" $need
+      touch "$tm"
+      echo "stage.sh: TRL staged; installed: $(for w in $need; do basename "$w"; done | tr '\n' ' ')"
+    else
+      echo "stage.sh: TRL not staged: pip names the missing requirement above (pyarrow: carry .wP, tools/device/trl_kit.sh)"
+    fi
+  fi
+fi
 if [ -d "$SITE/sglang" ]; then
   # sgl_kernel's library has no RPATH for the CUDA 13 libraries torch ships (libnvrtc.so.13, ...)
   NVLIBS=$(python3 -c 'import glob, os, torch; sp = os.path.dirname(os.path.dirname(torch.__file__)); print(":".join(sorted({os.path.dirname(p) for p in glob.glob(sp + "/nvidia/**/lib/*.so*", recursive=True)}) + [os.path.join(os.path.dirname(torch.__file__), "lib")]))')

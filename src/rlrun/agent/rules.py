@@ -11,6 +11,7 @@ from typing import Iterator
 
 from rlrun.agent.prefix import PREFIX
 from rlrun.config.errors import Problem
+from rlrun.config.kinds import LOSS_TYPES
 from rlrun.config.registry import RULES as rule
 from rlrun.config.schema import RunConfig
 
@@ -148,8 +149,6 @@ def slime_reward_post_process(cfg: RunConfig) -> Iterator[Problem]:
     """algo.reward_post_process=slime:<path>: slime's post_process_rewards(args, samples) -> (raw_rewards, rewards),
     run unchanged on each rollout's trained samples (rlrun.agent.slime_rollout.SlimeRewardPostProcess); its
     rewards replace the group normalisation, so it needs an estimator that reads rewards."""
-    from rlrun.config.kinds import LOSS_TYPES
-
     spec = cfg.algo.reward_post_process
     if spec is None:
         return

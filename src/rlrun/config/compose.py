@@ -67,6 +67,36 @@ def _search_path_override(config_dir: str | os.PathLike | None) -> list[str]:
     return [f"hydra.searchpath=[file://{d}]"]
 
 
+def _use_libyaml() -> None:
+    """Hydra reads every YAML file with omegaconf.OmegaConf.load, which parses with the loader class
+    omegaconf._utils.get_yaml_loader() returns: PyYAML's pure-Python SafeLoader plus omegaconf's float resolver, its
+    duplicate-key check and no timestamps. Where PyYAML was built with libyaml, the same class over libyaml's C parser
+    (yaml.cyaml.CParser: scanning, parsing and composing the node tree in C; tags resolved and values constructed by the same
+    Python classes) reads conf/ ~3x faster (~30 ms of a composition; docs/benchmarks.md) into the same values
+    (tests/unit/test_config_load.py compares the two on every file of conf/). Idempotent."""
+    import yaml
+    from omegaconf import _utils
+
+    if not getattr(yaml, "__with_libyaml__", False) or getattr(_utils.get_yaml_loader, "libyaml", False):
+        return
+    from yaml.cyaml import CParser
+
+    pure = _utils.get_yaml_loader()
+
+    class LibyamlLoader(CParser, pure):  # type: ignore[misc,valid-type]  # CParser's methods win (MRO)
+        def __init__(self, stream: Any):  # as yaml.CSafeLoader
+            CParser.__init__(self, stream)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+    def get_yaml_loader() -> Any:
+        return LibyamlLoader
+
+    get_yaml_loader.libyaml = True  # type: ignore[attr-defined]
+    get_yaml_loader.pure = pure  # type: ignore[attr-defined]  # the loader it stands for (tests compare them)
+    _utils.get_yaml_loader = get_yaml_loader
+
+
 class Composer:
     """Keeps one Hydra initialisation for many compositions (a sweep composes thousands of points)."""
 
@@ -74,6 +104,7 @@ class Composer:
         from hydra import initialize_config_dir  # lazy: keeps `import rlrun.config` light
         from hydra.core.global_hydra import GlobalHydra
 
+        _use_libyaml()
         self._extra = _search_path_override(config_dir)
         self._extra_dir = config_dir
         GlobalHydra.instance().clear()
@@ -219,7 +250,11 @@ class Composer:
     def group_options(self, group: str) -> list[str]:
         from hydra.core.global_hydra import GlobalHydra
 
-        options = set(GlobalHydra.instance().config_loader().get_group_options(group))
+        loader = GlobalHydra.instance().config_loader()
+        # the loader's repository answers as its get_group_options does (which, with no primary config, reads no
+        # search path of its own) without the deep copy of the whole repository that each of those calls makes
+        repo = getattr(loader, "repository", None)
+        options = set(repo.get_group_options(group) if repo is not None else loader.get_group_options(group))
         if self._extra_dir is not None:  # the search-path override reaches compose(), not this loader
             options |= {f.stem for f in (Path(self._extra_dir) / group).glob("*.yaml")}
         return sorted(options)

@@ -1,5 +1,5 @@
-"""Component kinds: the rollout engines, trainer backends and advantage estimators a config may name, each a
-spec in a registry. The schema's allowed values, the rules, the memory model, weight sync, the loops and
+"""Component kinds: the rollout engines, routers, trainer backends and advantage estimators a config may name,
+each a spec in a registry. The schema's allowed values, the rules, the memory model, weight sync, the loops and
 the backends read a kind's spec, never its name, so that a new kind is one entry here plus its own module
 (the factory is an import path, resolved only when a run builds it). Pure Python: imports no rlrun package,
 no torch and no ray (`rlrun plan` reads it). Kinds registered at run time (a plugin, a test) are seen by
@@ -86,7 +86,8 @@ class Kinds(Generic[K]):
 # them). KIND_PACKAGES are searched: every module of a package whose value is "" (a transport is one module
 # there), the named module of every subpackage otherwise (an engine kind is one package with its spec.py);
 # PLUGINS are named. tests/unit/test_discovery.py imports every module and resolves every path a spec holds.
-KIND_PACKAGES: dict[str, str] = {"rlrun.rollout.transports": "", "rlrun.rollout.engines": "spec"}
+KIND_PACKAGES: dict[str, str] = {"rlrun.rollout.transports": "", "rlrun.rollout.engines": "spec",
+                                 "rlrun.rollout.routers": "spec"}
 PLUGINS: list[str] = [
     "rlrun.reward.spec",
     # rule modules (@RULES): config's own and the packages above it
@@ -157,9 +158,10 @@ class TransportKind:
     # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
-    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (keep: a
-    # dict the transport keeps across the rank's pushes, e.g. its process group; flattened: the engines read a bucket
-    # as one buffer: TransportKind.flattened of the engine kind); None: the trainer writes a file
+    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (named:
+    # the state as a rlrun.rollout.weights.Buckets stream, each bucket made when it is asked for: W.as_buckets, then
+    # prepare(bucket); keep: a dict the transport keeps across the rank's pushes, e.g. its process group; flattened:
+    # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind); None: a file transport
     push: Callable[..., int] | None = None
     # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
     flattened: Callable[[Any], bool] = lambda kind: False
@@ -251,6 +253,23 @@ class EngineKind:
 
 
 ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
+
+
+@dataclass(frozen=True)
+class RouterKind:
+    """A router kind (rollout.router.kind): the process in front of the engines. One package
+    rlrun.rollout.routers.<kind>/ whose pure spec.py registers this and whose launcher is a RolloutRouter
+    (rlrun.rollout.routers.protocol); the runner builds the run's router through it, the fleet registers the
+    engines with it."""
+    name: str
+    policies: tuple[str, ...]                # rollout.router.policy values it offers
+    # "module:function"(*, policy, log_dir, host=, port=, request_timeout_s=, **options) -> a RolloutRouter, not
+    # started (rlrun.rollout.routers.protocol), imported when a run builds its router
+    factory: str = ""
+    packages: tuple[str, ...] = ()           # its distributions, recorded in a run dir's versions.json
+
+
+ROUTERS: Kinds[RouterKind] = Kinds("rollout.router.kind")
 
 
 # ---- trainer backends ------------------------------------------------------------------------------------

@@ -72,9 +72,12 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("reward.model.engine", f"{m.engine} needs GPUs; hardware is cpu",
                       f"set reward.model.engine={' or '.join(cpu)} or pick GPU hardware", m.engine)
     if kind.max_gpus_per_engine is not None and m.gpus_per_engine > kind.max_gpus_per_engine:
+        wide = [e for e, spec in ENGINES.items() if spec.judge and (spec.max_gpus_per_engine or m.gpus_per_engine)
+                >= m.gpus_per_engine]
         yield Problem("reward.model.gpus_per_engine", f"the {m.engine} engine runs on {kind.max_gpus_per_engine} "
                       f"device(s), got {m.gpus_per_engine}", f"set reward.model.gpus_per_engine="
-                      f"{kind.max_gpus_per_engine} or reward.model.engine=sglang", m.gpus_per_engine)
+                      f"{kind.max_gpus_per_engine}" + "".join(f" or reward.model.engine={e}" for e in wide),
+                      m.gpus_per_engine)
     if m.gpus_per_engine > cfg.hardware.gpus_per_node:
         yield Problem("reward.model.gpus_per_engine", f"a reward engine of {m.gpus_per_engine} GPUs is wider than a "
                       f"{cfg.hardware.name} node of {cfg.hardware.gpus_per_node}; reward engines run on one node",

@@ -12,18 +12,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlrun.config.errors import ConfigError, Problem
-from rlrun.config.kinds import ENGINES
+from rlrun.config.kinds import ENGINES, ROUTERS
 from rlrun.config.schema import RunConfig
 
 FILES = ("config.yaml", "overrides.yaml", "plan.json", "versions.json")
 PACKAGES = ("rlrun", "hydra-core", "omegaconf", "pydantic", "torch", "ray", "transformers", "tokenizers",
-            "sglang-router", "megatron-core", "wandb")  # + each engine kind's packages (EngineKind.packages)
+            "megatron-core", "wandb")  # + each engine and router kind's packages (EngineKind, RouterKind.packages)
 
 
 def versions() -> dict[str, Any]:
     """Installed versions, read from package metadata (importing torch or ray here would cost seconds)."""
     out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in PACKAGES + tuple(p for spec in ENGINES.values() for p in spec.packages):
+    for pkg in PACKAGES + tuple(p for kinds in (ENGINES, ROUTERS) for spec in kinds.values() for p in spec.packages):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

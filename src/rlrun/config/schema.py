@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TRANSPORTS, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, ROUTERS, TRANSPORTS, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -27,11 +27,16 @@ def _kind(kinds: Kinds, also: tuple[str, ...] = ()) -> Any:
     allowed besides the kinds (rollout.weight_sync's auto)."""
     def known(name: str) -> str:
         if name not in kinds and name not in also:
-            names = [repr(n) for n in (*also, *kinds.names())]
-            expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-            raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+            raise _not_one_of((*also, *kinds.names()))
         return name
     return Annotated[str, AfterValidator(known), kinds, KindNames(also)]  # read by rlrun.config.contract_docs
+
+
+def _not_one_of(allowed: tuple[str, ...]) -> PydanticCustomError:
+    """The error pydantic gives a value outside a Literal of `allowed`."""
+    names = [repr(n) for n in allowed]
+    expected = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
 
 
 class KindNames(tuple):
@@ -40,7 +45,7 @@ class KindNames(tuple):
 
 class Section(BaseModel):
     # extra="forbid": a typo is an error (with a did-you-mean), never silently ignored as in slime.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class RunSection(Section):
@@ -203,10 +208,21 @@ class TrainSection(Section):
 
 
 class RouterSection(Section):
-    policy: Literal["cache_aware", "round_robin", "random", "power_of_two"]
+    kind: _kind(ROUTERS)  # type: ignore[valid-type]
+    policy: str                               # one of the kind's RouterKind.policies
     host: str
     port: Optional[Annotated[int, Field(gt=0, lt=65536)]]     # null = a free port at launch
     request_timeout_s: PosFloat
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, policy: str, info: Any) -> str:
+        """A policy the router kind offers (reported as pydantic reports a Literal); an unknown kind is its own
+        error."""
+        kind = info.data.get("kind")
+        if kind is not None and policy not in ROUTERS[kind].policies:
+            raise _not_one_of(ROUTERS[kind].policies)
+        return policy
 
 
 class RolloutSection(Section):

@@ -30,10 +30,11 @@ def known_sample_tokens(cfg: "RunConfig") -> int:
 
 
 def push_flushes_cache(cfg: "RunConfig") -> bool:
-    """Whether a weight push can flush the engines' prefix cache: only when no request can be running then (the
-    sync loop's engines are idle; the async loop with rollout.partial_rollout aborts them first). SGLang 0.5.16
-    flushes only an idle engine and its scheduler dies on a failed flush, so the async loop's pushes (requests
-    paused in place) do not ask; its engines then run without a prefix cache (rlrun.rollout.engines.sglang.args), or prompt
+    """Whether a weight push can flush the engines' prefix cache: only when the engines can become idle first (the
+    sync loop's rollout is over; the async loop with rollout.partial_rollout aborts its requests first): the push
+    then waits until they are (EngineGroup.drain: SGLang 0.5.16 flushes only an idle engine, and its scheduler dies
+    when the flush inside a weight update fails, so the update itself never asks). The async loop's pushes (requests
+    paused in place) cannot flush; its engines then run without a prefix cache (rlrun.rollout.engines.sglang.args), or prompt
     prefixes cached under old weights would be reused for ever (the train/rollout log-prob gap grew to 5 nats on
     the copy task, two H200s, 2026-11-28)."""
     return not cfg.train.async_train or cfg.rollout.partial_rollout

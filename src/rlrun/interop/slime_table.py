@@ -384,6 +384,7 @@ NO_FLAG: dict[str, str] = {
     "run); rlrun bounds each step of a push and names the stuck one",
     "rollout.weight_sync": "slime picks the transport from --colocate (tensor) or not (distributed), as rlrun's auto "
     "does",
+    "rollout.router.kind": "slime always starts sglang-router in front of its engines",
     "rollout.router.host": "slime starts its own router; --sglang-router-ip would point it at an external one",
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
     "data.name": "a label for rlrun's data group",

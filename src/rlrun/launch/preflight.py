@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from rlrun.config.errors import Problem
 from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
-from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic, use_reward_model
 from rlrun.config.params import count_params
 from rlrun.config.plan import make_plan
 from rlrun.config.registry import Checks
@@ -115,9 +115,6 @@ def checkpoints(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
 def _reward_model(cfg: RunConfig) -> Iterator[Problem]:
     """reward.model.checkpoint: an HF model folder the reward engines load (weights and tokenizer), whose tokenizer
     spells a fixed discriminative target as one token."""
-    from rlrun.config.hfcheck import read_hf_config
-    from rlrun.config.kinds import use_reward_model
-
     m = cfg.reward.model
     if not use_reward_model(cfg):
         return

@@ -26,14 +26,15 @@ def backend_class(name: str):
     return resolve(BACKENDS[name].factory)
 
 
-def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: str | TransportKind, version: int | str,
-               bucket_bytes: int, engine_dtype: str | None, device: torch.device, backend: str = "gloo",
-               copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True, timeout_s: float = 180.0,
-               nccl_env: dict[str, str] | None = None, flush_cache: bool = True, keep: dict | None = None,
-               flattened: bool = False) -> dict:
+def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, transport: str | TransportKind,
+               version: int | str, bucket_bytes: int, engine_dtype: str | None, device: torch.device,
+               backend: str = "gloo", copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True,
+               timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None, flush_cache: bool = True,
+               keep: dict | None = None, flattened: bool = False) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
-    the bytes pushed per engine and the push's seconds. No urls: only the fingerprint.
+    the bytes pushed per engine and the push's seconds. No urls: only the fingerprint. `state`: a dict, or the
+    backend's W.Buckets stream (TrainerBackend.sync_buckets: each bucket made on the GPU when it is pushed).
 
     Each bucket is moved to `device` (the rank's GPU: CUDA IPC handles / NCCL need device memory)
     and fingerprinted there just before it is sent, so one bucket at a time is staged. `tied`: names
@@ -54,12 +55,16 @@ def push_state(state: dict[str, torch.Tensor], urls: list[str], *, transport: st
         fp.add(bucket)
         return bucket
 
-    named = [(n, t) for n, t in state.items() if n not in tied]
-    fp.add([(n, state[n].to(device)) for n in tied if n in state])
+    def untied(bucket: list) -> list:
+        fp.add([(n, t.to(device)) for n, t in bucket if n in tied])
+        return [(n, t) for n, t in bucket if n not in tied]
+
+    stream = state.stream if isinstance(state, W.Buckets) else W.buckets(list(state.items()), bucket_bytes)
+    named = W.Buckets(b for b in map(untied, stream) if b)
     t0, nbytes = time.perf_counter(), 0
     kind = transport if isinstance(transport, TransportKind) else TRANSPORTS[transport]
     if not urls:
-        for bucket in W.buckets(named, bucket_bytes):
+        for bucket in named.stream:
             prepare(bucket)
     elif kind.push is None:
         raise ValueError(f"rollout.weight_sync={kind.name!r} is a file the trainer writes (export_weights), "
@@ -125,14 +130,22 @@ class _Rank:
 
 
     def push_weights(self, urls: list[str], lead: bool, how: dict) -> dict | None:
-        """state_dict_for_sync on every rank (a collective for megatron); the lead rank pushes it
-        to the engines itself (push_state), so the tensors never pass through the driver."""
-        state = self.impl.state_dict_for_sync()
+        """sync_buckets on every rank (a collective for megatron: each bucket's TP gather); the lead rank pushes each
+        bucket to the engines itself as it comes (push_state), so the tensors never pass through the driver. Every
+        rank iterates the stream to its end, the lead too when its push fails: a rank that stopped early would leave
+        the others waiting in the next bucket's gather, and the failure must reach the driver, not hang it."""
+        stream = self.impl.sync_buckets(how["bucket_bytes"])
         if not lead:
+            for _ in stream:
+                pass
             return None
         # what the transport keeps across this rank's pushes (the NCCL group: rebuilt only when the engines change)
         keep = self.transport_state.setdefault(how["transport"].name, {})
-        return push_state(state, urls, device=self.device, keep=keep, **how)
+        try:
+            return push_state(W.Buckets(stream), urls, device=self.device, keep=keep, **how)
+        finally:
+            for _ in stream:  # the rest of the gathers, so that the other ranks return (nothing left after a push)
+                pass
 
 
 class TrainGroup:

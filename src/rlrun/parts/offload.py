@@ -43,6 +43,7 @@ class Offload:
             with timer("offload"):
                 if lend:
                     self.engines.pause("abort")  # release needs idle engines (the rollout is over)
+                    self.engines.drain(self.cfg.rollout.weight_sync_timeout_s)  # SGLang asserts it is idle
                     self.engines.release_memory(["kv_cache"] if keep else None if push
                                                 else ["kv_cache", "cuda_graph"])  # None = all
                 if swap:

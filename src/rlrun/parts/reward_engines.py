@@ -1,6 +1,6 @@
 """The reward engines (reward.model; docs/rewards.md "Reward engines"): a reward model served by an engine kind (the
-hf engine on the CPU, SGLang on GPUs) on the plan's "reward" slots, behind an sglang-router of its own and watched
-by an EngineGroup (a dead engine is restarted from the reward model's checkpoint), judging samples through
+hf engine on the CPU, SGLang on GPUs) on the plan's "reward" slots, behind a router of its own (rollout.router.kind)
+and watched by an EngineGroup (a dead engine is restarted from the reward model's checkpoint), judging samples through
 rlrun.reward.judge. The kind's own start places them (Placement.as_role), so a reward engine is launched exactly
 as a rollout engine is; they take no weight pushes and are not offloaded (the reward model does not train)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from rlrun.config.kinds import ENGINES, resolve
 from rlrun.launch.env import runtime_env
 from rlrun.reward.judge import Judge
 from rlrun.rollout.engines.group import EngineGroup
-from rlrun.rollout.router import Router
+from rlrun.rollout.routers.protocol import RolloutRouter, run_router
 
 ROLE = "reward"  # the plan's placement role (rlrun.config.plan.reward_slots)
 
@@ -33,7 +33,7 @@ def engine_config(cfg):
 
 
 class RewardEngines:
-    def __init__(self, router: Router, engines: EngineGroup, judge: Judge):
+    def __init__(self, router: RolloutRouter, engines: EngineGroup, judge: Judge):
         self.router, self.engines, self.judge = router, engines, judge
 
     @classmethod
@@ -48,7 +48,7 @@ class RewardEngines:
         engines, restart = resolve(ENGINES[m.engine].start)(
             view, dataclasses.replace(plan, num_engines=plan.reward_engines), placement.as_role(ROLE),
             runtime_env(env), m.checkpoint, str(log_dir))
-        router = Router.from_config(view.rollout, log_dir)
+        router = run_router(view.rollout, log_dir)
         stack.callback(router.stop)
         router.start()
         group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)

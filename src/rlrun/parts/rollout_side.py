@@ -1,4 +1,4 @@
-"""The rollout side: engines behind sglang-router, the prompt data, generation through the
+"""The rollout side: engines behind the router (rollout.router.kind), the prompt data, generation through the
 generate function (rollout.generate_fn, rlrun.rollout.generate_api), rewards, dynamic sampling.
 Both loops use it; the async loop runs `collect` in its producer thread."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rlrun.launch.env import runtime_env
 from rlrun.rollout.engines.group import EngineGroup
 from rlrun.rollout.client import routing_shape
 from rlrun.rollout.handle import PolicyVersion, generate_samples
-from rlrun.rollout.router import Router
+from rlrun.rollout.routers.protocol import run_router
 from rlrun.train.profile import trace_path
 
 MAX_DRAWS = 8  # dynamic sampling: prompt rounds per rollout before training on what was kept
@@ -55,11 +55,11 @@ class RolloutSide:
 
     @classmethod
     def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
-        """Engines (Ray actors) -> sglang-router -> the engines registered and watched; each
+        """Engines (Ray actors) -> the router -> the engines registered and watched; each
         stopped by `stack` in reverse order."""
         engines, restart = resolve(ENGINES[cfg.rollout.engine].start)(cfg, plan, placement, runtime_env(env), model_dir,
                                                                       str(Path(run_dir) / "logs"))
-        router = Router.from_config(cfg.rollout, Path(run_dir) / "logs")
+        router = run_router(cfg.rollout, Path(run_dir) / "logs")
         stack.callback(router.stop)
         router.start()
         group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)

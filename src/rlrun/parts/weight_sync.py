@@ -51,7 +51,8 @@ class WeightSync:
         with self.versions.pushing(version):
             if self.cfg.rollout.partial_rollout:
                 self.engines.abort_all()
-            self.engines.sync(lambda urls: self.push(version, urls, want, resume))
+            drain = push_flushes_cache(self.cfg)  # idle and flushed before the weights change (EngineGroup.drain)
+            self.engines.sync(lambda urls: self.push(version, urls, want, resume, drain))
 
     def engines_hold(self) -> bool:
         """Whether every engine holds the trainer's weights (compared without pushing anything)."""
@@ -73,7 +74,9 @@ class WeightSync:
                     copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
                     flattened=self.transport.flattened(self.kind),
                     timeout_s=r.weight_sync_timeout_s,
-                    flush_cache=push_flushes_cache(self.cfg),
+                    # never SGLang's flush inside the update: it asserts an idle engine and its scheduler dies on a
+                    # busy one; push_all drained and flushed the engines first where the loop allows it
+                    flush_cache=False,
                     nccl_env={k: self.plan.env.get(k, v) for k, v in self.kind.nccl_env.items()},
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
                     tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
@@ -82,9 +85,13 @@ class WeightSync:
         """A file transport: the trainer writes its weights under the run dir; returns their sha256."""
         return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR), self.plan.weight_sync)
 
-    def push(self, version: int, urls: list[str], want: str | None = None, resume: bool = True) -> None:
+    def push(self, version: int, urls: list[str], want: str | None = None, resume: bool = True,
+             drain: bool = False) -> None:
         """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
-        the export's checksum (the file is already written). resume: see push_all."""
+        the export's checksum (the file is already written). resume: see push_all. drain: wait until they are idle
+        and flushed first (inside EngineGroup.sync, so that a dead engine is left out as for the push itself)."""
+        if drain:
+            self.engines.drain(self.cfg.rollout.weight_sync_timeout_s, urls)
         if self.transport.receive is not None:  # the file is written: the engines' end
             if want is None:
                 raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")

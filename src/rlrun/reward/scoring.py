@@ -23,6 +23,7 @@ import time
 from rlrun.config.kinds import REWARDS
 from rlrun.reward.custom import (batch_class_scores, call_custom, is_batch_class, is_custom, is_per_group,
                                  load_function, per_group, run_sync)
+from rlrun.reward.judge import judge_scores
 from rlrun.reward.pool import RewardPool
 from rlrun.reward.rules import RULES, rule_score
 
@@ -185,8 +186,6 @@ def _score_remote(idx, responses, labels, metadatas, prompts, url, timeout_s, ma
 
 
 def _score_judged(judge, idx, responses, labels, prompts):
-    from rlrun.reward.judge import judge_scores
-
     if judge is None:
         raise ValueError("rm_type reward_model asks the reward engines: pass judge= (a rlrun.reward.judge.Judge; a "
                          "run starts the engines when reward.model.checkpoint is set)")

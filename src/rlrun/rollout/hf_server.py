@@ -123,7 +123,11 @@ def build_app(engine) -> Starlette:
         return JSONResponse({"weight_version": engine.weight_version})
 
     async def flush_cache(request: Request):
-        return Response("Cache flushed.\n", status_code=200)  # no prefix cache to flush
+        # no prefix cache to flush; SGLang's answer otherwise: 400 while a request runs or waits (it flushes only an
+        # idle engine), which EngineGroup.drain waits on
+        if engine.busy():
+            return Response("Cache not flushed: requests are running or waiting.\n", status_code=400)
+        return Response("Cache flushed.\n", status_code=200)
 
     async def abort_request(request: Request):
         body = await _body(request)

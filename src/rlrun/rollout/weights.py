@@ -221,6 +221,30 @@ def buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Ite
         yield bucket
 
 
+class Buckets:
+    """A sync state that comes already in buckets, one at a time (TrainerBackend.sync_buckets: megatron gathers each
+    bucket on the GPU as it is asked for, so the state never makes a round trip through host memory): the transports
+    push each bucket as it comes (as_buckets) instead of bucketing a list of (name, tensor) pairs."""
+
+    def __init__(self, stream: Iterable[list[tuple[str, torch.Tensor]]]):
+        self.stream = iter(stream)
+
+
+def as_buckets(named, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """A transport's input as buckets: a Buckets stream as it comes, (name, tensor) pairs grouped by `buckets`."""
+    return named.stream if isinstance(named, Buckets) else buckets(named, bucket_bytes)
+
+
+def with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
+    """(item, is_last) pairs, looking one item ahead (the last bucket of a push carries the new version)."""
+    it, end = iter(items), object()
+    cur = next(it, end)
+    while cur is not end:
+        nxt = next(it, end)
+        yield cur, nxt is end
+        cur = nxt
+
+
 def checksum(named: dict[str, torch.Tensor]) -> str:
     """sha256 over sorted (name, dtype, shape, bytes): equal iff the weights are bit-identical."""
     h = hashlib.sha256()

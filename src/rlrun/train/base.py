@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, fields, replace
+from typing import Iterator
 
 import torch
 
+from rlrun.rollout.weights import buckets
 from rlrun.train.async_save import BackgroundWriter
 
 
@@ -130,6 +132,12 @@ class TrainerBackend(abc.ABC):
     @abc.abstractmethod
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         """Full weights with Hugging Face names, on the CPU, for the rollout engines."""
+
+    def sync_buckets(self, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """The same weights for a push, in buckets of about bucket_bytes, each made when it is asked for (a backend
+        that can: on its device, so the state never makes a round trip through host memory). A collective where
+        state_dict_for_sync is one: every sync rank iterates it to the end. This default buckets state_dict_for_sync."""
+        yield from buckets(list(self.state_dict_for_sync().items()), bucket_bytes)
 
     @abc.abstractmethod
     def save(self, path: str) -> None:

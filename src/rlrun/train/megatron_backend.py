@@ -512,6 +512,20 @@ class MegatronBackend(TrainerBackend):
         from rlrun.train.megatron.weights import export_hf
         return export_hf(self.model, self.cfg.model, bucket_bytes, self.layer_offset, dtype)
 
+    def sync_buckets(self, bucket_bytes: int):
+        """Each bucket TP-gathered on the GPU when the push asks for it: no host round trip (the host copy of the whole
+        state and its way back bucket by bucket cost the colocated push most of its time, issue 33). Pipeline stages
+        exchange their weights on the host (state_dict_for_sync), so PP > 1 keeps that path."""
+        from megatron.core import parallel_state as ps
+        if ps.get_pipeline_model_parallel_world_size() > 1:
+            yield from super().sync_buckets(bucket_bytes)
+            return
+        self.onload()  # the export reads the DDP buffers (freed while offloaded); the runner offloads after the push
+        for bucket in self.export_buckets(bucket_bytes):
+            if self.cfg.model.tie_word_embeddings:  # the engines' state holds the tied lm_head too (fingerprinted,
+                bucket += [("lm_head.weight", t) for n, t in bucket if n == "model.embed_tokens.weight"]  # not sent)
+            yield bucket
+
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         from megatron.core import parallel_state as ps
         self.onload()  # the export reads the DDP buffers (freed while offloaded); the runner offloads after it

@@ -30,12 +30,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+import requests
+
 from rlrun.config import engine_health as H
 from rlrun.rollout import api
 from rlrun.rollout import weights as W
 from rlrun.rollout.engines.http import HTTPEngine, post as _post, profile as _profile  # noqa: F401 - public
 from rlrun.rollout.process import ServerProcess
-from rlrun.rollout.router import Router
+from rlrun.rollout.routers.protocol import RolloutRouter, build_router
+
+DRAIN_POLL_S = 0.05  # EngineGroup.drain: the interval between /flush_cache tries
 
 
 class HFEngineProcess(HTTPEngine):
@@ -126,8 +130,8 @@ def _payload(bucket: list, transport: str, load_format: str | None = None) -> tu
 Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before it is sent
 
 
-def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: str, *, transport: str = "ipc",
-                 bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
+def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *,
+                 transport: str = "ipc", bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
                  pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
                  flush_cache: bool = True, load_format: str | None = None) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
@@ -142,34 +146,41 @@ def push_tensors(urls: list[str], named: list[tuple[str, "object"]], version: st
     resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
     (a timeout names the bucket and the engine). flush_cache=False: requests may be running (paused in place, the
     async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler."""
-    parts = list(W.buckets(named, bucket_bytes))
+    parts = W.with_last(W.as_buckets(named, bucket_bytes))  # named: (name, tensor) pairs, or a W.Buckets stream
     how = f"{transport} push" + (f", load_format={load_format}" if load_format else "")
 
-    def stage(i: int) -> tuple[list, str, list]:
-        bucket = prepare(parts[i]) if prepare else parts[i]
-        return (bucket, *_payload(bucket, transport, load_format))
+    def stage(item: tuple[list, bool] | None) -> tuple[list, bool, str, list] | None:
+        if item is None:
+            return None
+        bucket, last = item
+        bucket = prepare(bucket) if prepare else bucket
+        return (bucket, last, *_payload(bucket, transport, load_format))
 
-    nbytes = 0
+    nbytes, i = 0, 0
     with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
-        staged = stage(0) if parts else None
-        for i in range(len(parts)):
-            bucket, payload, keepalive = staged
-            last = i == len(parts) - 1
+        staged = stage(next(parts, None))
+        while staged is not None:
+            bucket, last, payload, keepalive = staged
             body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
                                                        load_format=load_format, flush_cache=last and flush_cache)
             posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             try:
-                staged = None if last else stage(i + 1)  # while the engines load bucket i
+                staged = None if last else stage(next(parts))  # while the engines load bucket i
             finally:  # even when staging failed: the engines may still be reading bucket i
-                _bounded(lambda: None, timeout_s, f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} "
-                                                  f"MiB, {len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
-            nbytes += _nbytes(bucket)
+                _bounded(lambda: None, timeout_s, f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
+                                                  f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
+            nbytes, i = nbytes + _nbytes(bucket), i + 1
             del keepalive, bucket, payload  # every engine has copied it: free it
     return nbytes
 
 
+def _which(i: int, last: bool) -> str:
+    """A bucket in a diagnosis (a streamed push does not know its count before the end)."""
+    return f"bucket {i + 1}" + (", the last," if last else "")
+
+
 class EngineGroup:
-    def __init__(self, router: Router, engines: list, restart: Callable[[int], object], *,
+    def __init__(self, router: RolloutRouter, engines: list, restart: Callable[[int], object], *,
                  health_interval_s: float = H.HEALTH_INTERVAL_S, failure_threshold: int = H.FAILURE_THRESHOLD,
                  health_timeout_s: float = H.HEALTH_TIMEOUT_S,
                  max_restarts: int | None = None):
@@ -281,6 +292,26 @@ class EngineGroup:
 
     def continue_generation(self) -> None:
         self._every(lambda e: e.continue_generation())
+
+    def drain(self, timeout_s: float, urls: list[str] | None = None, poll_s: float = DRAIN_POLL_S) -> float:
+        """Waits until every engine (or those at `urls`) is idle and has dropped its prefix cache (/flush_cache until
+        it answers 200); returns the seconds waited. SGLang 0.5.16 asserts an idle engine in release_memory_occupation
+        and in the flush of a weight update, and its scheduler dies on the assertion; an engine can still be busy when
+        the rollout's last answer is in (its overlap scheduler finishes the batch after answering, or requests the
+        rollout dropped still run). Past timeout_s: WeightSyncStuck naming each busy engine and its load."""
+        t0 = time.monotonic()
+        busy = self._engines(urls)
+        while busy:
+            busy = [e for e, idle in zip(busy, self._pool.map(lambda e: e.flush_cache(), busy)) if not idle]
+            if busy and time.monotonic() - t0 > timeout_s:
+                raise WeightSyncStuck(
+                    f"engines still busy {timeout_s:.0f} s after the rollout ended (rollout.weight_sync_timeout_s): "
+                    + "; ".join(f"{e.url}: {_load(e.url)}" for e in busy)
+                    + ". Their weights and memory cannot change while requests run: find what keeps sending "
+                      "(a custom rollout function's requests outliving the rollout?) or raise the bound")
+            if busy:
+                time.sleep(poll_s)
+        return time.monotonic() - t0
 
     def release_memory(self, tags: list[str] | None = None) -> None:
         """Colocated training: engines free weights/kv_cache/cuda_graph (None = all) while the trainer
@@ -444,6 +475,16 @@ class EngineGroup:
         return [self.engines[i].url for i in sorted(self._held)]
 
 
+def _load(url: str) -> str:
+    """An engine's /get_load as a short text (for a diagnosis; never raises)."""
+    try:
+        loads = requests.get(f"{url}/get_load", timeout=10).json()
+        loads = loads if isinstance(loads, list) else [loads]
+        return ", ".join(f"{x.get('num_reqs', '?')} running / {x.get('num_waiting_reqs', '?')} waiting" for x in loads)
+    except Exception as e:  # noqa: BLE001 - a diagnosis must not raise
+        return f"load unknown ({type(e).__name__})"
+
+
 class WeightSyncStuck(RuntimeError):
     """A weight push that could not complete within its bound (rollout.weight_sync_timeout_s), or an engine that
     gave up on its side of a collective: the message names the transport, the step (group join or bucket) and what
@@ -571,7 +612,7 @@ class BroadcastGroup:
         self.group, self.urls = None, ()
 
 
-def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]], version: str, *,
+def broadcast_weights(engine_urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *,
                       master_address: str, master_port: int | Callable[[], int], backend: str,
                       bucket_bytes: int = 256 << 20, prepare: Prepare | None = None,
                       ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
@@ -597,14 +638,13 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
     if own:
         group = BroadcastGroup(master_address, master_port if callable(master_port) else lambda: master_port,
                                backend, ranks_per_engine)
-    parts = list(W.buckets(named, bucket_bytes))
+    parts = W.with_last(W.as_buckets(named, bucket_bytes))  # named: (name, tensor) pairs, or a W.Buckets stream
     try:
         with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
             group.ensure(engine_urls, timeout_s)
             t0, nbytes = time.perf_counter(), 0
-            for i, bucket in enumerate(parts):
+            for i, (bucket, last) in enumerate(parts):
                 bucket = prepare(bucket) if prepare else bucket
-                last = i == len(parts) - 1
                 body = api.update_weights_from_distributed_body(
                     [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
                     [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group.name,
@@ -614,7 +654,7 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
                 tensors = [t.contiguous() for _, t in bucket]
                 sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
                 _bounded(lambda: W.broadcast_tensors(group.group, sent), timeout_s,
-                         f"bucket {i + 1} of {len(parts)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
+                         f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
                          f"from {bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, group.drop)
                 nbytes += _nbytes(bucket)
             seconds = time.perf_counter() - t0
@@ -627,23 +667,24 @@ def broadcast_weights(engine_urls: list[str], named: list[tuple[str, "object"]],
 
 
 @contextmanager
-def local_engine_group(model_dir: str | Path, n: int, *, log_dir: str | Path, seed: int = 0,
+def local_engine_group(model_dir: str | Path, n: int, *, router: str, log_dir: str | Path, seed: int = 0,
                        policy: str = "round_robin", health_interval_s: float = 0.5,
                        startup_timeout_s: float = 600.0, **engine_kwargs) -> Iterator[EngineGroup]:
-    """n hf engine processes on this machine behind a fresh sglang-router, with restart on failure
+    """n hf engine processes on this machine behind a fresh router of kind `router` (rollout.router.kind, whose
+    policies include `policy`), with restart on failure
     (engine i restarts with its original seed). For benchmarks, tests and single-node runs
     without Ray. Everything started here is stopped on exit."""
     def launch(i: int) -> HFEngineProcess:
         return HFEngineProcess(model_dir, seed=seed + i, log_dir=log_dir, **engine_kwargs).start()
 
     engines = [launch(i) for i in range(n)]  # start all, then wait: startups overlap
-    router = Router(policy=policy, log_dir=log_dir, health_check_interval_s=1)
+    front = build_router(router, policy=policy, log_dir=log_dir, health_check_interval_s=1)
     group = None
     try:
         for engine in engines:
             engine.wait_healthy(startup_timeout_s)
-        router.start()
-        group = EngineGroup(router, engines, lambda i: launch(i).wait_healthy(startup_timeout_s),
+        front.start()
+        group = EngineGroup(front, engines, lambda i: launch(i).wait_healthy(startup_timeout_s),
                             health_interval_s=health_interval_s).start()
         yield group
     finally:
@@ -651,4 +692,4 @@ def local_engine_group(model_dir: str | Path, n: int, *, log_dir: str | Path, se
             group.stop()  # also stops engines that replaced dead ones
         for engine in engines:
             engine.stop()
-        router.stop()
+        front.stop()

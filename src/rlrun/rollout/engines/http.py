@@ -21,6 +21,15 @@ def post(url: str, path: str, body: dict, timeout_s: float = 600.0) -> dict | No
     return data
 
 
+def flush(url: str) -> bool:
+    """POST /flush_cache. SGLang flushes only a fully idle engine: 200 when it did, 400 while requests run or wait
+    (then False); anything else raises."""
+    r = requests.post(f"{url}/flush_cache", timeout=(H.CONNECT_TIMEOUT_S, 60))
+    if r.status_code not in (200, 400):
+        raise RuntimeError(f"POST {url}/flush_cache failed: HTTP {r.status_code} {r.text[:300]}")
+    return r.status_code == 200
+
+
 def profile(url: str, path: str, body: dict) -> bool:
     """False when the engine has no profiler (501); other errors raise."""
     r = requests.post(f"{url}{path}", json=body, timeout=120)
@@ -49,6 +58,9 @@ class HTTPEngine:
 
     def abort(self) -> None:
         post(self.url, "/abort_request", api.abort_request_body(abort_all=True))
+
+    def flush_cache(self) -> bool:
+        return flush(self.url)
 
     def release_memory(self, tags: list[str] | None = None) -> None:
         post(self.url, "/release_memory_occupation", api.memory_occupation_body(tags))

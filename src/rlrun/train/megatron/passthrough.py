@@ -222,6 +222,8 @@ def check_config(cfg) -> list[Problem]:
     """check_megatron_mapping + what megatron-core (or Megatron-LM, whose flags slime passes) would refuse on the
     GPU, or what rlrun's backend cannot combine with it; each on its train.megatron key."""
     m = dict(cfg.train.megatron)
+    if not m:  # sets nothing: nothing to check (and the 120 KB snapshot is not read: `rlrun plan` stays fast)
+        return []
     problems = check_megatron_mapping(m)
     if problems:
         return problems

@@ -1,4 +1,5 @@
-"""The real sglang-router (sglang-router==0.3.2, Rust) as a child process of rlrun.
+"""The real sglang-router (sglang-router==0.3.2, Rust) as a child process of rlrun: the sglang_router router kind's
+launcher (a RolloutRouter, rlrun.rollout.routers.protocol; its spec: spec.py).
 
 Flags checked with `sglang-router launch --help` (0.3.2): --host --port --worker-urls --policy
 --request-timeout-secs --health-check-interval-secs --health-failure-threshold
@@ -16,9 +17,10 @@ from pathlib import Path
 import requests
 
 from rlrun.config.engine_health import ROUTER_DELETE_S, ROUTER_GONE_S, ROUTER_LIST_S
-from rlrun.rollout.process import PORT_TAKEN, ServerProcess, free_port
+from rlrun.rollout.process import PORT_TAKEN, ServerProcess, free_port, log_tail
+from rlrun.rollout.routers.sglang_router.spec import SPEC
 
-POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+POLICIES = SPEC.policies
 
 
 class Router:
@@ -55,12 +57,6 @@ class Router:
         argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", self.host, "--port", str(self.port),
                 *self.flags, "--prometheus-port", str(free_port(self.host))]  # default 29000 collides between routers
         self.process = ServerProcess("sglang-router", argv, self.log_dir / f"router-{self.port}.log")
-
-    @classmethod
-    def from_config(cls, rollout_cfg, log_dir: str | Path) -> "Router":
-        r = rollout_cfg.router
-        return cls(policy=r.policy, host=r.host, port=r.port, request_timeout_s=r.request_timeout_s,
-                   log_dir=log_dir)
 
     def start(self, timeout_s: float = 60.0, port_tries: int = 3) -> "Router":
         for attempt in range(1, port_tries + 1):
@@ -135,6 +131,4 @@ class Router:
         return True
 
     def log_tail(self) -> str:
-        from rlrun.rollout.process import log_tail
-
         return log_tail(self.process.log_path)

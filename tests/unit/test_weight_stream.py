@@ -1,0 +1,96 @@
+"""A push from a stream of buckets (rlrun.rollout.weights.Buckets: TrainerBackend.sync_buckets, each bucket made on
+the trainer's GPU when the push asks for it, no host round trip) into a real hf engine behind the real sglang-router:
+buckets are made as the push goes, at most two ahead of the one the engines are loading, the version rides on the last
+one only, and the engine ends with the state's exact bytes. And the trainer rank's side: every rank iterates the
+stream to its end, the lead too when its push fails (a rank that stopped early would leave the others in the next
+bucket's TP gather)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlrun.config.kinds import TransportKind
+from rlrun.launch.train_group import _Rank
+from rlrun.rollout import weights as W
+from rlrun.rollout.engines import group as engines_mod
+from rlrun.rollout.engines.group import push_tensors
+from rlrun.rollout.tiny_model import build_model
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def group(hf_engine_group):
+    return hf_engine_group
+
+
+def test_a_stream_is_pushed_as_it_comes_and_lands_exactly(group, monkeypatch):
+    state = build_model(seed=11).state_dict()
+    parts = list(W.buckets(list(state.items()), 16 << 10))
+    assert len(parts) >= 4  # the tiny model (84 KB) in 16 KiB buckets: enough to see the interleaving
+    log, real_post = [], engines_mod._post
+
+    def stream():
+        for i, bucket in enumerate(parts):
+            log.append(("made", i))
+            yield bucket
+
+    def post(url, path, body, timeout_s=600.0):
+        if path == "/update_weights_from_tensor":
+            log.append(("posted", body["weight_version"]))
+        return real_post(url, path, body, timeout_s)
+
+    monkeypatch.setattr(engines_mod, "_post", post)
+    nbytes = push_tensors(group.urls, W.Buckets(stream()), "5", transport="serialized", bucket_bytes=1)
+    assert nbytes == sum(t.numel() * t.element_size() for t in state.values())
+    posts = [i for i, e in enumerate(log) if e[0] == "posted"]
+    assert [log[i][1] for i in posts] == [None] * (len(parts) - 1) + ["5"]  # the version on the last bucket only
+    for k, i in enumerate(posts):
+        # bucket k is sent once bucket k+1 is made (so it is known not to be the last); bucket k+2 may be made while
+        # bucket k is on its way (the thread that sends it logs concurrently), k+3 only after the engines loaded k:
+        # the stream runs at most two buckets ahead of the engines
+        made = [e[1] for e in log[:i] if e[0] == "made"]
+        assert made == list(range(len(made))) and min(k + 2, len(parts)) <= len(made) <= min(k + 3, len(parts))
+    assert group.checksums() == {group.urls[0]: W.checksum(state)}
+    assert set(group.versions().values()) == {"5"}
+
+
+class _Impl:
+    def __init__(self, n):
+        self.n, self.made = n, 0
+
+    def sync_buckets(self, bucket_bytes):
+        for i in range(self.n):
+            self.made += 1
+            yield [(f"w{i}", torch.full((4,), float(i)))]
+
+
+def _rank(impl) -> _Rank:
+    rank = object.__new__(_Rank)  # the actor body without a backend: push_weights reads impl, device, transport_state
+    rank.impl, rank.device, rank.transport_state = impl, torch.device("cpu"), {}
+    return rank
+
+
+def test_every_rank_reads_the_stream_to_its_end_even_when_the_lead_rank_s_push_fails():
+    def failing_push(named, urls, **how):
+        next(W.as_buckets(named, how["bucket_bytes"]))
+        raise RuntimeError("engine gone")
+
+    how = dict(transport=TransportKind("failing", auto=lambda cfg: False, rules=lambda cfg: iter(()),
+                                       push=failing_push),
+               version=1, bucket_bytes=1, engine_dtype=None, backend="gloo")
+    lead, other = _Impl(5), _Impl(5)
+    with pytest.raises(RuntimeError, match="engine gone"):
+        _rank(lead).push_weights(["http://engine"], True, how)
+    assert lead.made == 5  # the rest of the stream was read after the failure: the other ranks' gathers complete
+    assert _rank(other).push_weights(["http://engine"], False, how) is None and other.made == 5
+
+
+def test_a_fingerprint_only_push_reads_the_whole_stream():
+    impl = _Impl(3)
+    how = dict(transport=TransportKind("unused", auto=lambda cfg: False, rules=lambda cfg: iter(()),
+                                       push=lambda named, urls, **how: 0),  # no urls: never called
+               version=0, bucket_bytes=1, engine_dtype=None, backend="gloo")
+    out = _rank(impl).push_weights([], True, how)
+    assert impl.made == 3
+    assert out["fingerprint"] == W.fingerprint({f"w{i}": torch.full((4,), float(i)) for i in range(3)})
