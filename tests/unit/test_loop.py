@@ -200,6 +200,9 @@ class _SyncEngines:
     def sync(self, push):
         push(["http://e0"])
 
+    def drain(self, timeout_s, urls=None):  # the sync loop's push waits until the engines are idle (EngineGroup)
+        self.drained = list(urls)
+
     def update_weights_from_disk(self, path, version, urls):
         self.got(version)
 
@@ -247,6 +250,7 @@ def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path, transport):
     r = _sync_run(tmp_path, stale, opt)
     r.sync(0, only_if_stale=True)
     assert stale.pushes == ["0"] and r.synced == (0, "abc") and r.versions.version == 0
+    assert stale.drained == ["http://e0"]  # the sync loop's engines were idle and flushed before the push
     if transport == "tensor":  # 2 MB in 0.5 s
         assert r.pop_metrics() == {"perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
     with pytest.raises(WeightSyncError, match="weight sync to version 3"):
