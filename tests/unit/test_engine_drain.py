@@ -39,6 +39,7 @@ def _wait_busy(url: str, timeout_s: float = 10.0) -> None:
 
 
 def test_an_idle_engine_drains_at_once(group):
+    # idle: one /flush_cache per engine (a local HTTP call, milliseconds); 1 s leaves room for a loaded 2-core machine
     assert group.drain(timeout_s=5) < 1.0
     assert requests.post(f"{group.urls[0]}/flush_cache", timeout=10).status_code == 200
 
@@ -52,13 +53,15 @@ def test_a_busy_engine_is_waited_for_and_a_never_idle_one_ends_in_a_diagnosis(gr
         t0 = time.monotonic()
         with pytest.raises(WeightSyncStuck) as e:
             group.drain(timeout_s=0.5)
+        # it waits its bound (0.5 s) and no longer than the bound + one 0.05 s poll + the diagnosis's /get_load (a
+        # local HTTP call): 5 s is that with room for a loaded machine, far below an unbounded wait
         assert 0.5 <= time.monotonic() - t0 < 5
         msg = str(e.value)
         assert url in msg and "0 running / 1 waiting" in msg and "rollout.weight_sync_timeout_s" in msg
         # the engine finishes its request once generation continues, and the drain then returns
         threading.Timer(0.3, group.continue_generation).start()
         waited = group.drain(timeout_s=30)
-        assert waited >= 0.2
+        assert waited >= 0.2  # generation continues 0.3 s after the drain starts: it waited for that, not at all before
     finally:
         group.continue_generation()
         t.join(timeout=60)
