@@ -242,7 +242,7 @@ def sampling(cfg: RunConfig) -> Iterator[Problem]:
     if k == 0 or k < -1:
         yield Problem("rollout.top_k", f"top_k must be -1 (off) or >= 1, got {k}", "set rollout.top_k=-1", k)
     m = cfg.rollout.mem_fraction_static
-    if not 0 < m < 1:
+    if m is not None and not 0 < m < 1:
         yield Problem("rollout.mem_fraction_static", f"must be in (0, 1), got {m}",
                       "set rollout.mem_fraction_static to 0.7 (colocated) or 0.8-0.9 (dedicated GPUs)", m)
 

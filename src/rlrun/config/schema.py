@@ -83,6 +83,7 @@ class HardwareDefaults(Section):
     offload_train: Optional[bool]                   # null = auto (rlrun.config.memory.trainer_offload)
     offload_rollout: bool
     gradient_accumulation_fusion: bool
+    mem_fraction_static: Annotated[float, Field(gt=0, lt=1)]  # a static-pool engine's share when rollout's is null
 
 
 class HardwareSection(Section):
@@ -239,7 +240,9 @@ class RolloutSection(Section):
     stop_token_ids: list[int]                 # token ids that end a response (SGLang's stop_token_ids)
     num_gpus: PosInt                          # derived: colocated -> trainer GPUs
     gpus_per_engine: PosInt
-    mem_fraction_static: float
+    # null = auto (rlrun.config.memory.engine_fraction: the hardware default, or the pool that keeps a colocated
+    # trainer resident while holding a whole rollout; the plan says which and why)
+    mem_fraction_static: Optional[Annotated[float, Field(gt=0, lt=1)]]
     context_length: PosInt                    # derived: null -> model.max_position_embeddings
     offload: bool                                   # derived from hardware.defaults.offload_rollout
     dynamic_sampling: Optional[Literal["nonzero_std"]]

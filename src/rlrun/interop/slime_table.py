@@ -371,6 +371,7 @@ NO_FLAG: dict[str, str] = {
     "hardware.defaults.offload_train": "exported as the resolved --offload-train",
     "hardware.defaults.offload_rollout": "exported as the resolved --offload-rollout",
     "hardware.defaults.gradient_accumulation_fusion": "exported as the resolved gradient-accumulation fusion",
+    "hardware.defaults.mem_fraction_static": "exported as the resolved --sglang-mem-fraction-static",
     "model.name": "slime identifies the model by its flags and --hf-checkpoint",
     "optim.critic_lr": "slime sets the critic's lr in a role=critic entry of --megatron-config-path",
     "train.backend": "slime trains with Megatron (rlrun's torch backend has no slime equivalent)",
