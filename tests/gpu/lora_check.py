@@ -22,7 +22,8 @@ ALL = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 
 
 def lora_section(rank=4, alpha=8.0, targets=ALL, save=()):
-    return SimpleNamespace(rank=rank, alpha=alpha, dropout=0.0, target_modules=list(targets), modules_to_save=list(save))
+    return SimpleNamespace(rank=rank, alpha=alpha, dropout=0.0, target_modules=list(targets),
+                           modules_to_save=list(save))
 
 
 def gathered_logits(gpt, ids):
@@ -45,8 +46,9 @@ def build(model, lo, tp, dtype, device, seed=0, sp=False):
 
 def train(gpt, model, ids, steps=3, lr=1.0):
     """SGD steps on next-token cross-entropy to fixed targets (SGD: rounding differences stay that small, where
-    Adam would turn a near-zero gradient's rounding into a full step of either sign); the adapters' grads are the same on every TP
-    rank by construction (rlrun.train.megatron.lora), so replicas stay in step without a reduction here."""
+    Adam would turn a near-zero gradient's rounding into a full step of either sign). The adapters' grads are the
+    same on every TP rank by construction (rlrun.train.megatron.lora): replicas stay in step without a reduction,
+    except sequence-parallel params (reduced here as finalize_model_grads does)."""
     params = [p for p in gpt.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr)
     g = torch.Generator().manual_seed(7)

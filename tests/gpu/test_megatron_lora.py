@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import parity as P
-from test_megatron_backend import OVERRIDES, _batch
+from test_megatron_backend import OVERRIDES, _assert_same_training, _batch
 
 LORA = ["model.lora.rank=8", "model.lora.modules_to_save=[embed_tokens]"]
 ON_CPU = False  # tools/device/cpu_lora_harness.py --backend runs these tests' functions on the CPU
@@ -25,11 +25,12 @@ ON_CPU = False  # tools/device/cpu_lora_harness.py --backend runs these tests' f
 def make(overrides):
     from rlrun.config import load
     from rlrun.train.megatron_backend import MegatronBackend
-    cfg = load(OVERRIDES + overrides)
+    keys = {o.split("=")[0] for o in overrides}  # an override here replaces test_megatron_backend's
+    cfg = load([o for o in OVERRIDES if o.split("=")[0] not in keys] + overrides)
     be = MegatronBackend(cfg, rank=0, world_size=1, gpu_id=0, total_steps=10)
     if ON_CPU:
         be.device = torch.device("cpu")
-    be.init("127.0.0.1", 29561)
+    be.init()
     return be
 
 
@@ -116,6 +117,21 @@ def test_offload_moves_the_frozen_base_weights(pair):
     lo.onload()
     assert all(p.device == lo.device for p in lo.frozen_params)
     assert all(torch.equal(before[k], v) for k, v in lo.state_dict_for_sync().items())
+
+
+def test_wgrad_fusion_with_frozen_base_matches_unfused():
+    """train.gradient_accumulation_fusion=true with LoRA: megatron-core's frozen-weight linear path for the base,
+    the adapters' grads through the DDP hook; the same two steps as unfused (test_megatron_backend's bounds)."""
+    if ON_CPU:
+        pytest.skip("the fused wgrad GEMM needs CUDA")
+    runs = []
+    for fused in ("false", "true"):
+        be = make(LORA + [f"train.gradient_accumulation_fusion={fused}"])
+        metrics = [be.train_step(_batch(be.cfg.model.vocab_size, seed=s)) for s in (3, 4)]
+        runs.append((metrics, be.state_dict_for_sync()))
+        del be
+    (m0, w0), (m1, w1) = runs
+    _assert_same_training("LORA WGRAD", m0, m1, w0, w1, loss_tol=1e-3, norm_tol=1e-2, weight_tol=1e-2)
 
 
 @pytest.mark.parametrize("family,targets,save", [

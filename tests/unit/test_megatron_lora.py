@@ -33,7 +33,8 @@ def test_row_layout_per_tp_rank():
     assert lora.row_layout(TINY, "mlp.linear_fc1", 2) == (1, [64, 64])  # [gate half | up half] of the rank
     with pytest.raises(ValueError, match="num_query_groups=2 divisible by parallelism.tp=4"):
         lora.row_layout(TINY, "self_attention.linear_qkv", 4)
-    assert lora.in_features(TINY, "self_attention.linear_proj") == 64 and lora.in_features(TINY, "mlp.linear_fc2") == 128
+    assert lora.in_features(TINY, "self_attention.linear_proj") == 64
+    assert lora.in_features(TINY, "mlp.linear_fc2") == 128
 
 
 def test_fuse_puts_each_modules_rows_in_its_groups_and_zeros_elsewhere():
@@ -42,7 +43,8 @@ def test_fuse_puts_each_modules_rows_in_its_groups_and_zeros_elsewhere():
     got = lora.fuse([q, None, v], per=[2, 1, 1], groups=2, dim=0)
     assert got.flatten().tolist() == [1, 2, 0, 9, 3, 4, 0, 10]
     # the same along the last dim (activations [tokens, rows])
-    assert lora.fuse([q.t(), None, v.t()], per=[2, 1, 1], groups=2, dim=-1).flatten().tolist() == [1, 2, 0, 9, 3, 4, 0, 10]
+    acts = lora.fuse([q.t(), None, v.t()], per=[2, 1, 1], groups=2, dim=-1)
+    assert acts.flatten().tolist() == [1, 2, 0, 9, 3, 4, 0, 10]
     # with every module present it is megatron's linear_qkv layout (rlrun.train.megatron.weights.interleave_qkv)
     k = torch.tensor([[5.], [6.]])
     assert torch.equal(lora.fuse([q, k, v], [2, 1, 1], 2, 0), interleave_qkv(q, k, v, groups=2))
@@ -75,7 +77,8 @@ def test_adapter_splits_over_tp_the_way_the_layer_does():
     g = torch.Generator().manual_seed(1)
     a = {s: torch.randn(4, 64, generator=g) for s in ("q_proj", "k_proj", "v_proj")}
     b = {s: torch.randn(n, 4, generator=g) for s, n in (("q_proj", 64), ("k_proj", 32), ("v_proj", 32))}
-    full = lora.fuse([lora.delta(a[s], b[s], 1.0) for s in a], *reversed(lora.row_layout(TINY, "self_attention.linear_qkv", 1)), 0)
+    groups, per = lora.row_layout(TINY, "self_attention.linear_qkv", 1)
+    full = lora.fuse([lora.delta(a[s], b[s], 1.0) for s in a], per, groups, 0)
     groups, per = lora.row_layout(TINY, "self_attention.linear_qkv", 2)
     local = [lora.fuse([lora.delta(a[s], b[s].chunk(2)[r], 1.0) for s in a], per, groups, 0) for r in range(2)]
     assert torch.allclose(torch.cat(local), full, atol=1e-6)
@@ -99,7 +102,8 @@ def test_init_a_is_pefts_kaiming_bound_and_the_same_on_every_layout():
     a = lora.init_a(seed=1, layer=3, module="q_proj", rank=8, fan_in=64)
     assert a.shape == (8, 64) and float(a.abs().max()) <= 1 / 8 and float(a.abs().max()) > 0.9 / 8
     assert torch.equal(a, lora.init_a(1, 3, "q_proj", 8, 64))
-    assert not torch.equal(a, lora.init_a(1, 3, "k_proj", 8, 64)) and not torch.equal(a, lora.init_a(1, 2, "q_proj", 8, 64))
+    assert not torch.equal(a, lora.init_a(1, 3, "k_proj", 8, 64))
+    assert not torch.equal(a, lora.init_a(1, 2, "q_proj", 8, 64))
 
 
 MEGATRON = ["model=qwen3-0.6b", "hardware=h100", "train.backend=megatron", "model.lora.rank=8"]

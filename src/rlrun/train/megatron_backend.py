@@ -640,8 +640,8 @@ class MegatronBackend(TrainerBackend):
         """peft's LoraConfig of model.lora (adapter_config.json: the folder loads with peft.PeftModel)."""
         from peft import LoraConfig
         lo = self.cfg.model.lora
-        return LoraConfig(r=lo.rank, lora_alpha=lo.alpha, lora_dropout=lo.dropout, target_modules=list(lo.target_modules),
-                          modules_to_save=list(lo.modules_to_save) or None, bias="none", task_type="CAUSAL_LM")
+        return LoraConfig(r=lo.rank, lora_alpha=lo.alpha, lora_dropout=lo.dropout, bias="none", task_type="CAUSAL_LM",
+                          target_modules=list(lo.target_modules), modules_to_save=list(lo.modules_to_save) or None)
 
     @torch.no_grad()
     def _load_adapter(self, src: Path) -> None:

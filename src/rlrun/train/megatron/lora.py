@@ -181,7 +181,7 @@ class Adapter(torch.nn.Module):
             h = torch.cat([self.dropout(x) @ self.a(m).t() for m in self.hf_modules], dim=-1)
             if self.tp_size > 1:
                 h = mp.copy_to_tensor_model_parallel_region(h, group=self.tp_group)
-            outs = dict(zip(self.hf_modules, (hs @ self.b(m).t() for hs, m in zip(h.split(r, dim=-1), self.hf_modules))))
+            outs = {m: hs @ self.b(m).t() for hs, m in zip(h.split(r, dim=-1), self.hf_modules)}
             return fuse([outs.get(m) for m in FUSED[self.linear][1]], self.per, self.groups, dim=-1) * self.scale
         (m,) = self.hf_modules
         with _rng_fork(x, self.dropout, self.tp_size):  # each rank's own input columns: the model-parallel RNG
