@@ -49,7 +49,9 @@ def test_step0_is_the_base_model(pair):
     err = P.rel_err(torch.cat(lo.compute_log_probs(b)), torch.cat(base.compute_log_probs(b)))
     w_lo, w_base = lo.state_dict_for_sync(), base.state_dict_for_sync()
     print(f"LORA step 0: logp rel_err vs base {err:.3e}")
-    assert err == 0.0  # the adapters add exact zeros
+    # 0 expected (the same kernels; the hooks add exact zeros: 0.0 on the CPU harness); 1e-3, far below what a
+    # non-zero adapter gives (the trained one moves the weights ~1e-1), leaves room for another cuBLAS algorithm
+    assert err <= 1e-3
     assert w_lo.keys() == w_base.keys() and all(torch.equal(w_lo[k], w_base[k]) for k in w_base)
 
 

@@ -105,7 +105,7 @@ for item in $ITEMS; do
     lora) run lora 560 "${RLRUN[@]}" experiment=copy-grpo-lora-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
           summary copy-grpo-lora-h100
           tail -c 3000 "$OUT/lora.log" | grep -i -E "error|traceback" && tail -40 "$OUT/lora.log" ;;
-    loratest) run loratest 300 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_lora.py
+    loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_lora.py
               grep -E "^LORA|passed|failed" "$OUT/loratest.log" | tee -a "$RES" ;;
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
               rollout.num_rollout=6 run.name=copy-hf run.output_dir=/tmp/runs
