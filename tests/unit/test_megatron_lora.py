@@ -124,3 +124,16 @@ def test_megatron_lora_refusals(overrides, key):
     with pytest.raises(ConfigError) as e:
         load(MEGATRON + overrides)
     assert key in [p.path for p in e.value.problems]
+
+
+def test_memory_estimate_counts_the_adapter_only_on_megatron():
+    """Megatron's shares (rlrun.config.memory): fp32 grad buffers (train.fp32_grads) and the fp32 master + Adam
+    moments sharded over DP, of the adapter's parameters only: 4 B and 12 B / DP per adapter parameter."""
+    from rlrun.config.memory import estimate
+    from rlrun.config.params import lora_params
+    cfg = load(MEGATRON)  # qwen3-0.6b on 8 H100s, TP 1: DP 8
+    a, gib = lora_params(cfg.model), 2 ** 30
+    assert a == 28 * 8 * (1024 + 2048 + 1024 + 1024 + 1024 + 1024 + 2048 + 1024 + 3 * (1024 + 3072))
+    est = estimate(cfg)
+    assert cfg.train.fp32_grads and cfg.train.num_gpus == 8
+    assert est.trainer_grads * gib == pytest.approx(4 * a) and est.trainer_optimizer * gib == pytest.approx(12 * a / 8)
