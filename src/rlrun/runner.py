@@ -1,7 +1,7 @@
 """Build everything a run needs from (RunConfig, Plan, run dir), run the loop, tear it all down.
 
     Ray cluster (embedded or joined) -> resource check -> placement group -> trainer ranks
-    -> engine init dir -> engines (Ray actors) -> sglang-router -> reward engines and their router (reward.model)
+    -> engine init dir -> engines (Ray actors) -> the router -> reward engines and their router (reward.model)
     -> the parts (rlrun.parts)
     -> the loop of train.async_train (rlrun.loops: sync | async) -> plot
 

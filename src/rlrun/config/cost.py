@@ -329,7 +329,7 @@ def kv_warnings(cfg: RunConfig, gen: dict) -> list[str]:
                 f"queue (generation runs {want / max(gen['concurrency'], 1):.1f}x longer than with room); {fix}"]
     if gen["full_length_tokens"] > kv:
         return [f"KV cache: {want} concurrent sequences at full length (prompt + rollout.max_response_len) need "
-                f"{gen['full_length_tokens']:,.0f} tokens, an engine holds {kv:,}: SGLang will retract (re-queue) "
+                f"{gen['full_length_tokens']:,.0f} tokens, an engine holds {kv:,}: the engine will retract (re-queue) "
                 f"requests when long responses fill it; {fix}"]
     return []
 

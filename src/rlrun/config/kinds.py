@@ -257,10 +257,11 @@ ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
 
 @dataclass(frozen=True)
 class RouterKind:
-    """A router kind (rollout.router.kind): the process in front of the engines. One package
-    rlrun.rollout.routers.<kind>/ whose pure spec.py registers this and whose launcher is a RolloutRouter
-    (rlrun.rollout.routers.protocol); the runner builds the run's router through it, the fleet registers the
-    engines with it."""
+    """A router kind (rollout.router.kind): the process in front of the engines. One package whose pure spec.py
+    registers this and whose launcher is a RolloutRouter (rlrun.rollout.routers.protocol): rlrun.rollout.routers.<kind>/
+    (found by discovery), or inside the package of the project it comes from (sglang_router: SGLang's router,
+    rlrun.rollout.engines.sglang.router/, registered by that package's spec.py); the runner builds the run's router
+    through it, the fleet registers the engines with it."""
     name: str
     policies: tuple[str, ...]                # rollout.router.policy values it offers
     # "module:function"(*, policy, log_dir, host=, port=, request_timeout_s=, **options) -> a RolloutRouter, not

@@ -372,7 +372,7 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     sure = (calibrated and trainer > mem.available * (1 + ESTIMATE_ERROR)) or \
         trainer - mem.trainer_activations > mem.available or resident
     phase = "trainer" if trainer >= mem.engine_total else "engine"
-    caveat = "" if sure else (" (with the engine's share: SGLang sizes its KV pool from the memory free at its start)"
+    caveat = "" if sure else (" (with the engine's share: a static-pool engine sizes its KV pool from the memory free at its start)"
                               if trainer <= mem.available else f" ({cfg.train.backend} backend: its activation "
                               "estimate is not calibrated)" if not calibrated else
                               f" (within the estimate's {ESTIMATE_ERROR:.1%} error)")

@@ -65,7 +65,7 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
     kind = ENGINES[m.engine]
     if not kind.judge:
         can = [e for e, spec in ENGINES.items() if spec.judge]
-        yield Problem("reward.model.engine", f"the {m.engine} engine does not serve a judge (SGLang's "
+        yield Problem("reward.model.engine", f"the {m.engine} engine does not serve a judge (/generate's "
                       "token_ids_logprob and text generation)", f"set reward.model.engine={' or '.join(can)}", m.engine)
     if kind.needs_gpu and cfg.hardware.vendor == "cpu":
         cpu = [e for e, spec in ENGINES.items() if not spec.needs_gpu and spec.judge]

@@ -418,7 +418,7 @@ def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
         return
     if not ENGINES[r.engine].routed_experts:
         yield Problem("rollout.routing_replay", f"rollout.engine={r.engine} does not return the routed experts of "
-                      "a request (SGLang's return_routed_experts)", f"use an engine that does "
+                      "a request (/generate's return_routed_experts)", f"use an engine that does "
                       f"({', '.join(n for n, e in ENGINES.items() if e.routed_experts)}) or "
                       "rollout.routing_replay=false", True)
     backend = BACKENDS[cfg.train.backend]
@@ -456,7 +456,7 @@ def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
                       (f"use rollout.engine={' or '.join(fp8)} or " if fp8 else "use ") + "rollout.fp8=false", True)
     if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
         yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
-                      "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "
+                      "rlrun.rollout.fp8, is built and tested on the CPU; its push to the engines is not wired): the "
                       "engines would serve the trainer's bf16 weights after the first sync", "set rollout.fp8=false "
                       "(docs/rollout.md \"FP8 weights for the rollout\")", True)
 

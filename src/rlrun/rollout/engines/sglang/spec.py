@@ -10,6 +10,8 @@ from typing import Iterator
 from rlrun.config.errors import Problem
 from rlrun.config.kinds import ENGINES, EngineKind
 from rlrun.rollout.engines.sglang.args import check_sglang_mapping
+# registers the sglang_router router kind: SGLang's router, in front of any engine kind (the hf engine's too)
+from rlrun.rollout.engines.sglang.router import spec as _router_spec  # noqa: F401
 
 
 def rules(cfg) -> Iterator[Problem]:
