@@ -16,6 +16,9 @@
 #   learn      `rlrun experiment=copy-grpo-h100`: Megatron + SGLang colocated, 150 GRPO steps on the
 #              3-digit copy task; the reward curve and per-phase times                       ~300 s
 #   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
+#   lora       `rlrun experiment=copy-grpo-lora-h100`: learn's job with a rank-8 LoRA adapter in the Megatron
+#              trainer (merged weights pushed to SGLang); the reward curve to compare with learn's  ~300 s
+#   loratest   tests/gpu/test_megatron_lora.py: the megatron backend's LoRA against the base model and peft  ~90 s
 #   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
 #   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
 #   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
@@ -99,6 +102,11 @@ for item in $ITEMS; do
     learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100
            tail -c 3000 "$OUT/learn.log" | grep -i -E "error|traceback" && tail -40 "$OUT/learn.log" ;;
+    lora) run lora 560 "${RLRUN[@]}" experiment=copy-grpo-lora-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+          summary copy-grpo-lora-h100
+          tail -c 3000 "$OUT/lora.log" | grep -i -E "error|traceback" && tail -40 "$OUT/lora.log" ;;
+    loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_lora.py
+              grep -E "^LORA|passed|failed" "$OUT/loratest.log" | tee -a "$RES" ;;
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
               rollout.num_rollout=6 run.name=copy-hf run.output_dir=/tmp/runs
             summary copy-hf ;;

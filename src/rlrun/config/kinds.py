@@ -301,6 +301,8 @@ class BackendKind:
     families: tuple[str, ...] = ()
     teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
     lora: bool = False                       # trains a LoRA adapter (model.lora.rank > 0)
+    # "module:function"(cfg) -> Problems: what its LoRA cannot do with this config (rlrun validate); empty: nothing
+    lora_check: str = ""
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
@@ -328,6 +330,7 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
                               memory="sharded", activations_calibrated=True, teacher=True,
+                              lora=True, lora_check="rlrun.train.megatron.lora_rules:check",
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
                               # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)

@@ -57,6 +57,9 @@ SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", 
                                    # NCCL: verified on two GPUs (tests/gpu/test_sglang_nccl_sync.py); the flattened
                                    # CUDA-IPC form awaits tests/gpu/test_sglang_flattened_sync.py (docs/rollout.md)
                                    flattened_broadcast=True, routed_experts=True, fp8=True,
+                                   # a LoRA run pushes the merged weights under the HF names: the same push as
+                                   # full fine-tuning's (docs/algorithms.md "LoRA")
+                                   lora=True,
                                    nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                                    start="rlrun.rollout.engines.sglang.engine:start", packages=("sglang",),
                                    requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))
