@@ -18,6 +18,8 @@
 #   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
 #   lora       `rlrun experiment=copy-grpo-lora-h100`: learn's job with a rank-8 LoRA adapter in the Megatron
 #              trainer (merged weights pushed to SGLang); the reward curve to compare with learn's  ~300 s
+#   distill    issue 35: a copy-task teacher SFT-trained with the torch backend (HF dir), then copy-grpo-h100's random-init
+#              student distilled from it through Megatron + SGLang (SFT_STEPS 60, DISTILL_ROLLOUTS 60)        ~300 s
 #   loratest   tests/gpu/test_megatron_lora.py: the megatron backend's LoRA against the base model and peft  ~90 s
 #   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
 #   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
@@ -105,6 +107,18 @@ for item in $ITEMS; do
     lora) run lora 560 "${RLRUN[@]}" experiment=copy-grpo-lora-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
           summary copy-grpo-lora-h100
           tail -c 3000 "$OUT/lora.log" | grep -i -E "error|traceback" && tail -40 "$OUT/lora.log" ;;
+    distill)  # issue 35: on-policy distillation through Megatron + SGLang. The teacher: the tiny model SFT-trained on the
+              # copy task (torch backend, which writes an HF dir); the student: copy-grpo-h100's random-init model learning
+              # from the teacher's per-token log-probs alone (reward=replace: rewards scored and logged, not trained on)
+      run distill_sft 240 "${RLRUN[@]}" experiment=tiny-sft-cpu hardware=h100 train.gpus_per_node=1 train.backend=torch \
+        data.toy_task=copy data.rm_type=char_match rollout.num_rollout="${SFT_STEPS:-60}" run.name=distill-teacher \
+        run.output_dir=/tmp/runs logging.wandb.mode=disabled
+      teacher=$(ls -d /tmp/runs/distill-teacher/*/checkpoints/iter_*/trainer/model 2>/dev/null | tail -1)
+      [ -n "$teacher" ] || { echo "distill: no teacher checkpoint" | tee -a "$RES"; continue; }
+      run distill 420 "${RLRUN[@]}" experiment=copy-grpo-h100 algo.distill.teacher="$teacher" algo.distill.reward=replace \
+        algo.normalize_advantages=true rollout.num_rollout="${DISTILL_ROLLOUTS:-60}" "${KIT_FAST[@]}" \
+        run.name=distill-student run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+      summary distill-student ;;
     loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_lora.py
               grep -E "^LORA|passed|failed" "$OUT/loratest.log" | tee -a "$RES" ;;
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \

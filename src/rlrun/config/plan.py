@@ -258,7 +258,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         samples_per_dp_rank=per_rank, micro_batches_per_step=micro,
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
-        engine_fraction=fraction[0], engine_fraction_why=fraction[1] if ENGINES[r.engine].memory == "static_pool" else "",
+        engine_fraction=fraction[0], engine_fraction_why=fraction[1] if ENGINES[r.engine].memory == "static_pool" and engines else "",
         offload_train=offload, offload_why=offload_why, offload_rollout=r.offload, weight_sync=weight_sync(cfg),
         weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,
