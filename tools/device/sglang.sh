@@ -42,7 +42,8 @@
 #   peer_reward  the same bench's time to a 10-rollout mean reward of 0.8 on the copy task (experiment=copy-grpo-h100)
 #              for both, up to PEER_MAX_STEPS rollouts each (default 150)                            ~400 s
 #              (the two items together pass the 10-minute limit of a call: one call each)
-# LEARN_EXTRA / STEPS_EXTRA / PEER_EXTRA add overrides.
+# LEARN_EXTRA / STEPS_EXTRA / PEER_EXTRA add overrides; STEPS_HW names the hardware profile of the steps item (h100;
+# h200 on the lent H200s, whose 141 GiB the h100 profile does not know).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/runs
@@ -137,7 +138,7 @@ for item in $ITEMS; do
                qwen3-4b) batch="rollout.rollout_batch_size=16 rollout.n_samples_per_prompt=4 rollout.max_response_len=256" ;;
                *) batch="rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 rollout.max_response_len=512" ;;
              esac
-             run "steps_$shape" 300 "${RLRUN[@]}" hardware=h100 model=$shape model.vocab_size=64 data=toy \
+             run "steps_$shape" 300 "${RLRUN[@]}" hardware="${STEPS_HW:-h100}" model=$shape model.vocab_size=64 data=toy \
                checkpoint.random_init=true parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
                rollout.num_rollout=4 $batch rollout.mem_fraction_static=0.4 \
                "${KIT[@]}" \
