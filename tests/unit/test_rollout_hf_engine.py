@@ -48,6 +48,28 @@ def test_generate_single_and_batch(server):
     assert "output_token_logprobs" not in batch[0]["meta_info"]
 
 
+def test_input_token_logprobs_from_logprob_start_len(server):
+    """SGLang's prompt scoring (a served distillation teacher's request): input_token_logprobs from logprob_start_len
+    on, each log p(token_k | tokens[:k]) of the engine's own model, the first of the prompt None; max_new_tokens 0."""
+    engine, url = server
+    ids = [3, 4, 5, 6, 7]
+    with torch.no_grad():
+        want = torch.log_softmax(engine.model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+    want = [float(want[k - 1, ids[k]]) for k in range(1, len(ids))]
+    out = gen(url, input_ids=ids, sampling_params={"max_new_tokens": 0, "temperature": 1.0}, return_logprob=True,
+              logprob_start_len=2)
+    rows = out["meta_info"]["input_token_logprobs"]
+    assert [t for _, t, _ in rows] == ids[2:] and out["output_ids"] == []
+    assert [lp for lp, _, _ in rows] == pytest.approx(want[1:], abs=1e-5)  # float32 forward, same op order
+    whole = gen(url, input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0)
+    assert [lp for lp, _, _ in whole["meta_info"]["input_token_logprobs"]][0] is None
+    none = gen(url, input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True)
+    assert "input_token_logprobs" not in none["meta_info"]
+    r = requests.post(f"{url}/generate", json={"input_ids": ids, "return_logprob": True, "logprob_start_len": 9,
+                                               "sampling_params": {"max_new_tokens": 0}})
+    assert r.status_code == 400 and "logprob_start_len" in r.json()["error"]["message"]
+
+
 def test_same_sampling_seed_gives_same_sample(server):
     _, url = server
     body = dict(input_ids=[3, 4, 5], sampling_params={"max_new_tokens": 8, "sampling_seed": 42, "ignore_eos": True})

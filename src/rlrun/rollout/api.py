@@ -115,6 +115,9 @@ class GenerateItem:
     # position in [routed_experts_start_len, seqlen - 1) to, in meta_info["routed_experts"]
     return_routed_experts: bool = False
     routed_experts_start_len: int = 0
+    # SGLang's logprob_start_len: with return_logprob, meta_info.input_token_logprobs holds the log-prob of every
+    # input token from this position on (None for position 0, which has no context); None = no input log-probs
+    logprob_start_len: int | None = None
 
 
 def _expand(value: Any, n: int, name: str, is_batch_value) -> list:
@@ -155,6 +158,10 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
         raise RequestError(f"return_routed_experts={routed!r} must be true or false")
     if not isinstance(start, int) or isinstance(start, bool) or start < 0:
         raise RequestError(f"routed_experts_start_len={start!r} must be a non-negative integer")
+    starts = _expand(body.get("logprob_start_len"), n, "logprob_start_len", lambda v: isinstance(v, list))
+    for v in starts:
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < -1):
+            raise RequestError(f"logprob_start_len={v!r} must be an integer >= 0 (or -1 / null: none)")
     items = [
         GenerateItem(
             rid=rids[i] or new_rid(),
@@ -165,6 +172,7 @@ def parse_generate_request(body: dict, new_rid) -> tuple[list[GenerateItem], boo
             token_ids_logprob=[int(t) for t in probe[i]] if probe[i] is not None else None,
             return_routed_experts=routed,
             routed_experts_start_len=start,
+            logprob_start_len=None if starts[i] in (None, -1) else starts[i],
         )
         for i in range(n)
     ]
@@ -195,6 +203,8 @@ class GenerateResult:
     token_ids: list[int] | None = None                    # the request's token_ids_logprob
     token_ids_logprobs: list[list[float]] | None = None   # per output position, their log-probs
     routed_experts: str | None = None  # base64 of int32 [rows, layers, top_k] (SGLang's meta_info["routed_experts"])
+    input_ids: list[int] | None = None                    # with input_logprobs: the input tokens they score
+    input_logprobs: list[float | None] | None = None      # from the request's logprob_start_len on
 
     def to_json(self) -> dict:
         meta = {
@@ -212,6 +222,10 @@ class GenerateResult:
             if self.token_ids is not None and self.token_ids_logprobs is not None:
                 meta["output_token_ids_logprobs"] = [[[lp, tok, None] for lp, tok in zip(row, self.token_ids)]
                                                      for row in self.token_ids_logprobs]
+            if self.input_logprobs is not None and self.input_ids is not None:
+                start = len(self.input_ids) - len(self.input_logprobs)
+                meta["input_token_logprobs"] = [[lp, tok, None] for lp, tok in
+                                                zip(self.input_logprobs, self.input_ids[start:])]
         if self.routed_experts is not None:
             meta["routed_experts"] = self.routed_experts
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta}

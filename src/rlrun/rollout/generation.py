@@ -38,6 +38,10 @@ class Sequence:
     return_routed_experts: bool = False
     routed_start: int = 0  # SGLang's routed_experts_start_len: the answer covers positions [start, seqlen - 1)
     routed: list[torch.Tensor] = field(default_factory=list)
+    # SGLang's logprob_start_len (with return_logprob): the log-probs of the prompt's tokens from this position on
+    # (None for position 0, which has no context), computed at admission; None = not asked
+    input_start: int | None = None
+    input_logprobs: list[float | None] = field(default_factory=list)
 
     def routed_experts(self) -> torch.Tensor:
         """int32 [positions, layers, top_k] for positions [routed_start, seqlen - 1)."""
@@ -187,6 +191,9 @@ class RunningBatch:
         (max_new_tokens=0), which never join."""
         from transformers import DynamicCache
 
+        scored = [s for s in new if s.input_start is not None]
+        if scored:
+            self.run_step(lambda: self._score_inputs(scored))
         empty = [s for s in new if s.sampling.max_new_tokens == 0]
         for seq in empty:
             seq.finish = finish_reason("length", length=0)
@@ -210,6 +217,17 @@ class RunningBatch:
         else:
             self._merge(new, cache, mask, positions[:, -1])
         return empty
+
+    @torch.no_grad()
+    def _score_inputs(self, seqs: list[Sequence]) -> None:
+        """Each sequence's input_logprobs: log p(prompt[k] | prompt[:k]) for k >= input_start, of the same
+        temperature-scaled distribution as its output log-probs (one forward per sequence, no cache)."""
+        for seq in seqs:
+            ids = torch.tensor([seq.prompt_ids], dtype=torch.long, device=self.device)
+            logits = self.model(input_ids=ids).logits[0, :-1].float()
+            temp = 1.0 if seq.sampling.greedy else seq.sampling.temperature
+            lp = torch.log_softmax(logits / temp, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
+            seq.input_logprobs = ([None] + lp.tolist())[seq.input_start:]
 
     def _merge(self, new, cache, mask, last_pos) -> None:
         width = max(self.mask.shape[1], mask.shape[1])

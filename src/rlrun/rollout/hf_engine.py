@@ -103,6 +103,9 @@ class HFEngine:
                 if item.routed_experts_start_len > len(ids):
                     raise RequestError(f"request {item.rid}: routed_experts_start_len={item.routed_experts_start_len} "
                                        f"is higher than the number of input tokens {len(ids)}")
+                if item.logprob_start_len is not None and item.logprob_start_len > len(ids):
+                    raise RequestError(f"request {item.rid}: logprob_start_len={item.logprob_start_len} is higher "
+                                       f"than the number of input tokens {len(ids)}")
                 seed = item.sampling.sampling_seed
                 if seed is None:
                     seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
@@ -114,7 +117,8 @@ class HFEngine:
                 seq = Sequence(item.rid, list(ids), item.sampling, generator,
                                return_logprob=item.return_logprob, return_routed_experts=item.return_routed_experts,
                                routed_start=item.routed_experts_start_len,
-                               token_ids=item.token_ids_logprob if item.return_logprob else None)
+                               token_ids=item.token_ids_logprob if item.return_logprob else None,
+                               input_start=item.logprob_start_len if item.return_logprob else None)
                 fut: Future = Future()
                 self._queue.append((seq, fut))
                 futures.append(fut)
@@ -128,7 +132,9 @@ class HFEngine:
                               weight_version=self.weight_version,
                               routed_experts=_base64_int32(seq.routed_experts()) if seq.return_routed_experts else None,
                               token_ids=seq.token_ids,
-                              token_ids_logprobs=seq.token_ids_logprobs if seq.token_ids is not None else None)
+                              token_ids_logprobs=seq.token_ids_logprobs if seq.token_ids is not None else None,
+                              input_ids=seq.prompt_ids if seq.input_start is not None else None,
+                              input_logprobs=seq.input_logprobs if seq.input_start is not None else None)
 
     def _between_steps(self, active: list[Sequence]) -> None:
         with self._cv:
