@@ -12,7 +12,7 @@ from typing import Any
 
 from rlrun.config.engine_health import engine_loss_s
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import LOSS_TYPES
+from rlrun.config.kinds import LOSS_TYPES, TEACHERS
 
 
 def _int(x: Any) -> bool:
@@ -93,6 +93,11 @@ def fill_derived(raw: dict[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
     reward_model = _sec(_sec(raw, "reward"), "model")
     if reward_model.get("checkpoint") is not None:  # (without one no engine is started: nothing to derive)
         _default(reward_model, "engine", rollout.get("engine"))
+    distill = _sec(_sec(raw, "algo"), "distill")
+    where = distill.get("where")
+    if distill.get("teacher") is not None and where in TEACHERS and TEACHERS[where].served:
+        # a served teacher's engines: the rollout's kind unless named
+        _default(_sec(distill, "served"), "engine", rollout.get("engine"))
     return raw, problems
 
 

@@ -229,6 +229,9 @@ class EngineKind:
     # serves a reward engine (reward.model): /generate answers SGLang's token_ids_logprob (a discriminative judge's
     # next-token probability) besides text (a generative judge's judgement)
     judge: bool = False
+    # answers SGLang's logprob_start_len with meta_info.input_token_logprobs (a served distillation teacher scores
+    # the student's tokens as its prompt: algo.distill.where=engine)
+    prompt_logprobs: bool = False
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
@@ -411,6 +414,22 @@ class RewardKind:
 REWARDS: Kinds[RewardKind] = Kinds("data.rm_type")
 
 
+@dataclass(frozen=True)
+class TeacherKind:
+    """Where a distillation teacher runs (algo.distill.where; docs/algorithms.md "On-policy distillation")."""
+    name: str
+    in_trainer: bool = False   # the trainer ranks build it and run its forward (BackendKind.teacher)
+    served: bool = False       # an engine answers its log-probs: rlrun's teacher engines, or algo.distill.url
+    # "module:Class" with from_parts(cfg, plan, trainer, start) -> an object whose log_probs(batch) gives the
+    # teacher's per-response-token log-probs (rlrun.parts.teacher), imported when a run builds it
+    part: str = ""
+
+
+TEACHERS: Kinds[TeacherKind] = Kinds("algo.distill.where")
+TEACHERS.register(TeacherKind("trainer", in_trainer=True, part="rlrun.parts.teacher:TrainerTeacher"))
+TEACHERS.register(TeacherKind("engine", served=True, part="rlrun.parts.teacher:EngineTeacher"))
+
+
 def label_in_response(rm_type: str) -> bool:
     """rm_type (boxed_ prefix or not) is a rule type whose full score needs the label's text in the response (a
     response too short to hold the label, or unable to spell it, scores 0): the preflight checks the labels."""
@@ -430,8 +449,21 @@ def builds(backend: str, family: str, family_backends: tuple[str, ...]) -> bool:
 
 
 def use_teacher(cfg: Any) -> bool:
-    """Whether the run distils from a teacher (algo.distill.teacher set): the one place it is decided."""
-    return cfg.algo.distill.teacher is not None
+    """Whether the run distils from a teacher (algo.distill.teacher or algo.distill.url set): the one place it is
+    decided."""
+    return cfg.algo.distill.teacher is not None or cfg.algo.distill.url is not None
+
+
+def trainer_teacher(cfg: Any) -> bool:
+    """Whether the trainer builds the teacher and runs its forward (algo.distill.where a kind in the trainer)."""
+    return cfg.algo.distill.teacher is not None and TEACHERS[cfg.algo.distill.where].in_trainer
+
+
+def use_teacher_engines(cfg: Any) -> bool:
+    """Whether the run starts teacher engines (a served teacher from a checkpoint, not an external
+    algo.distill.url, and engines generating samples for it to score): the one place it is decided."""
+    d = cfg.algo.distill
+    return TEACHERS[d.where].served and d.teacher is not None and d.url is None and needs_rollout(cfg)
 
 
 def use_reward_model(cfg: Any) -> bool:

@@ -54,7 +54,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from math import ceil
 
-from rlrun.config.kinds import BACKENDS, ENGINES, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, use_critic, use_teacher_engines
 from rlrun.config.params import ParamCount, count_params, lora_params, norms_per_layer
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, known_sample_tokens
@@ -266,7 +266,8 @@ def engine_fraction(cfg: RunConfig) -> tuple[float, str]:
     why = f"auto: hardware.defaults.mem_fraction_static ({hw.name})"
     reward = cfg.reward.model
     if not (t.colocate and t.offload is None and hw.vendor != "cpu" and ENGINES[r.engine].memory == "static_pool") \
-            or (reward.checkpoint is not None and reward.colocate):  # a judge on the same GPUs: its share is its own
+            or (reward.checkpoint is not None and reward.colocate) \
+            or (use_teacher_engines(cfg) and cfg.algo.distill.served.colocate):  # a judge / teacher on the same GPUs
         return base, why
     mem = _estimate(cfg, False, base)
     if mem.peak * (1 + ESTIMATE_ERROR) <= mem.available:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, resolve, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, TEACHERS, resolve, use_critic, use_teacher
 from rlrun.config.params import lora_saved_modules, lora_saves, lora_shapes
 from rlrun.config.registry import RULES
+from rlrun.config.reward_rules import served_problems
 from rlrun.config.schema import RunConfig
 
 
@@ -47,27 +48,53 @@ def dataset_loss(cfg: RunConfig) -> Iterator[Problem]:
                       "messages with data.apply_chat_template=true", None)
 
 
+SERVED_DEFAULTS = {"engine": None, "num_engines": 1, "gpus_per_engine": 1, "colocate": True}  # conf/config.yaml
+
+
 @RULES
 def distillation(cfg: RunConfig) -> Iterator[Problem]:
-    """algo.distill (on-policy distillation): a teacher the trainer can run, and nothing set that it would ignore."""
+    """algo.distill (on-policy distillation): a teacher the trainer or engines can run, and nothing set that it
+    would ignore."""
     a, d = cfg.algo, cfg.algo.distill
-    if d.teacher is None:
+    where = TEACHERS[d.where]
+    if not use_teacher(cfg):
         defaults = {"coef": 1.0, "where": "trainer", "reward": "add"}
         for key, off in defaults.items():
             if getattr(d, key) != off:
                 yield Problem(f"algo.distill.{key}", "is set but algo.distill.teacher is null, so nothing is distilled "
                               "and it would be ignored", f"set algo.distill.teacher to the teacher's HF dir, or drop "
                               f"algo.distill.{key}", getattr(d, key))
+        yield from _unserved(d, "no teacher is set")
         return
     if not LOSS_TYPES[a.loss_type].needs_rollout:
         yield Problem("algo.distill.teacher", f"on-policy distillation scores the student's own samples; "
                       f"algo.loss_type={a.loss_type} generates none", "drop algo.distill.teacher, or use "
                       "algo.loss_type=policy_loss", d.teacher)
-    if d.where == "trainer" and not BACKENDS[cfg.train.backend].teacher:
+    if where.in_trainer and not BACKENDS[cfg.train.backend].teacher:
         can = [b for b, spec in BACKENDS.items() if spec.teacher]
         yield Problem("algo.distill.where", f"the teacher's forward on the trainer ranks is built by the "
                       f"{' and '.join(can)} backend; train.backend is {cfg.train.backend}",
                       f"set train.backend={' or '.join(can)}", d.where)
+    served = [w for w, spec in TEACHERS.items() if spec.served]
+    if not where.served:
+        if d.url is not None:
+            yield Problem("algo.distill.url", f"an external teacher server is asked only by a served teacher; "
+                          f"algo.distill.where={d.where} runs the teacher in the trainer", f"set algo.distill.where="
+                          f"{' or '.join(served)} (and algo.distill.teacher=null), or drop algo.distill.url", d.url)
+        else:
+            yield from _unserved(d, f"algo.distill.where={d.where} starts no teacher engine")
+    elif d.url is not None and d.teacher is not None:
+        yield Problem("algo.distill.teacher", f"both a teacher checkpoint to serve and an external teacher "
+                      f"(algo.distill.url={d.url}) are set; a run asks one", "drop algo.distill.teacher (the server "
+                      "at the url is the teacher), or algo.distill.url (rlrun serves the checkpoint)", d.teacher)
+    elif d.url is not None:
+        if not d.url.startswith(("http://", "https://")):
+            yield Problem("algo.distill.url", f"{d.url!r} is not an http(s) URL", "give the teacher server's "
+                          "/generate URL, e.g. http://host:port/generate", d.url)
+        yield from _unserved(d, "the teacher is the external server at algo.distill.url")
+    elif LOSS_TYPES[a.loss_type].needs_rollout:
+        yield from served_problems(cfg, "algo.distill.served", d.served, "prompt_logprobs", "answer prompt "
+                                   "log-probs (SGLang's logprob_start_len / input_token_logprobs)", "teacher")
     if d.coef == 0:
         yield Problem("algo.distill.coef", "is 0: the teacher would run and change nothing",
                       "set algo.distill.coef > 0 (slime's default 1.0), or algo.distill.teacher=null", d.coef)
@@ -75,6 +102,15 @@ def distillation(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("algo.distill.reward", f"replace sets every reward to 0, which leaves a 0 reward advantage only "
                       f"for group-normalised estimators; {a.advantage_estimator} would still see the KL and values",
                       "use a group-normalised estimator (algo=grpo), or algo.distill.reward=add", d.reward)
+
+
+def _unserved(d, why: str) -> Iterator[Problem]:
+    """algo.distill.served keys set where no teacher engine is started: ignored, so refused."""
+    for key, off in SERVED_DEFAULTS.items():
+        if getattr(d.served, key) != off:
+            yield Problem(f"algo.distill.served.{key}", f"is set but {why}, so it would be ignored",
+                          "set algo.distill.where=engine with algo.distill.teacher (rlrun serves it), or drop "
+                          f"algo.distill.served.{key}", getattr(d.served, key))
 
 
 @RULES

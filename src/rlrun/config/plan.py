@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from rlrun.config.cost import predict
 from rlrun.config.hfcheck import hf_note
-from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout, use_reward_model
+from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout, use_reward_model, use_teacher_engines
 from rlrun.config.memory import engine_fraction, estimate, lean_state_hint
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
@@ -21,8 +21,8 @@ from rlrun.config.sizes import dp_size, sample_tokens
 class Slot:
     node: int
     gpu: int
-    role: Literal["trainer", "engine", "reward"]
-    rank: int          # trainer rank, or engine id for role "engine" (a reward engine's for "reward")
+    role: Literal["trainer", "engine", "reward", "teacher"]
+    rank: int          # trainer rank, or engine id for role "engine" (a reward / teacher engine's for those roles)
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,8 @@ class Plan:
     offload_why: str = ""      # why offload_train is what it is (train.offload forced, or auto from the estimate)
     reward_engines: int = 0    # reward.model's engines (placement role "reward"); 0 = none
     reward_gpus: int = 0       # the GPUs they take of their own (0 when colocated with the rollout engines)
+    teacher_engines: int = 0   # a served distillation teacher's engines (algo.distill.served; role "teacher")
+    teacher_gpus: int = 0      # the GPUs they take of their own (0 when colocated with the rollout engines)
     engine_fraction: float = 0.0  # a static-pool engine's share of a GPU (rlrun.config.memory.engine_fraction)
     engine_fraction_why: str = ""
 
@@ -146,19 +148,32 @@ def _fill_free(used: set, count: int, g: int, per_node: int, role: str) -> list[
     return slots
 
 
+def served_slots(cfg: RunConfig, role: str, m, before: list[Slot]) -> list[Slot]:
+    """The engines of a served model (a ServedSection `m`: reward.model, algo.distill.served) as plan role `role`:
+    colocated, engine e shares the GPUs of the rollout engines' slots [e*g, (e+1)*g) (g = m.gpus_per_engine; on
+    the CPU a process beside the engine's); else blocks of GPUs the slots `before` leave free, as disaggregated
+    engines take theirs."""
+    g = m.gpus_per_engine
+    if m.colocate:
+        under = [(s.node, s.gpu) for s in engine_slots(cfg)]
+        return [Slot(n, k, role, i // g) for i, (n, k) in enumerate(under[: m.num_engines * g])]
+    used = {(s.node, s.gpu) for s in before}
+    return _fill_free(used, m.num_engines, g, cfg.hardware.gpus_per_node, role)
+
+
 def reward_slots(cfg: RunConfig) -> list[Slot]:
-    """The reward engines (reward.model): colocated, reward engine e shares the GPUs of the rollout engines' slots
-    [e*g, (e+1)*g) (g = reward.model.gpus_per_engine; on the CPU a process beside the engine's); else blocks of
-    GPUs the trainer and the rollout engines leave free, as disaggregated engines take theirs."""
+    """The reward engines (reward.model), after the trainer and the rollout engines."""
     if not use_reward_model(cfg):
         return []
-    rm = cfg.reward.model
-    g = rm.gpus_per_engine
-    if rm.colocate:
-        under = [(s.node, s.gpu) for s in engine_slots(cfg)]
-        return [Slot(n, k, "reward", i // g) for i, (n, k) in enumerate(under[: rm.num_engines * g])]
-    used = {(s.node, s.gpu) for s in trainer_slots(cfg) + engine_slots(cfg)}
-    return _fill_free(used, rm.num_engines, g, cfg.hardware.gpus_per_node, "reward")
+    return served_slots(cfg, "reward", cfg.reward.model, trainer_slots(cfg) + engine_slots(cfg))
+
+
+def teacher_slots(cfg: RunConfig) -> list[Slot]:
+    """A served distillation teacher's engines (algo.distill.served), after the reward engines."""
+    if not use_teacher_engines(cfg):
+        return []
+    return served_slots(cfg, "teacher", cfg.algo.distill.served,
+                        trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg))
 
 
 def nodes_per_engine(slots: list[Slot]) -> int:
@@ -232,10 +247,17 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         notes.append(f"reward.model: {m.num_engines} {m.engine} reward engine(s) of {m.gpus_per_engine} GPU(s) "
                      + ("on the rollout engines' GPUs" if m.colocate else "on GPUs of their own")
                      + f", judging every sample ({m.mode})")
+    served = use_teacher_engines(cfg)
+    if served:
+        d = cfg.algo.distill
+        notes.append(f"algo.distill: {d.served.num_engines} {d.served.engine} teacher engine(s) of "
+                     f"{d.served.gpus_per_engine} GPU(s) " + ("on the rollout engines' GPUs" if d.served.colocate
+                                                            else "on GPUs of their own")
+                     + ", scoring every sample's response tokens")
     if not engines:
         notes.append(f"algo.loss_type={cfg.algo.loss_type}: trains on the data set only; no rollout engines are "
                      "started (rollout.* sampling settings are unused)")
-    placement = trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg)
+    placement = trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg) + teacher_slots(cfg)
     samples = r.rollout_batch_size * r.n_samples_per_prompt
 
     params, mem = count_params(cfg.model), estimate(cfg)
@@ -266,4 +288,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes, cost=cost,
         backend_config=dict(cfg.train.megatron), reward_engines=cfg.reward.model.num_engines if rm else 0,
         reward_gpus=0 if not rm or cfg.reward.model.colocate else cfg.reward.model.num_engines * cfg.reward.model.gpus_per_engine,
+        teacher_engines=cfg.algo.distill.served.num_engines if served else 0,
+        teacher_gpus=0 if not served or cfg.algo.distill.served.colocate
+        else cfg.algo.distill.served.num_engines * cfg.algo.distill.served.gpus_per_engine,
     )

@@ -8,9 +8,9 @@ import string
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import ENGINES, REWARDS, needs_rollout
+from rlrun.config.kinds import ENGINES, REWARDS, needs_rollout, use_reward_model, use_teacher_engines
 from rlrun.config.memory import engine_fraction
-from rlrun.config.plan import engine_slots, reward_slots, trainer_slots
+from rlrun.config.plan import engine_slots, reward_slots, teacher_slots, trainer_slots
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
 
@@ -63,28 +63,10 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("reward.model.checkpoint", f"is set but no rm_type is {judged_types[0]} (data.rm_type is "
                       f"{cfg.data.rm_type!r}), so the reward engines would judge nothing",
                       f"set data.rm_type={judged_types[0]}, or reward.model.checkpoint=null", m.checkpoint)
-    kind = ENGINES[m.engine]
-    if not kind.judge:
-        can = [e for e, spec in ENGINES.items() if spec.judge]
-        yield Problem("reward.model.engine", f"the {m.engine} engine does not serve a judge (/generate's "
-                      "token_ids_logprob and text generation)", f"set reward.model.engine={' or '.join(can)}", m.engine)
-    if kind.needs_gpu and cfg.hardware.vendor == "cpu":
-        cpu = [e for e, spec in ENGINES.items() if not spec.needs_gpu and spec.judge]
-        yield Problem("reward.model.engine", f"{m.engine} needs GPUs; hardware is cpu",
-                      f"set reward.model.engine={' or '.join(cpu)} or pick GPU hardware", m.engine)
-    if kind.max_gpus_per_engine is not None and m.gpus_per_engine > kind.max_gpus_per_engine:
-        wide = [e for e, spec in ENGINES.items() if spec.judge and (spec.max_gpus_per_engine or m.gpus_per_engine)
-                >= m.gpus_per_engine]
-        yield Problem("reward.model.gpus_per_engine", f"the {m.engine} engine runs on {kind.max_gpus_per_engine} "
-                      f"device(s), got {m.gpus_per_engine}", f"set reward.model.gpus_per_engine="
-                      f"{kind.max_gpus_per_engine}" + "".join(f" or reward.model.engine={e}" for e in wide),
-                      m.gpus_per_engine)
+    yield from served_problems(cfg, "reward.model", m, "judge", "serve a judge (/generate's token_ids_logprob and "
+                               "text generation)", "reward")
     if m.gpus_per_engine > cfg.hardware.gpus_per_node:
-        yield Problem("reward.model.gpus_per_engine", f"a reward engine of {m.gpus_per_engine} GPUs is wider than a "
-                      f"{cfg.hardware.name} node of {cfg.hardware.gpus_per_node}; reward engines run on one node",
-                      f"set reward.model.gpus_per_engine <= {cfg.hardware.gpus_per_node}", m.gpus_per_engine)
         return
-    yield from _budget(cfg)
     yield from template_problems("reward.model.prompt_template", m.prompt_template)
     if m.mode == "discriminative":
         yield from template_problems("reward.model.target", m.target)
@@ -103,33 +85,74 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
                           "first group", "put the score in parentheses, e.g. Score: (\\d+)", m.parser)
 
 
-def _budget(cfg: RunConfig) -> Iterator[Problem]:
-    """The reward engines' GPUs: colocated, the rollout engines' GPUs (and their memory); else free GPUs within
+def served_problems(cfg: RunConfig, key: str, m, capability: str, does: str, what: str) -> Iterator[Problem]:
+    """A served model's engines (a ServedSection `m` at `key`: reward.model, algo.distill.served): an engine kind
+    whose spec has `capability` (it must `does`), on the hardware, as wide as the kind and a node allow, and a
+    budget of GPUs and memory."""
+    kind = ENGINES[m.engine]
+    if not getattr(kind, capability):
+        can = [e for e, spec in ENGINES.items() if getattr(spec, capability)]
+        yield Problem(f"{key}.engine", f"the {m.engine} engine does not {does}", f"set {key}.engine="
+                      f"{' or '.join(can)}", m.engine)
+    if kind.needs_gpu and cfg.hardware.vendor == "cpu":
+        cpu = [e for e, spec in ENGINES.items() if not spec.needs_gpu and getattr(spec, capability)]
+        yield Problem(f"{key}.engine", f"{m.engine} needs GPUs; hardware is cpu",
+                      f"set {key}.engine={' or '.join(cpu)} or pick GPU hardware", m.engine)
+    if kind.max_gpus_per_engine is not None and m.gpus_per_engine > kind.max_gpus_per_engine:
+        wide = [e for e, spec in ENGINES.items() if getattr(spec, capability)
+                and (spec.max_gpus_per_engine or m.gpus_per_engine) >= m.gpus_per_engine]
+        yield Problem(f"{key}.gpus_per_engine", f"the {m.engine} engine runs on {kind.max_gpus_per_engine} "
+                      f"device(s), got {m.gpus_per_engine}", f"set {key}.gpus_per_engine="
+                      f"{kind.max_gpus_per_engine}" + "".join(f" or {key}.engine={e}" for e in wide),
+                      m.gpus_per_engine)
+    if m.gpus_per_engine > cfg.hardware.gpus_per_node:
+        yield Problem(f"{key}.gpus_per_engine", f"a {what} engine of {m.gpus_per_engine} GPUs is wider than a "
+                      f"{cfg.hardware.name} node of {cfg.hardware.gpus_per_node}; {what} engines run on one node",
+                      f"set {key}.gpus_per_engine <= {cfg.hardware.gpus_per_node}", m.gpus_per_engine)
+        return
+    yield from _budget(cfg, key, m, what)
+
+
+def _budget(cfg: RunConfig, key: str, m, what: str) -> Iterator[Problem]:
+    """The served engines' GPUs: colocated, the rollout engines' GPUs (and their memory); else free GPUs within
     cluster.num_nodes."""
-    m, r, hw = cfg.reward.model, cfg.rollout, cfg.hardware
+    r, hw = cfg.rollout, cfg.hardware
     need = m.num_engines * m.gpus_per_engine
     if m.colocate:
         have = len(engine_slots(cfg))
         if need > have:
-            yield Problem("reward.model.num_engines", f"{m.num_engines} colocated reward engine(s) of "
+            yield Problem(f"{key}.num_engines", f"{m.num_engines} colocated {what} engine(s) of "
                           f"{m.gpus_per_engine} GPU(s) need {need} GPUs; the rollout engines have {have}",
-                          f"set reward.model.num_engines <= {have // m.gpus_per_engine}, or reward.model.colocate="
+                          f"set {key}.num_engines <= {have // m.gpus_per_engine}, or {key}.colocate="
                           "false (GPUs of their own)", m.num_engines)
         if ENGINES[m.engine].memory == "static_pool":
             rollout_share = engine_fraction(cfg)[0] if ENGINES[r.engine].memory == "static_pool" else 0.0
-            if rollout_share + m.mem_fraction_static > MAX_SHARED_FRACTION:
-                yield Problem("reward.model.mem_fraction_static", f"a colocated reward engine reserves "
+            others = colocated_shares(cfg)
+            total = rollout_share + sum(others.values())
+            if total > MAX_SHARED_FRACTION:
+                yield Problem(f"{key}.mem_fraction_static", f"a colocated {what} engine reserves "
                               f"{m.mem_fraction_static} of each GPU beside the rollout engine's {rollout_share} "
-                              f"(rollout.mem_fraction_static): {rollout_share + m.mem_fraction_static:.2f} > "
-                              f"{MAX_SHARED_FRACTION}", "lower reward.model.mem_fraction_static or "
-                              "rollout.mem_fraction_static, or set reward.model.colocate=false", m.mem_fraction_static)
+                              f"(rollout.mem_fraction_static)" + "".join(f", {k}'s {v}" for k, v in others.items()
+                                                                         if not k.startswith(key))
+                              + f": {total:.2f} > {MAX_SHARED_FRACTION}", f"lower {key}.mem_fraction_static or "
+                              f"rollout.mem_fraction_static, or set {key}.colocate=false", m.mem_fraction_static)
         return
-    slots = trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg)
-    needed = max(s.node for s in slots) + 1
+    placed = trainer_slots(cfg) + engine_slots(cfg) + reward_slots(cfg) + teacher_slots(cfg)
+    needed = max(s.node for s in placed) + 1
     if needed > cfg.cluster.num_nodes:
-        yield Problem("reward.model.num_engines", f"the trainer, the rollout engines and {m.num_engines} reward "
+        yield Problem(f"{key}.num_engines", f"the trainer, the rollout engines and {m.num_engines} {what} "
                       f"engine(s) of {m.gpus_per_engine} GPU(s) on GPUs of their own need {needed} node(s) of "
                       f"{hw.gpus_per_node} GPUs; the cluster has {cfg.cluster.num_nodes}",
-                      f"set cluster.num_nodes={needed}, fewer reward.model.num_engines, or reward.model.colocate=true",
+                      f"set cluster.num_nodes={needed}, fewer {key}.num_engines, or {key}.colocate=true",
                       m.num_engines)
 
+
+def colocated_shares(cfg: RunConfig) -> dict[str, float]:
+    """The static-pool GPU shares of the served engines colocated with the rollout engines, by key."""
+    served = []
+    if use_reward_model(cfg):
+        served.append(("reward.model", cfg.reward.model))
+    if use_teacher_engines(cfg):
+        served.append(("algo.distill.served", cfg.algo.distill.served))
+    return {f"{k}.mem_fraction_static": m.mem_fraction_static for k, m in served
+            if m.colocate and ENGINES[m.engine].memory == "static_pool"}

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from rlrun.config.families import NAMES as FAMILY_NAMES
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, ROUTERS, TRANSPORTS, Kinds
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, ROUTERS, TEACHERS, TRANSPORTS, Kinds
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -348,23 +348,28 @@ class DataSection(Section):
     source: Optional[str]                 # null = the prompt dataset; else a DataSource class (docs/agents.md)
 
 
-class RewardModelSection(Section):
-    """A reward model served as engines (docs/rewards.md "Reward engines"): data.rm_type=reward_model."""
-    checkpoint: Optional[str]              # null = no reward engines
-    # derived with a checkpoint: null -> rollout.engine (without one it stays null: no engine to name)
+class ServedSection(Section):
+    """A model served by engines of its own beside the rollout engines, placed by the plan (reward.model, a served
+    distillation teacher's algo.distill.served): the engine kind, how many, how wide, where, and how it is asked."""
+    # derived with a model to serve: null -> rollout.engine (without one it stays null: no engine to name)
     engine: Optional[_kind(ENGINES)]  # type: ignore[valid-type]
     num_engines: PosInt
     gpus_per_engine: PosInt
     colocate: bool
     mem_fraction_static: Annotated[float, Field(gt=0, lt=1)]
+    max_concurrency: PosInt
+    timeout_s: PosFloat
+    max_retries: NonNegInt
+
+
+class RewardModelSection(ServedSection):
+    """A reward model served as engines (docs/rewards.md "Reward engines"): data.rm_type=reward_model."""
+    checkpoint: Optional[str]              # null = no reward engines
     mode: Literal["discriminative", "generative"]   # rlrun.reward.judge.MODES
     prompt_template: Annotated[str, Field(min_length=1)]
     target: str
     parser: str
     max_new_tokens: PosInt
-    max_concurrency: PosInt
-    timeout_s: PosFloat
-    max_retries: NonNegInt
 
 
 class RewardSection(Section):
@@ -372,10 +377,12 @@ class RewardSection(Section):
 
 
 class DistillSection(Section):
-    teacher: Optional[str]                 # null = no distillation
+    teacher: Optional[str]                 # null (and no url) = no distillation
     coef: NonNegFloat
-    where: Literal["trainer"]              # the teacher's forward on the trainer ranks (slime --opd-type megatron)
+    where: _kind(TEACHERS)  # type: ignore[valid-type]  # trainer | engine (slime --opd-type megatron | sglang)
     reward: Literal["add", "replace"]
+    url: Optional[str]                     # where=engine: an external teacher server's /generate (slime --rm-url)
+    served: ServedSection                  # where=engine with a teacher: the teacher engines rlrun starts
 
 
 class AlgoSection(Section):

@@ -25,7 +25,8 @@ from urllib.parse import urlparse
 from rlrun.config.errors import Problem
 from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
-from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic, use_reward_model
+from rlrun.config.kinds import (BACKENDS, ENGINES, TEACHERS, label_in_response, trainer_teacher, use_critic,
+                                use_reward_model)
 from rlrun.config.params import count_params
 from rlrun.config.plan import make_plan
 from rlrun.config.registry import Checks
@@ -166,11 +167,38 @@ def _teacher(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("algo.distill.teacher", f"{teacher} has no config.json", "point algo.distill.teacher at a "
                       "Hugging Face model folder", teacher)
         return
+    if not trainer_teacher(cfg):  # served: any architecture an engine serves, scoring the student's token ids
+        if hf.get("vocab_size") != cfg.model.vocab_size:
+            yield Problem("algo.distill.teacher", f"the served teacher's vocab_size {hf.get('vocab_size')} differs "
+                          f"from the student's model.vocab_size {cfg.model.vocab_size}: it would score other "
+                          "tokens than the student sampled", "serve a teacher of the student's tokenizer", teacher)
+        yield from _holds("algo.distill.teacher", teacher, (WEIGHTS, TOKENIZER))
+        return
     for p in compare(cfg, hf, f"{teacher}/config.json"):  # the teacher is built from model.*, as the student
         yield Problem("algo.distill.teacher", f"the teacher's architecture differs from the student's: {p.path} "
                       f"{p.message}", "distil from a teacher of the student's model.* (same sizes and tokenizer)",
                       teacher)
     yield from _holds("algo.distill.teacher", teacher, (WEIGHTS,))
+
+
+@check
+def teacher_url(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """algo.distill.url: an external teacher server the run asks; its host must accept a connection now."""
+    from urllib.parse import urlsplit
+
+    url = cfg.algo.distill.url
+    if url is None or not TEACHERS[cfg.algo.distill.where].served:
+        return
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return  # not a URL: the rules refuse it
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=5).close()
+    except OSError as e:
+        yield Problem("algo.distill.url", f"the teacher server {parts.hostname}:{port} does not answer ({e})",
+                      "start the teacher server first (slime's script launches sglang.launch_server before "
+                      "train.py), or let rlrun serve it: algo.distill.teacher=<HF dir>, algo.distill.url=null", url)
 
 
 def _holds(key: str, path: str, wanted: tuple[tuple[str, tuple[str, ...]], ...]) -> Iterator[Problem]:

@@ -192,7 +192,7 @@ class MegatronBackend(TrainerBackend):
                 self._load_weights(self.ref, ref_dir)
             self.ref.requires_grad_(False)
         self.teacher = None
-        if cfg.algo.distill.teacher is not None:  # on-policy distillation: slime --opd-type megatron
+        if trainer_teacher(cfg):  # on-policy distillation: slime --opd-type megatron
             self.teacher = self._frozen(cfg.algo.distill.teacher)
         # The model, megatron-core and its imports leave millions of long-lived Python objects;
         # a full collection over them took ~50 ms inside some steps (0.20 vs 0.25 s steps of

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from rlrun.algo import AlgoParams, aggregate, compute_loss, value_loss
 from rlrun.algo.token_stats import entropy as token_entropy, logp_and_entropy
-from rlrun.config.kinds import use_critic, use_teacher
+from rlrun.config.kinds import trainer_teacher, use_critic
 from rlrun.rollout.routing import RoutingReplay, packed_ids
 from rlrun.rollout.weights import load_hf_dir
 from rlrun.train.base import TrainBatch, TrainerBackend
@@ -53,7 +53,7 @@ class TorchBackend(TrainerBackend):
         self.params = AlgoParams.from_config(cfg)
         self.needs_ref = cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0
         self.needs_critic = use_critic(cfg)
-        self.needs_teacher = use_teacher(cfg)
+        self.needs_teacher = trainer_teacher(cfg)
         self.step = 0
         self.offloaded = False  # train.offload: state in host memory between train phases
         self.host_cache = off.HostCache()  # pinned host buffers the offloads reuse

@@ -6,4 +6,5 @@ from rlrun.config.kinds import ENGINES, EngineKind
 
 SPEC = ENGINES.register(EngineKind("hf", needs_gpu=False, max_gpus_per_engine=1, checksums=True, lora=True,
                                    flattened_ipc=True, flattened_broadcast=True, memory="per_sequence", judge=True,
+                                   prompt_logprobs=True,
                                    routed_experts=True, start="rlrun.rollout.engines.hf.engine:start"))
