@@ -20,13 +20,13 @@ from rlrun.guard.watchdog import Watchdog
 from rlrun.launch import faults
 from rlrun.loops import loop_for
 from rlrun.parts import Parts
-from rlrun.config.kinds import needs_rollout
+from rlrun.config.kinds import TEACHERS, needs_rollout, resolve, use_teacher
 from rlrun.parts.checkpoints import Checkpoints
 from rlrun.parts.no_engines import NoEngines
 from rlrun.parts.sft_data import SftData
 from rlrun.parts.evaluator import Evaluator
 from rlrun.parts.offload import Offload
-from rlrun.parts.reward_engines import RewardEngines
+from rlrun.parts.reward_engines import RewardEngines, start_served
 from rlrun.parts.rollout_side import MAX_DRAWS, RolloutSide  # noqa: F401 - public names
 from rlrun.parts.run_metrics import RunMetrics
 from rlrun.data.tokenizer import tokenizer_for  # noqa: F401  (rlrun.runner.tokenizer_for)
@@ -89,6 +89,11 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack)
     if plan.reward_engines:  # reward.model: a reward model served as engines judges the samples (rm_type reward_model)
         rollout.judge = RewardEngines.start(cfg, plan, placement, env, run_dir, stack).judge
+    teacher = None
+    if use_teacher(cfg):  # algo.distill: the teacher's log-probs from where algo.distill.where runs it
+        def serve(role, m, checkpoint, count):
+            return start_served(cfg, plan, placement, env, run_dir, stack, role, m, checkpoint, count).url
+        teacher = resolve(TEACHERS[cfg.algo.distill.where].part).from_parts(cfg, plan, trainer, serve)
     invariants = Invariants(cfg, run_dir)
     weights = WeightSync(cfg, plan, run_dir, trainer, rollout.engines, rollout.versions, invariants)
     metrics = RunMetrics(cfg, run_dir, extra=lambda: {**weights.pop_metrics(), **invariants.pop_metrics(),
@@ -97,7 +102,7 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     return Parts(cfg=cfg, plan=plan, rollout=rollout, trainer=trainer, weights=weights,
                  offload=Offload(cfg, plan, trainer, rollout.engines, weights),
                  checkpoints=Checkpoints(cfg, run_dir, trainer), evaluator=Evaluator(cfg, rollout), metrics=metrics,
-                 invariants=invariants)
+                 invariants=invariants, teacher=teacher)
 
 
 def build_trainer_only(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:

@@ -70,6 +70,21 @@ def test_a_student_distilled_from_the_teacher_reaches_its_reward(teacher, tmp_pa
     assert statistics.fmean(rkl[-5:]) < 0.3 * statistics.fmean(rkl[:3])  # KL(student || teacher) falls
 
 
+def test_a_student_distilled_from_a_served_teacher_learns_toward_it(teacher, tmp_path):
+    """algo.distill.where=engine (slime --opd-type sglang): an hf teacher engine beside the rollout engine serves the
+    SFT checkpoint and scores each sample's response tokens as a prompt (input_token_logprobs from
+    logprob_start_len); the student, from random init, trained by the distillation term alone, learns the task."""
+    model, teacher_reward = teacher
+    s = _run(["experiment=tiny-distill-cpu", f"algo.distill.teacher={model}", "algo.distill.where=engine",
+              "rollout.num_rollout=25", f"run.output_dir={tmp_path}"])
+    rows = read_metrics(Path(s["run_dir"]) / METRICS_FILE)
+    rewards, rkl = [r["rollout/reward_mean"] for r in rows], [r["distill/reverse_kl"] for r in rows]
+    assert len(rows) == 25 and statistics.fmean(rewards[:3]) < 0.1  # random init
+    assert statistics.fmean(rewards[-5:]) > 0.5 * teacher_reward  # measured 0.03 -> 0.76 (docs/benchmarks.md)
+    assert statistics.fmean(rkl[-5:]) < 0.3 * statistics.fmean(rkl[:3])  # measured 5.18 -> 0.75
+    assert all(r["distill/teacher_logp"] <= 0 for r in rows)
+
+
 def test_a_reward_engine_judges_the_default_task(teacher, tmp_path):
     """experiment=tiny-rm-cpu with the SFT checkpoint as the reward model: an hf reward engine beside the rollout
     engine scores each sample by the judge's probability of its answer (the 60-rollout curve: docs/benchmarks.md)."""

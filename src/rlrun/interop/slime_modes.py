@@ -18,7 +18,14 @@ with --opd-type megatron and refused with sglang):
                                                             backend reads T as slime does (torch_dist) or as an HF
                                                             dir; the torch backend needs an HF dir
     --opd-kl-coef C                                         <-> algo.distill.coef=C (a table row)
-    --opd-type sglang                                       refused: rlrun has no teacher server mode yet
+    --use-opd --opd-type sglang --rm-url U                  <-> algo.distill.where=engine, algo.distill.url=U (slime's
+                                                            OPD reward function posts each sample's tokens to
+                                                            args.rm_url, its teacher server, which the script starts
+                                                            itself); slime's pair of OPD functions (reward_func and
+                                                            post_process_rewards in slime.rollout.on_policy_distillation,
+                                                            OPD_FUNCTIONS) is what rlrun's teacher client does: it
+                                                            imports as algo.distill.reward=replace (its rewards are 0)
+                                                            and the run's rule rewards are scored for the log only
 """
 from __future__ import annotations
 
@@ -40,6 +47,11 @@ WITHOUT_SFT = {
                                "(other rollout functions run through rollout.rollout_fn)",
 }
 OPD_FLAGS = ("--use-opd", "--opd-type")
+OPD_MODULE = "slime.rollout.on_policy_distillation"
+# slime's --opd-type sglang plumbing: the teacher's answer as the "reward", its log-probs moved to the sample and 0
+# rewards returned; rlrun's served teacher (rlrun.parts.teacher.EngineTeacher) does both
+OPD_FUNCTIONS = {"data.rm_type": f"slime:{OPD_MODULE}:reward_func",
+                 "algo.reward_post_process": f"slime:{OPD_MODULE}:post_process_rewards"}
 FLAGS = (*IMPLIED_BY_SFT, "--rollout-function-path", *OPD_FLAGS)
 
 
@@ -47,10 +59,8 @@ def decode(dec, occ) -> None:
     """A Decoder's handling of FLAGS (dec: slime_decode._Decoder); checked against --loss-type in finish()."""
     if occ.flag in OPD_FLAGS:
         dec.expect(occ, 0 if occ.flag == "--use-opd" else 1)
-        if occ.flag == "--opd-type" and occ.values[0] != "megatron":
-            dec.unknown.append((occ, "the teacher's log-probs from an SGLang server (--opd-type sglang): rlrun has no "
-                                     "teacher server yet; run the teacher in the trainer (--opd-type megatron, "
-                                     "algo.distill.where=trainer, algo.distill.teacher=its HF dir)"))
+        if occ.flag == "--opd-type" and occ.values[0] not in ("megatron", "sglang"):
+            dec.unknown.append((occ, f"--opd-type {occ.values[0]}: slime knows megatron and sglang"))
         dec.opd.append(occ)
         return
     if occ.flag == "--rollout-function-path":
@@ -104,17 +114,47 @@ def _finish_opd(dec) -> None:
                                                "specified when --use-opd is enabled', slime_validate_args)"))
     elif kind.values[0] == "megatron" and teacher is None:
         dec.unknown.append((kind, "--opd-type megatron without --opd-teacher-load: slime raises (slime_validate_args)"))
+    elif kind.values[0] == "sglang":
+        _finish_served(dec, kind, teacher, load)
     elif kind.values[0] == "megatron":
         dec.notes.append(f"{load.where}: --opd-teacher-load {teacher}: imported as algo.distill.teacher (where=trainer); "
                          "the teacher has the student's architecture; the megatron backend reads a torch_dist folder "
                          "or an HF dir, the torch backend an HF dir")
 
 
+def _finish_served(dec, kind, teacher, load) -> None:
+    """--opd-type sglang: the teacher is the server at --rm-url (slime refuses --opd-teacher-load with it)."""
+    if teacher is not None:
+        dec.unknown.append((load, "--opd-teacher-load with --opd-type sglang: slime raises (slime_validate_args)"))
+        return
+    url = dec.values.get("data.rm_url")
+    if url is None:
+        dec.unknown.append((kind, "--opd-type sglang without --rm-url: slime's OPD reward function asks the teacher "
+                                  "server at args.rm_url, and the script names none"))
+        return
+    dec.set("algo.distill.where", "engine", kind)
+    dec.set("algo.distill.url", url, kind)
+    dec.notes.append(f"{kind.where}: --opd-type sglang: the teacher is the server at --rm-url {url}, imported as "
+                     "algo.distill.where=engine, algo.distill.url (the script starts it; `rlrun validate` checks that "
+                     "it answers; or serve a checkpoint with algo.distill.teacher=<HF dir>, algo.distill.url=null)")
+    if all(dec.values.get(k) == v for k, v in OPD_FUNCTIONS.items()):
+        for key in (*OPD_FUNCTIONS, "data.rm_url"):
+            dec.values.pop(key, None)
+            dec.explicit.discard(key)
+        dec.set("algo.distill.reward", "replace", kind)
+        dec.set("data.rm_type", "zero", kind)
+        dec.notes.append(f"{kind.where}: {OPD_MODULE}'s reward_func and post_process_rewards (the teacher's "
+                         "input_token_logprobs as the samples' teacher log-probs, 0 rewards) are rlrun's served "
+                         "teacher: imported as algo.distill.reward=replace, data.rm_type=zero")
+
+
 def encode(cfg: dict, arrays: dict, comments: dict) -> None:
     """algo.loss_type=sft_loss -> the flags slime's SFT scripts add to --loss-type (its row writes that one);
     algo.distill.teacher -> --use-opd --opd-type megatron (the rows write the teacher and the coefficient)."""
     d = cfg["algo"]["distill"]
-    if d["teacher"] is not None:
+    if d["where"] == "engine" and (d["teacher"] is not None or d["url"] is not None):
+        _encode_served(d, arrays, comments)
+    elif d["teacher"] is not None:
         arrays["GRPO_ARGS"] += [["--use-opd"], ["--opd-type", "megatron"]]
         if d["reward"] == "replace":
             comments["GRPO_ARGS"].append("algo.distill.reward=replace: slime has no flag; its rewards would have to "
@@ -123,3 +163,23 @@ def encode(cfg: dict, arrays: dict, comments: dict) -> None:
     if cfg["algo"]["loss_type"] == SFT_LOSS:
         arrays["ROLLOUT_ARGS"].append(["--rollout-function-path", SFT_ROLLOUT])
         arrays["GRPO_ARGS"] += [["--disable-compute-advantages-and-returns"], ["--debug-train-only"]]
+
+
+def _encode_served(d: dict, arrays: dict, comments: dict) -> None:
+    """algo.distill.where=engine -> --use-opd --opd-type sglang with slime's OPD functions posting to --rm-url (the
+    url, or a server the user starts for algo.distill.teacher: slime places no teacher engine)."""
+    arrays["GRPO_ARGS"] = [a for a in arrays["GRPO_ARGS"] if a[0] != "--opd-teacher-load"]  # slime refuses it here
+    arrays["GRPO_ARGS"] += [["--use-opd"], ["--opd-type", "sglang"]]
+    rm = arrays["ROLLOUT_ARGS"]
+    rm[:] = [a for a in rm if a[0] not in ("--rm-url", "--custom-rm-path", "--rm-type",
+                                           "--custom-reward-post-process-path")]
+    url = d["url"] or "http://TEACHER_HOST:PORT/generate"
+    rm += [["--custom-rm-path", f"{OPD_MODULE}.reward_func"],
+           ["--custom-reward-post-process-path", f"{OPD_MODULE}.post_process_rewards"], ["--rm-url", url]]
+    if d["url"] is None:
+        comments["GRPO_ARGS"].append(f"algo.distill.teacher={d['teacher']} served by rlrun's teacher engines: slime "
+                                     "places none; start `python -m sglang.launch_server --model-path "
+                                     f"{d['teacher']}` and put its /generate URL in --rm-url")
+    if d["reward"] == "add":
+        comments["GRPO_ARGS"].append("algo.distill.reward=add: slime's OPD post-process returns 0 rewards (replace); "
+                                     "adding the rule reward needs a post-process function of your own")

@@ -283,8 +283,9 @@ SPECIAL: dict[str, str] = {
     "and a `--custom-config-path` YAML) is read on import (slime_mis.py); the export writes a comment for it and for "
     "reject",
     "algo.distill.where": "trainer is `--use-opd --opd-type megatron` (the teacher's forward on the trainer ranks; "
-    "the export writes both with algo.distill.teacher set); `--opd-type sglang` (teacher log-probs from a server) is "
-    "refused on import: rlrun has no teacher server yet (slime_modes.py)",
+    "the export writes both with algo.distill.teacher set); engine is `--use-opd --opd-type sglang` with slime's OPD "
+    "reward and post-process functions posting to `--rm-url` (slime_modes.py)",
+    "algo.distill.url": "`--rm-url` with `--opd-type sglang` (the teacher server slime's OPD reward function asks)",
     "algo.distill.reward": "slime always adds the distillation term to the reward advantage (add); replace is what "
     "its --opd-type sglang example gets from a post-process function returning 0 rewards: no flag, the export "
     "writes a comment",
@@ -336,6 +337,8 @@ SPECIAL: dict[str, str] = {
 
 # Settings slime has no flag for: printed as comments by the export, left to rlrun's groups on import.
 NO_FLAG: dict[str, str] = {
+    "algo.distill.served": "slime starts no teacher engine (its --opd-type sglang script launches an SGLang server "
+    "itself): the export writes a comment",
     "reward.model": "slime starts no reward engines (its rewards are --rm-type rules, --rm-url servers and "
     "--custom-rm-path functions): the export writes a comment",
     "model.lora": "slime has no LoRA (its pull request is open at 624b824a): an exported LoRA run would fine-tune "

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 import torch
 
-from rlrun.config.kinds import LOSS_TYPES, use_critic, use_teacher
+from rlrun.config.kinds import LOSS_TYPES, use_critic
 from rlrun.loops import steps
 from rlrun.parts import Parts
 
@@ -48,9 +48,10 @@ def train(p: Parts, kept: list, version: int, t, push: bool = True) -> tuple[dic
         with t("log_probs"):
             if cfg.algo.use_rollout_logprobs:
                 batch = batch.with_(old_logp=batch.rollout_logp)
-            elif plan.steps_per_rollout > 1 or cfg.algo.kl_coef != 0 or use_teacher(cfg):
+            elif plan.steps_per_rollout > 1 or cfg.algo.kl_coef != 0 or p.teacher is not None:
                 batch = batch.with_(old_logp=p.trainer.compute_log_probs(batch, "actor"))
-            teacher = p.trainer.compute_log_probs(batch, "teacher") if use_teacher(cfg) else None
+            # algo.distill: the teacher's log-probs, from the trainer's forward or the teacher engines' answers
+            teacher = p.teacher.log_probs(batch) if p.teacher is not None else None
             if cfg.algo.use_kl_loss or cfg.algo.kl_coef != 0:
                 batch = batch.with_(ref_logp=p.trainer.compute_log_probs(batch, "ref"))
             if use_critic(cfg):  # GAE needs the critic's values

@@ -34,3 +34,4 @@ class Parts:
     metrics: MetricsPart              # RunMetrics
     check_stop: Callable[[], None] = lambda: None  # raises after SIGINT/SIGTERM (runner.StopRequest)
     invariants: Any = field(default_factory=NoChecks)  # Invariants (a hand-built Parts: none)
+    teacher: Any = None               # algo.distill: log_probs(batch) (rlrun.parts.teacher); None = no distillation

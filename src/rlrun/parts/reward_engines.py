@@ -17,12 +17,13 @@ from rlrun.rollout.routers.protocol import RolloutRouter, run_router
 ROLE = "reward"  # the plan's placement role (rlrun.config.plan.reward_slots)
 
 
-def engine_config(cfg):
-    """The run config as the reward engines' kind reads it: rollout.* describes the reward engines (their kind,
-    GPUs per engine, memory share, concurrency; no offload; the reward model's own context length; a router on a
-    free port). The kind's argument section (rollout.sglang) is the run's: its server flags (attention backend,
-    CUDA graphs, ...) are the machine's, for reward engines of that kind too."""
-    m, r = cfg.reward.model, cfg.rollout
+def engine_config(cfg, m=None):
+    """The run config as a served model's engines' kind reads it (`m`: a ServedSection, reward.model unless given):
+    rollout.* describes those engines (their kind, GPUs per engine, memory share, concurrency; no offload; the
+    served model's own context length; a router on a free port). The kind's argument section (rollout.sglang) is
+    the run's: its server flags (attention backend, CUDA graphs, ...) are the machine's, for served engines of that
+    kind too."""
+    m, r = m or cfg.reward.model, cfg.rollout
     rollout = r.model_copy(update={
         "engine": m.engine, "gpus_per_engine": m.gpus_per_engine, "num_gpus": m.num_engines * m.gpus_per_engine,
         "mem_fraction_static": m.mem_fraction_static, "max_concurrency": m.max_concurrency, "offload": False,
@@ -32,26 +33,34 @@ def engine_config(cfg):
     return cfg.model_copy(update={"rollout": rollout})
 
 
+def start_served(cfg, plan, placement, env: dict, run_dir: Path, stack, role: str, m, checkpoint: str,
+                 count: int) -> RolloutRouter:
+    """`count` engines of the ServedSection `m` serving `checkpoint` on the plan's `role` slots (the kind's own start,
+    placed by Placement.as_role) -> their router -> registered and watched (a dead engine is restarted from the
+    checkpoint); each stopped by `stack` in reverse order. They take no weight pushes and are not offloaded."""
+    log_dir = Path(run_dir) / "logs" / role
+    view = engine_config(cfg, m)
+    engines, restart = resolve(ENGINES[m.engine].start)(
+        view, dataclasses.replace(plan, num_engines=count), placement.as_role(role),
+        runtime_env(env), checkpoint, str(log_dir))
+    router = run_router(view.rollout, log_dir)
+    stack.callback(router.stop)
+    router.start()
+    group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)
+    stack.callback(group.stop)
+    group.start()
+    return router
+
+
 class RewardEngines:
-    def __init__(self, router: RolloutRouter, engines: EngineGroup, judge: Judge):
-        self.router, self.engines, self.judge = router, engines, judge
+    def __init__(self, router: RolloutRouter, judge: Judge):
+        self.router, self.judge = router, judge
 
     @classmethod
     def start(cls, cfg, plan, placement, env: dict, run_dir: Path, stack) -> "RewardEngines":
-        """Engines (the kind's start on the reward slots) -> their router -> registered and watched; each stopped
-        by `stack` in reverse order."""
+        """The reward engines (start_served on the "reward" slots) and their judge."""
         from transformers import AutoTokenizer
 
         m = cfg.reward.model
-        log_dir = Path(run_dir) / "logs" / ROLE
-        view = engine_config(cfg)
-        engines, restart = resolve(ENGINES[m.engine].start)(
-            view, dataclasses.replace(plan, num_engines=plan.reward_engines), placement.as_role(ROLE),
-            runtime_env(env), m.checkpoint, str(log_dir))
-        router = run_router(view.rollout, log_dir)
-        stack.callback(router.stop)
-        router.start()
-        group = EngineGroup(router, engines, restart, max_restarts=cfg.rollout.max_engine_restarts)
-        stack.callback(group.stop)
-        group.start()
-        return cls(router, group, Judge.from_config(m, router.url, AutoTokenizer.from_pretrained(m.checkpoint)))
+        router = start_served(cfg, plan, placement, env, run_dir, stack, ROLE, m, m.checkpoint, plan.reward_engines)
+        return cls(router, Judge.from_config(m, router.url, AutoTokenizer.from_pretrained(m.checkpoint)))

@@ -149,6 +149,11 @@ def random_reward(response: str, label, metadata=None) -> float:
     return float(random.randint(0, 1))
 
 
+def zero_reward(response: str, label, metadata=None) -> float:
+    """0 for every sample: a run trained by another signal alone (slime's --opd-type sglang example returns 0)."""
+    return 0.0
+
+
 class _Rules(Mapping[str, Callable[..., float]]):
     """rm_type -> its rule function: a view of the rule types in rlrun.config.kinds.REWARDS (registered by
     rlrun.reward.spec, and any registered at run time), each function resolved from its spec's path."""

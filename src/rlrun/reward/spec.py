@@ -10,7 +10,8 @@ _R = "rlrun.reward.rules:"
 for name, fn, label, cheap in (("deepscaler", "deepscaler", True, False), ("math", "math", True, False),
                                ("dapo", "dapo", True, False), ("f1", "f1", True, False),
                                ("gpqa", "gpqa", False, False), ("exact_match", "exact_match", True, True),
-                               ("char_match", "char_match", True, True), ("random", "random_reward", False, True)):
+                               ("char_match", "char_match", True, True), ("random", "random_reward", False, True),
+                               ("zero", "zero_reward", False, True)):
     REWARDS.register(RewardKind(name, _R + fn, label_in_response=label, in_process=cheap))
 # rm_type values that post each sample to data.rm_url (slime's remote_rm as well)
 for name in ("remote", "remote_rm"):
