@@ -135,7 +135,7 @@ def _finish_served(dec, kind, teacher, load) -> None:
     dec.set("algo.distill.where", "engine", kind)
     dec.set("algo.distill.url", url, kind)
     dec.notes.append(f"{kind.where}: --opd-type sglang: the teacher is the server at --rm-url {url}, imported as "
-                     "algo.distill.where=engine, algo.distill.url (the script starts it; `rlrun validate` checks that "
+                     "algo.distill.where=engine, algo.distill.url (the script starts it; `rlrun validate --check-paths` and the run check that "
                      "it answers; or serve a checkpoint with algo.distill.teacher=<HF dir>, algo.distill.url=null)")
     if all(dec.values.get(k) == v for k, v in OPD_FUNCTIONS.items()):
         for key in (*OPD_FUNCTIONS, "data.rm_url"):
