@@ -10,11 +10,12 @@ def test_reward_types_are_the_reward_packages_rules_and_the_remote_types():
     from rlrun.reward.rules import RULES
 
     assert REWARDS.names() == ("deepscaler", "math", "dapo", "f1", "gpqa", "exact_match", "char_match", "random",
-                               "remote", "remote_rm", "reward_model")
+                               "zero", "remote", "remote_rm", "reward_model")
     assert list(RULES) == [n for n in REWARDS.names() if REWARDS[n].score]
     assert [n for n in REWARDS if REWARDS[n].remote] == ["remote", "remote_rm"]
     assert [n for n in REWARDS if REWARDS[n].judged] == ["reward_model"]
     assert RULES["f1"]("the cat", "cat") == 1.0  # resolved from its spec's path (articles removed)
+    assert RULES["zero"]("7", "7") == 0.0  # slime's --opd-type sglang example trains on 0 rewards
 
 
 @pytest.mark.parametrize("overrides", [
