@@ -424,3 +424,15 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
              + "more GPUs or TP/PP/EP, train.offload / rollout.offload when colocated, train.recompute, a smaller "
              "train.max_tokens_per_gpu or rollout.mem_fraction_static" + lean_state_hint(cfg, mem)
              + "; `rlrun plan` shows the breakdown; checks.memory_fit=warn runs it anyway", mem.peak), sure)
+
+# config.json's quantization_config of a block-wise FP8 HF checkpoint (Qwen3-*-FP8, DeepSeek-V3; what SGLang's
+# Fp8Config reads: FP8 weights, dynamic activation scales, one scale per 128 x 128 block); rlrun.rollout.fp8 writes it
+FP8_QUANT_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                    "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+
+
+def is_fp8_hf_config(hf: dict | None) -> bool:
+    """Whether an HF config.json (a dict) describes the block-wise FP8 checkpoint rollout.fp8 serves as it is."""
+    q = (hf or {}).get("quantization_config") or {}
+    return q.get("quant_method") == "fp8" and list(q.get("weight_block_size") or ()) == [FP8_BLOCK, FP8_BLOCK] \
+        and q.get("activation_scheme", "dynamic") == "dynamic"

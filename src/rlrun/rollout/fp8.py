@@ -16,11 +16,18 @@ values are subnormal, spaced 2^-9 apart, so they move by at most 2^-10 * scale. 
 """
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+from pathlib import Path
+from typing import Iterable, Iterator
 
 import torch
 
-BLOCK = (128, 128)
+from rlrun.config.memory import FP8_BLOCK, FP8_QUANT_CONFIG, is_fp8_hf_config
+
+BLOCK = (FP8_BLOCK, FP8_BLOCK)
 E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
 SCALE_SUFFIX = "_scale_inv"  # "<name>.weight" -> "<name>.weight_scale_inv"
 
@@ -68,3 +75,79 @@ def quantize_named(named, block: tuple[int, int] = BLOCK):
             yield name + SCALE_SUFFIX, scale
         else:
             yield name, t
+
+
+def quantize_bucket(bucket: list) -> list:
+    """One bucket of a sync as the FP8 engine loads it (quantize_named): on the bucket's device (the trainer's GPU),
+    so the push sends 1 B/param plus the scales. Never larger than the bucket it came from: an [N, K] weight of 2 B
+    becomes N K + 4 ceil(N/128) ceil(K/128) bytes <= 2 N K whenever N K >= 4, so the transport's bucket_bytes
+    bound still holds."""
+    return list(quantize_named(bucket))
+
+
+# ---- the engines' initial weights: an FP8 HF dir ---------------------------------------------------------------
+
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+def is_fp8_dir(path: str | Path) -> bool:
+    """Whether `path` (an HF dir) is already a block-wise 128 x 128 FP8 checkpoint (served as it is)."""
+    f = Path(path) / "config.json"
+    return f.is_file() and is_fp8_hf_config(json.loads(f.read_text()))
+
+
+def _shard(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """A safetensors file's tensors, read one at a time (the file is memory-mapped, nothing else is held)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        for name in f.keys():
+            yield name, f.get_tensor(name)
+
+
+def write_fp8_dir(src: str | Path, out: str | Path) -> str:
+    """The FP8 HF dir the engines start from with rollout.fp8: `src`'s linear weights quantized block-wise
+    (quantize_named: `<name>.weight` float8_e4m3fn + `<name>.weight_scale_inv` float32), every other tensor as it is,
+    config.json with FP8_QUANT_CONFIG, the other files (tokenizer, generation config) copied. Streamed shard by
+    shard: at most one output shard is in host memory. out == src converts the dir in place (each shard replaced
+    once written: the random init the runner has just written). Returns str(out)."""
+    src, out = Path(src), Path(out)
+    shards = sorted(src.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no *.safetensors in {src}: an FP8 copy needs the bf16 HF weights")
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    weight_map: dict[str, str] = {}
+    for shard in shards:
+        part = dict(quantize_named(_shard(shard)))
+        tmp = out / (shard.name + ".tmp")
+        save_file(part, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, out / shard.name)
+        weight_map.update({name: shard.name for name in part})
+        del part
+    for f in src.iterdir():  # tokenizer, generation config, ...; the weights' own files are written here
+        if f.is_file() and f.suffix != ".safetensors" and f.name not in ("config.json", WEIGHTS_INDEX) \
+                and not f.name.endswith(".tmp") and (out / f.name).resolve() != f.resolve():
+            shutil.copy2(f, out / f.name)
+    hf = json.loads((src / "config.json").read_text())
+    hf["quantization_config"] = dict(FP8_QUANT_CONFIG)
+    (out / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+    if len(shards) > 1 or (src / WEIGHTS_INDEX).is_file():
+        total = sum((out / s.name).stat().st_size for s in shards)
+        (out / WEIGHTS_INDEX).write_text(json.dumps({"metadata": {"total_size": total},
+                                                     "weight_map": dict(sorted(weight_map.items()))}, indent=2))
+    return str(out)
+
+
+def fp8_named(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The dequantized view of an FP8 state (weights * their block scales, float32), others as they are: what an
+    FP8 engine computes with, for comparisons."""
+    named = dict(named)
+    out = {}
+    for name, t in named.items():
+        if name.endswith(SCALE_SUFFIX):
+            continue
+        scale = named.get(name + SCALE_SUFFIX)
+        out[name] = dequantize_blockwise(t, scale) if scale is not None else t
+    return out
