@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 from rlrun.config.errors import Problem
 from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
+from rlrun.config.memory import engine_weight_bytes, is_fp8_hf_config
 from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic, use_reward_model
 from rlrun.config.params import count_params
 from rlrun.config.plan import make_plan
@@ -516,6 +517,28 @@ def disk(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
                       f"{each // params} B) need {_gib(count * each)}, but {near} has {_gib(free)} free",
                       f"{keep}save less often (checkpoint.save_interval; {fits} checkpoint(s) fit), or point "
                       f"{key} at a bigger disk", blamed[1])
+
+
+@check
+def fp8_engine_init(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """rollout.fp8 with a bf16 checkpoint.hf: the runner writes its FP8 copy for the engines into the run dir
+    (rlrun.runner.write_engine_init_dir; engine_weight_bytes(fp8=True): about half the bf16 weights), one shard at a
+    time. A random init is converted in place (one shard's worth of extra space) and an FP8 checkpoint.hf is used
+    as it is."""
+    hf = cfg.checkpoint.hf
+    if not cfg.rollout.fp8 or not hf or not Path(hf).expanduser().is_dir() \
+            or is_fp8_hf_config(read_hf_config(str(Path(hf).expanduser()))):
+        return
+    near = _existing_parent(Path(cfg.run.output_dir).expanduser())
+    if not near.is_dir():
+        return  # reported by outputs()
+    need = int(engine_weight_bytes(cfg.model, count_params(cfg.model), fp8=True))
+    free = shutil.disk_usage(near).free
+    if need > free:
+        yield Problem("run.output_dir", f"rollout.fp8: the engines' FP8 copy of {hf} (~{_gib(need)}) is written under "
+                      f"the run dir, but {near} has {_gib(free)} free", "point run.output_dir at a bigger disk, or "
+                      "set checkpoint.hf to an FP8 checkpoint (config.json quantization_config quant_method fp8, "
+                      "weight_block_size [128, 128]: used as it is)", cfg.run.output_dir)
 
 
 def _gib(n: int) -> str:
