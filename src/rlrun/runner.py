@@ -42,15 +42,14 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
     """An HF dir the engines start from: checkpoint.hf itself, or the random init the trainer
     builds too (same seed), with the tokenizer's special-token ids in its config. With rollout.fp8 the engines
     start from block-wise FP8 weights (rlrun.rollout.fp8.write_fp8_dir), so that every push of FP8 weights and
-    their scales lands in parameters of that dtype and shape: checkpoint.hf as it is when it is FP8 already, else
-    its FP8 copy beside `out` (ENGINE_INIT_FP8_DIR), or the random init converted in place."""
+    their scales lands in parameters of that dtype and shape: checkpoint.hf's FP8 copy beside `out`
+    (ENGINE_INIT_FP8_DIR), or the random init converted in place. (checkpoint.hf itself is bf16: the trainer
+    reads it, and the preflight refuses a quantized one, rlrun.launch.preflight.quantized_checkpoint.)"""
     if cfg.checkpoint.hf:
         if not cfg.rollout.fp8:
             return cfg.checkpoint.hf
-        from rlrun.rollout.fp8 import is_fp8_dir, write_fp8_dir
+        from rlrun.rollout.fp8 import write_fp8_dir
 
-        if is_fp8_dir(cfg.checkpoint.hf):
-            return cfg.checkpoint.hf
         return write_fp8_dir(cfg.checkpoint.hf, Path(out).parent / ENGINE_INIT_FP8_DIR)
     from transformers.utils import logging as hf_logging
 

@@ -200,7 +200,8 @@ def test_the_fp8_dir_writer_streams_a_bf16_checkpoint_into_the_form_sglang_loads
 
 def test_the_random_init_is_converted_in_place_for_the_engines(tmp_path):
     """rlrun.runner.write_engine_init_dir with rollout.fp8 and no checkpoint.hf: the random init the trainer builds
-    too (same seed), written and converted in place; an FP8 checkpoint.hf is used as it is."""
+    too (same seed), written and converted in place; with a bf16 checkpoint.hf: its FP8 copy beside it in the run
+    dir (engine_init_fp8), the checkpoint itself untouched (the trainer reads it)."""
     from safetensors import safe_open
 
     from rlrun.data.toy import build_toy_tokenizer
@@ -219,8 +220,13 @@ def test_the_random_init_is_converted_in_place_for_the_engines(tmp_path):
     assert q.dtype == torch.float8_e4m3fn and scale.shape == (2, 2)  # [256, 256]: blocks 2 x 2
     w = ref[name].float()
     assert ((dequantize_blockwise(q, scale) - w).abs() <= _bound(w, scale)).all()
-    fp8_hf = _fp8_cfg(f"checkpoint.hf={out}")
-    assert write_engine_init_dir(fp8_hf, build_toy_tokenizer(), tmp_path / "unused") == out
+    src = tmp_path / "bf16"
+    build_causal_lm(cfg.model, None, 0, dtype=torch.bfloat16).save_pretrained(src)
+    before = {p.name: p.read_bytes() for p in src.iterdir()}
+    run_dir = tmp_path / "run"
+    copy = write_engine_init_dir(_fp8_cfg(f"checkpoint.hf={src}"), build_toy_tokenizer(), run_dir / "engine_init")
+    assert copy == str(run_dir / "engine_init_fp8") and is_fp8_dir(copy) and not is_fp8_dir(src)
+    assert {p.name: p.read_bytes() for p in src.iterdir()} == before
 
 
 def test_the_fp8_push_quantizes_each_bucket_and_fingerprints_what_was_sent():
@@ -279,7 +285,8 @@ def test_the_fp8_push_quantizes_each_bucket_and_fingerprints_what_was_sent():
 
 def test_the_preflight_finds_room_for_the_fp8_copy_of_a_bf16_checkpoint(tmp_path, monkeypatch):
     """rollout.fp8 with a bf16 checkpoint.hf: its FP8 copy (engine_weight_bytes(fp8=True)) must fit under
-    run.output_dir; an FP8 checkpoint.hf needs none (used as it is)."""
+    run.output_dir. A quantized checkpoint.hf is refused whatever rollout.fp8 says: the trainer reads it (megatron's
+    HF load would take its FP8 values without their scales)."""
     from rlrun.config.memory import engine_weight_bytes
     from rlrun.config.params import count_params
     from rlrun.data.toy import build_toy_tokenizer
@@ -299,6 +306,10 @@ def test_the_preflight_finds_room_for_the_fp8_copy_of_a_bf16_checkpoint(tmp_path
     assert [p.path for p in problems] == ["run.output_dir"] and "FP8 copy" in problems[0].message
     free["free"] = need
     assert list(pf.fp8_engine_init(cfg, None)) == []
-    free["free"] = 0
+    assert list(pf.quantized_checkpoint(cfg, None)) == []
     fp8_dir = write_fp8_dir(src, tmp_path / "fp8")
-    assert list(pf.fp8_engine_init(_fp8_cfg(f"checkpoint.hf={fp8_dir}", f"run.output_dir={tmp_path}"), None)) == []
+    for fp8 in ("true", "false"):
+        quantized = _fp8_cfg(f"checkpoint.hf={fp8_dir}", f"rollout.fp8={fp8}")
+        problems = list(pf.quantized_checkpoint(quantized, None))
+        assert [p.path for p in problems] == ["checkpoint.hf"] and "quant_method='fp8'" in problems[0].message
+        assert list(pf.fp8_engine_init(quantized, None)) == []  # reported once, by quantized_checkpoint

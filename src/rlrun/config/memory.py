@@ -430,9 +430,3 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
 FP8_QUANT_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                     "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
 
-
-def is_fp8_hf_config(hf: dict | None) -> bool:
-    """Whether an HF config.json (a dict) describes the block-wise FP8 checkpoint rollout.fp8 serves as it is."""
-    q = (hf or {}).get("quantization_config") or {}
-    return q.get("quant_method") == "fp8" and list(q.get("weight_block_size") or ()) == [FP8_BLOCK, FP8_BLOCK] \
-        and q.get("activation_scheme", "dynamic") == "dynamic"

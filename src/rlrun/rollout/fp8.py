@@ -21,11 +21,11 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import torch
 
-from rlrun.config.memory import FP8_BLOCK, FP8_QUANT_CONFIG, is_fp8_hf_config
+from rlrun.config.memory import FP8_BLOCK, FP8_QUANT_CONFIG
 
 BLOCK = (FP8_BLOCK, FP8_BLOCK)
 E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
@@ -43,11 +43,12 @@ def quantize_blockwise(w: torch.Tensor, block: tuple[int, int] = BLOCK) -> tuple
     n, k = w.shape
     rows, cols = -(-n // bn), -(-k // bk)
     padded = torch.zeros(rows * bn, cols * bk, dtype=torch.float32, device=w.device)
-    padded[:n, :k] = w.float()
+    padded[:n, :k].copy_(w)  # cast while copying: no float32 temporary besides `padded`
     blocks = padded.view(rows, bn, cols, bk)
     amax = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12)  # an all-zero block: any scale works
     scale = amax / E4M3_MAX
-    q = (blocks / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    # in place: one float32 copy of the weight at a time (a sync quantizes on the trainer's GPU, beside its state)
+    q = blocks.div_(scale[:, None, :, None]).clamp_(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q.view(rows * bn, cols * bk)[:n, :k].contiguous(), scale
 
 
@@ -91,9 +92,12 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
 def is_fp8_dir(path: str | Path) -> bool:
-    """Whether `path` (an HF dir) is already a block-wise 128 x 128 FP8 checkpoint (served as it is)."""
+    """Whether `path` (an HF dir) is a block-wise 128 x 128 FP8 checkpoint with dynamic activation scales, the form
+    write_fp8_dir writes and SGLang's Fp8Config reads."""
     f = Path(path) / "config.json"
-    return f.is_file() and is_fp8_hf_config(json.loads(f.read_text()))
+    q = (json.loads(f.read_text()).get("quantization_config") or {}) if f.is_file() else {}
+    return q.get("quant_method") == "fp8" and list(q.get("weight_block_size") or ()) == list(BLOCK) \
+        and q.get("activation_scheme", "dynamic") == "dynamic"
 
 
 def _shard(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
@@ -139,15 +143,3 @@ def write_fp8_dir(src: str | Path, out: str | Path) -> str:
                                                      "weight_map": dict(sorted(weight_map.items()))}, indent=2))
     return str(out)
 
-
-def fp8_named(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The dequantized view of an FP8 state (weights * their block scales, float32), others as they are: what an
-    FP8 engine computes with, for comparisons."""
-    named = dict(named)
-    out = {}
-    for name, t in named.items():
-        if name.endswith(SCALE_SUFFIX):
-            continue
-        scale = named.get(name + SCALE_SUFFIX)
-        out[name] = dequantize_blockwise(t, scale) if scale is not None else t
-    return out
