@@ -80,6 +80,17 @@ def test_sglang_serves_the_fp8_dir_and_takes_quantized_pushes(tmp_path):
     m0 = _save(cfg, 0, tmp_path / "m0")  # bf16, as the trainer holds it
     fp8_dir = write_fp8_dir(tmp_path / "m0", tmp_path / "m0_fp8")
     assert is_fp8_dir(fp8_dir)
+    # the dir (quantized on the CPU) and the push (on the GPU) hold the same bytes: step 2 compares like with like
+    from safetensors.torch import load_file
+
+    from rlrun.rollout.fp8 import quantize_blockwise, quantizes
+
+    written = load_file(f"{fp8_dir}/model.safetensors")
+    for name, w in m0.state_dict().items():
+        if quantizes(name, w):
+            q, scale = quantize_blockwise(w)
+            assert torch.equal(q.view(torch.uint8).cpu(), written[name].view(torch.uint8)), name
+            assert torch.equal(scale.cpu(), written[name + "_scale_inv"]), name
     torch.cuda.empty_cache()
     engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp_path, model_path=fp8_dir)
     engine.start(timeout_s=420)
