@@ -26,6 +26,9 @@
 #   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
 #              (ASYNC_ROLLOUTS, default 150, and ASYNC_EXTRA, e.g. rollout.max_staleness=1, for async2 only)
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
+#   fp8        issue 36: tests/gpu/test_sglang_fp8.py: SGLang on rlrun's FP8 dir, the quantizing push, log-probs vs
+#              transformers bf16 (the mismatch FP8 adds)                                     ~120 s
+#   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b), bf16 then --fp8: tokens/s of both   ~2 x 200 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
 #              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
@@ -127,6 +130,13 @@ for item in $ITEMS; do
             summary copy-hf ;;
     throughput) run throughput 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --new 256 --repeat 3
                 grep -E '^\{' "$OUT/throughput.log" | tee -a "$RES" ;;
+    fp8) run fp8 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_fp8.py
+         grep -E '^SGLANG|passed|failed' "$OUT/fp8.log" | tee -a "$RES" ;;
+    fp8bench) for f in "" --fp8; do
+           run "fp8bench${f:+_fp8}" 280 python3 bench/sglang_throughput.py --model "${FP8_MODEL:-qwen3-4b}" --prompts 64 \
+             --new 256 --repeat 3 $f
+           grep -E '^\{' "$OUT/fp8bench${f:+_fp8}.log" | tee -a "$RES"
+         done ;;
     gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu
          tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
     steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-1.7b qwen3-4b}; do

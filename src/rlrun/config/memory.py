@@ -425,3 +425,9 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
              + "more GPUs or TP/PP/EP, train.offload / rollout.offload when colocated, train.recompute, a smaller "
              "train.max_tokens_per_gpu or rollout.mem_fraction_static" + lean_state_hint(cfg, mem)
              + "; `rlrun plan` shows the breakdown; checks.memory_fit=warn runs it anyway", mem.peak), sure)
+
+# config.json's quantization_config of a block-wise FP8 HF checkpoint (Qwen3-*-FP8, DeepSeek-V3; what SGLang's
+# Fp8Config reads: FP8 weights, dynamic activation scales, one scale per 128 x 128 block); rlrun.rollout.fp8 writes it
+FP8_QUANT_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                    "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+

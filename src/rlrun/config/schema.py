@@ -93,6 +93,7 @@ class HardwareSection(Section):
     memory_gib: PosFloat
     peak_bf16_tflops: PosFloat
     fp8: bool                                 # FP8 (e4m3) matrix units: engines may serve FP8 weights (rollout.fp8)
+    fp8_push: bool                            # a sync's e4m3fn weights + float32 128x128 scales are what SGLang holds
     env: dict[str, Union[str, int, float, bool]]  # stringified below: `+hardware.env.X=1` parses as an int
     defaults: HardwareDefaults
 

@@ -327,9 +327,11 @@ class Fingerprint:
 
     def add(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
         for name, t in named:
-            dtype = self.dtype if self.dtype is not None and t.is_floating_point() else t.dtype
-            self._rows.append((name, dtype_name(dtype), tuple(t.shape)))
-            self._sums.append(_tensor_sums(t, self.dtype))
+            # FP8 weights (rollout.fp8) are held by the engine as sent: never cast, or the fingerprint would not be
+            # that of what was sent
+            cast = self.dtype is not None and t.is_floating_point() and t.element_size() > 1
+            self._rows.append((name, dtype_name(self.dtype if cast else t.dtype), tuple(t.shape)))
+            self._sums.append(_tensor_sums(t, self.dtype if cast else None))
 
     def hexdigest(self) -> str:
         by_device: dict[torch.device, list[int]] = {}
