@@ -94,7 +94,7 @@ def distillation(cfg: RunConfig) -> Iterator[Problem]:
         yield from _unserved(d, "the teacher is the external server at algo.distill.url")
     elif LOSS_TYPES[a.loss_type].needs_rollout:
         yield from served_problems(cfg, "algo.distill.served", d.served, "prompt_logprobs", "answer prompt "
-                                   "log-probs (SGLang's logprob_start_len / input_token_logprobs)", "teacher")
+                                   "log-probs (the engine API's logprob_start_len / input_token_logprobs)", "teacher")
     if d.coef == 0:
         yield Problem("algo.distill.coef", "is 0: the teacher would run and change nothing",
                       "set algo.distill.coef > 0 (slime's default 1.0), or algo.distill.teacher=null", d.coef)

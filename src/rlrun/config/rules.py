@@ -456,7 +456,7 @@ def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("rollout.fp8", f"hardware={hw.name} has no FP8 matrix units (hardware.fp8 is false)",
                       f"{off}, or run on hardware with FP8 (h100, h200)", True)
     elif not hw.fp8_push:
-        yield Problem("rollout.fp8", f"on hardware={hw.name} SGLang re-encodes FP8 weights as it loads them "
+        yield Problem("rollout.fp8", f"on hardware={hw.name} the FP8 engines re-encode FP8 weights as they load them "
                       "(e4m3fnuz on ROCm, UE8M0 scales with DeepGEMM on Blackwell) and rlrun's push sends e4m3fn "
                       "with float32 scales, so pushed weights would be read in the wrong format (hardware.fp8_push "
                       "is false)", f"{off}, or run on Hopper (h100, h200)", True)
@@ -474,8 +474,8 @@ def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
     fam = FAMILIES[m.family]
     if m.moe is not None or m.mla is not None:
         yield Problem("rollout.fp8", f"model={m.name} is a {'MoE' if m.moe is not None else 'MLA'} model: the FP8 "
-                      "push of its expert (or latent attention) weights is not verified against SGLang (dense models "
-                      "are: tests/gpu/test_sglang_fp8.py)", off, True)
+                      "push of its expert (or latent attention) weights is not verified on an FP8 engine (dense models "
+                      "are: the FP8 push's GPU test, docs/rollout.md)", off, True)
     elif not fam.fp8_names:
         yield Problem("rollout.fp8", f"model.family={m.family} names fused linear layers in its HF checkpoint "
                       "(qkv_proj / gate_up_proj) that the quantize step (rlrun.rollout.fp8) does not cover: they "

@@ -198,7 +198,7 @@ def teacher_url(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
         socket.create_connection((parts.hostname, port), timeout=5).close()
     except OSError as e:
         yield Problem("algo.distill.url", f"the teacher server {parts.hostname}:{port} does not answer ({e})",
-                      "start the teacher server first (slime's script launches sglang.launch_server before "
+                      "start the teacher server first (slime's script launches its teacher's server before "
                       "train.py), or let rlrun serve it: algo.distill.teacher=<HF dir>, algo.distill.url=null", url)
 
 
