@@ -10,6 +10,8 @@ same work is sent two ways, alternately, --repeat times each:
            router, with return_logprob (what a rollout asks for)
 Every request generates exactly --new tokens (ignore_eos, T=1). Prints one JSON line per way: median
 tokens/s and rlrun / sglang. Random-init weights of the model's shape, the toy tokenizer (vocab 64).
+--fp8: the engine serves the block-wise FP8 dir rollout.fp8 writes (rlrun.runner.write_engine_init_dir), for an
+FP8-vs-bf16 comparison of the same model (run it twice, with and without; tools/device/sglang.sh ITEMS=fp8).
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--new", type=int, default=256)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--fp8", action="store_true", help="serve block-wise FP8 weights (rollout.fp8)")
     p.add_argument("--sglang", nargs="*", default=["attention_backend=triton", "sampling_backend=pytorch",
                                                    "cuda_graph_backend_decode=full", "cuda_graph_max_bs_decode=64",
                                                    "cuda_graph_backend_prefill=disabled"])
@@ -78,7 +81,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sglbench"))
     cfg = load(["hardware=h100", f"model={a.model}", "model.vocab_size=64", "checkpoint.random_init=true", "rollout.engine=sglang",
                 "train.gpus_per_node=1", "rollout.offload=false", "rollout.mem_fraction_static=0.5",
-                f"run.output_dir={tmp}", *[f"+rollout.sglang.{kv}" for kv in a.sglang]])
+                f"rollout.fp8={str(a.fp8).lower()}", f"run.output_dir={tmp}",
+                *[f"+rollout.sglang.{kv}" for kv in a.sglang]])
     model_dir = _engine_dir(cfg, tmp / "model")
     engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp, model_path=model_dir)
     t0 = time.perf_counter()
@@ -99,7 +103,7 @@ def main() -> None:
                 runs[way].append(toks / dt)
         med = {way: statistics.median(v) for way, v in runs.items()}
         for way, v in runs.items():
-            print(json.dumps({"way": way, "model": a.model, "prompts": a.prompts, "new_tokens": a.new,
+            print(json.dumps({"way": way, "model": a.model, "fp8": a.fp8, "prompts": a.prompts, "new_tokens": a.new,
                               "tokens_per_s": [round(x) for x in v], "median": round(med[way])}))
         print(json.dumps({"rlrun_over_sglang": round(med["rlrun"] / med["sglang"], 3)}))
     finally:

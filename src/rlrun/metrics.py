@@ -273,11 +273,22 @@ BOARD = PhaseBoard()  # the run's one board: the loops' Timer and the rollout si
 
 
 class Timer:
-    """Wall time per phase of one loop step: `with t("train"): ...`, then t.metrics(tokens)."""
+    """Wall time per phase of one loop step: `with t("train"): ...`, then t.metrics(tokens). Inside a phase,
+    `with t.part("offload/release"): ...` times one piece of it (metric offload/release_s, not a phase: the
+    phases still sum to the step)."""
 
     def __init__(self):
         self._start = time.perf_counter()
         self.seconds: dict[str, float] = {}
+        self.parts: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def part(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.parts[name] = self.parts.get(name, 0.0) + time.perf_counter() - t0
 
     @contextlib.contextmanager
     def __call__(self, phase: str):
@@ -292,6 +303,7 @@ class Timer:
     def metrics(self, tokens: dict[str, int]) -> dict[str, float]:
         """time/<phase>_s, time/step_s, and perf/<phase>_tokens_per_s for phases with a token count."""
         out = {f"time/{k}_s": v for k, v in self.seconds.items()}
+        out.update({f"{k}_s": v for k, v in self.parts.items()})
         out["time/step_s"] = time.perf_counter() - self._start
         for phase, n in tokens.items():
             if self.seconds.get(phase):

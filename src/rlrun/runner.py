@@ -1,7 +1,7 @@
 """Build everything a run needs from (RunConfig, Plan, run dir), run the loop, tear it all down.
 
     Ray cluster (embedded or joined) -> resource check -> placement group -> trainer ranks
-    -> engine init dir -> engines (Ray actors) -> sglang-router -> reward engines and their router (reward.model)
+    -> engine init dir -> engines (Ray actors) -> the router -> reward engines and their router (reward.model)
     -> the parts (rlrun.parts)
     -> the loop of train.async_train (rlrun.loops: sync | async) -> plot
 
@@ -35,11 +35,22 @@ from rlrun.parts.weight_sync import WEIGHT_SYNC_DIR, WeightSync, WeightSyncError
 ENGINE_INIT_DIR = "engine_init"
 
 
+ENGINE_INIT_FP8_DIR = "engine_init_fp8"  # rollout.fp8 with a bf16 checkpoint.hf: its FP8 copy
+
+
 def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
     """An HF dir the engines start from: checkpoint.hf itself, or the random init the trainer
-    builds too (same seed), with the tokenizer's special-token ids in its config."""
+    builds too (same seed), with the tokenizer's special-token ids in its config. With rollout.fp8 the engines
+    start from block-wise FP8 weights (rlrun.rollout.fp8.write_fp8_dir), so that every push of FP8 weights and
+    their scales lands in parameters of that dtype and shape: checkpoint.hf's FP8 copy beside `out`
+    (ENGINE_INIT_FP8_DIR), or the random init converted in place. (checkpoint.hf itself is bf16: the trainer
+    reads it, and the preflight refuses a quantized one, rlrun.launch.preflight.quantized_checkpoint.)"""
     if cfg.checkpoint.hf:
-        return cfg.checkpoint.hf
+        if not cfg.rollout.fp8:
+            return cfg.checkpoint.hf
+        from rlrun.rollout.fp8 import write_fp8_dir
+
+        return write_fp8_dir(cfg.checkpoint.hf, Path(out).parent / ENGINE_INIT_FP8_DIR)
     from transformers.utils import logging as hf_logging
 
     from rlrun.train.hf_model import build_causal_lm
@@ -50,6 +61,10 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
         setattr(model.config, name, getattr(tokenizer, name))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if cfg.rollout.fp8:
+        from rlrun.rollout.fp8 import write_fp8_dir
+
+        write_fp8_dir(out, out)
     return str(out)
 
 

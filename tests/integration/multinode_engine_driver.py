@@ -21,7 +21,7 @@ from rlrun.rollout.engines.sglang.engine import start as start_sglang_engines
 from rlrun.launch.env import actor_env
 from rlrun.launch.placement import Placement
 from rlrun.rollout.engines.group import EngineGroup
-from rlrun.rollout.routers.sglang_router.router import Router
+from rlrun.rollout.engines.sglang.router.router import Router
 from rlrun.rollout.tiny_model import save_tiny_model
 
 STANDIN = (sys.executable, str(Path(__file__).with_name("sglang_node_standin.py")))

@@ -17,7 +17,7 @@ from rlrun.rollout.client import RolloutClient, Sampling
 from rlrun.rollout.handle import ClientHandle, PolicyVersion
 from rlrun.rollout.hf_engine import HFEngine
 from rlrun.rollout.hf_server import ThreadedServer
-from rlrun.rollout.routers.sglang_router.router import Router
+from rlrun.rollout.engines.sglang.router.router import Router
 from rlrun.rollout.tiny_model import build_model
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit"))

@@ -26,7 +26,7 @@ from rlrun.rollout.engines.group import HFEngineProcess
 from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.engines.protocol import RolloutEngine
 from rlrun.rollout.routers.protocol import RolloutRouter
-from rlrun.rollout.routers.sglang_router.router import Router
+from rlrun.rollout.engines.sglang.router.router import Router
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

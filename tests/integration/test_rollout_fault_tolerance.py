@@ -115,7 +115,7 @@ class _InProcessEngine(HTTPEngine):
 
 def test_a_restart_that_fails_is_retried_with_backoff(tmp_path):
     from rlrun.rollout.engines.group import EngineGroup
-    from rlrun.rollout.routers.sglang_router.router import Router
+    from rlrun.rollout.engines.sglang.router.router import Router
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     attempts = []
@@ -145,7 +145,7 @@ def test_a_restart_that_fails_is_retried_with_backoff(tmp_path):
 def test_an_engine_that_keeps_failing_is_given_up_after_max_restarts(tmp_path):
     """rollout.max_engine_restarts=2: the third failure calls on_fatal, naming the engine (its node)."""
     from rlrun.rollout.engines.group import EngineGroup
-    from rlrun.rollout.routers.sglang_router.router import Router
+    from rlrun.rollout.engines.sglang.router.router import Router
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     fatal = []
@@ -181,7 +181,7 @@ def test_a_slow_restart_does_not_hold_up_weight_pushes(tmp_path):
     import threading
 
     from rlrun.rollout.engines.group import EngineGroup
-    from rlrun.rollout.routers.sglang_router.router import Router
+    from rlrun.rollout.engines.sglang.router.router import Router
 
     model_dir = save_tiny_model(tmp_path / "tiny")
     started, release = threading.Event(), threading.Event()

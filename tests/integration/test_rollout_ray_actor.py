@@ -6,7 +6,7 @@ import requests
 ray = pytest.importorskip("ray")
 
 from rlrun.rollout.hf_engine import hf_engine_actor_class  # noqa: E402
-from rlrun.rollout.routers.sglang_router.router import Router  # noqa: E402
+from rlrun.rollout.engines.sglang.router.router import Router  # noqa: E402
 from rlrun.rollout.tiny_model import save_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.slow

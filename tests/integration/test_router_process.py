@@ -11,7 +11,7 @@ import requests
 
 from rlrun.rollout.hf_engine import HFEngine
 from rlrun.rollout.hf_server import ThreadedServer
-from rlrun.rollout.routers.sglang_router.router import Router
+from rlrun.rollout.engines.sglang.router.router import Router
 from rlrun.rollout.tiny_model import save_tiny_model
 
 
@@ -82,7 +82,7 @@ def test_a_port_taken_before_the_router_binds_it_is_retried_then_reported(engine
     handed out here on purpose (a listening socket), first the router's, then the prometheus one."""
     import socket
 
-    import rlrun.rollout.routers.sglang_router.router as router_mod
+    import rlrun.rollout.engines.sglang.router.router as router_mod
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -107,7 +107,7 @@ def test_router_dies_with_its_parent(tmp_path, sig):
     script = textwrap.dedent(f"""
         import signal, sys, time
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))  # what the runner installs
-        from rlrun.rollout.routers.sglang_router.router import Router
+        from rlrun.rollout.engines.sglang.router.router import Router
         r = Router(log_dir={str(tmp_path)!r}).start()
         print(r.process.pid, flush=True)
         time.sleep(120)

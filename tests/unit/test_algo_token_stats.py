@@ -104,6 +104,19 @@ def test_linear_logp_entropy_matches_autograd_through_the_logits(use):
     torch.testing.assert_close(w1.grad, w2.grad, atol=1e-5, rtol=1e-5)
 
 
+def test_linear_logp_entropy_frozen_weight_gets_no_grad_and_the_same_hidden_grad():
+    """A frozen output layer (model.lora without it in modules_to_save): no weight gradient is computed, the
+    hidden states' gradient is the one a trainable weight gives."""
+    x, w, t, a, b = _linear_case(seed=3)
+    x1, x2, w2 = x.clone().requires_grad_(), x.clone().requires_grad_(), w.clone().requires_grad_()
+    lp1, h1 = token_stats.linear_logp_entropy(x1, w, t, rows=3)
+    lp2, h2 = token_stats.linear_logp_entropy(x2, w2, t, rows=3)
+    ((lp1 * a).sum() + (h1 * b).sum()).backward()
+    ((lp2 * a).sum() + (h2 * b).sum()).backward()
+    assert w.grad is None and w2.grad is not None
+    torch.testing.assert_close(x1.grad, x2.grad, atol=0, rtol=0)
+
+
 def test_linear_logp_entropy_without_grad_keeps_nothing():
     x, w, t, _, _ = _linear_case(seed=1)
     with torch.no_grad():

@@ -24,12 +24,13 @@ def test_every_registered_path_resolves():
 
 def test_the_built_in_kinds_come_from_their_plugin_modules():
     # found, not listed: every module of rlrun.rollout.transports, the spec.py of every rlrun.rollout.engines and
-    # rlrun.rollout.routers package
+    # rlrun.rollout.routers package; the sglang_router kind is SGLang's, registered by the SGLang package's spec.py
     assert ENGINES.names() == ("hf", "sglang") and TRANSPORTS.names() == ("disk", "distributed", "tensor")
     assert ROUTERS.names() == ("sglang_router",)
-    assert plugin_modules()[:6] == ["rlrun.rollout.transports.disk", "rlrun.rollout.transports.nccl",
+    assert ROUTERS["sglang_router"].factory == "rlrun.rollout.engines.sglang.router.router:Router"
+    assert plugin_modules()[:5] == ["rlrun.rollout.transports.disk", "rlrun.rollout.transports.nccl",
                                     "rlrun.rollout.transports.tensor", "rlrun.rollout.engines.hf.spec",
-                                    "rlrun.rollout.engines.sglang.spec", "rlrun.rollout.routers.sglang_router.spec"]
+                                    "rlrun.rollout.engines.sglang.spec"]
     assert ENGINES["sglang"].args_key == "sglang" and ENGINES["sglang"].start.startswith("rlrun.rollout.engines.sglang.")
     assert len(RULES) > 30  # config's rule modules and rlrun.agent.rules, all through PLUGINS
 

@@ -19,7 +19,7 @@ def _lint(src: Path) -> subprocess.CompletedProcess:
 def test_the_layers_contract_is_kept():
     r = _lint(ROOT / "src")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 6 kept, 0 broken." in r.stdout
+    assert "Contracts: 5 kept, 0 broken." in r.stdout
 
 
 def _lint_with(tmp_path: Path, module: str, imported: str) -> subprocess.CompletedProcess:
@@ -39,9 +39,16 @@ def test_the_fleet_naming_an_engine_kind_breaks_the_rollout_contract(tmp_path):
 
 def test_the_fleet_naming_a_router_kind_breaks_the_router_contract(tmp_path):
     """EngineGroup importing the sglang_router kind's launcher (not the RolloutRouter protocol) is reported."""
-    r = _lint_with(tmp_path, "rollout/engines/group.py", "rlrun.rollout.routers.sglang_router.router")
+    r = _lint_with(tmp_path, "rollout/engines/group.py", "rlrun.rollout.engines.sglang.router.router")
     assert r.returncode == 1 and \
-        "rlrun.rollout.engines.group -> rlrun.rollout.routers.sglang_router.router" in r.stdout, r.stdout + r.stderr
+        "rlrun.rollout.engines.group -> rlrun.rollout.engines.sglang.router.router" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_router_protocol_naming_a_router_kind_breaks_the_router_contract(tmp_path):
+    """run_router building the sglang_router kind directly (not through its RouterKind's factory) is reported."""
+    r = _lint_with(tmp_path, "rollout/routers/protocol.py", "rlrun.rollout.engines.sglang.router.router")
+    assert r.returncode == 1 and "no router kind named outside its package BROKEN" in r.stdout and \
+        "rlrun.rollout.routers.protocol -> rlrun.rollout.engines.sglang.router.router" in r.stdout, r.stdout + r.stderr
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path):

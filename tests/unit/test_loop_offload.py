@@ -133,6 +133,11 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
     assert set(group.versions().values()) == {"7"} and _released(group) == []
     assert _generate(group).status_code == 200
     assert t.seconds["offload"] > 0 and t.seconds["weight_sync"] > 0
+    # each call of the offload phase timed on its own, inside the phase: the parts sum to at most the phase
+    assert set(t.parts) == {f"offload/{p}" for p in ("pause", "drain", "release", "trainer", "resume", "continue")}
+    assert all(v > 0 for v in t.parts.values()) and sum(t.parts.values()) <= t.seconds["offload"]
+    m = t.metrics({})
+    assert m["offload/resume_s"] == t.parts["offload/resume"] and "time/offload/resume_s" not in m
     assert r.weights.synced[0] == 7 and r.weights.last_metrics["perf/weight_sync_gb_per_s"] > 0
     assert r.weights.versions.version == 7  # the rollout side's requests are attributed to it from now
 

@@ -6,9 +6,10 @@ import pytest
 
 from rlrun.config import load
 from rlrun.config.capability import memory_fits
-from rlrun.config.memory import ENGINE_OVERHEAD_GIB, ESTIMATE_ERROR, trainer_offload
+from rlrun.config.memory import ENGINE_OVERHEAD_GIB, ESTIMATE_ERROR, engine_fraction, trainer_offload
 from rlrun.config.plan import make_plan
 from rlrun.config.render import summary_lines
+from rlrun.interop.slime_export import export_config
 
 ONE_H100 = ["hardware=h100", "hardware.gpus_per_node=1", "model=qwen3-0.6b", "data=toy",
             "checkpoint.random_init=true", "rollout.rollout_batch_size=16", "rollout.n_samples_per_prompt=8",
@@ -33,7 +34,7 @@ def test_auto_keeps_the_trainer_resident_when_both_fit_and_the_engines_release_o
 
 
 def test_auto_offloads_when_they_do_not_fit_and_names_the_pool_that_would():
-    plan = make_plan(load([*ONE_H100]))  # mem_fraction_static 0.7: 55.7 GiB of pool beside the trainer
+    plan = make_plan(load([*ONE_H100, "rollout.mem_fraction_static=0.7"]))  # 55.7 GiB of pool beside the trainer
     assert plan.offload_train
     m = plan.memory
     assert m["peak"] == pytest.approx(max(m["trainer_total"], m["engine_total"]) + m["trainer_overhead"])
@@ -42,7 +43,7 @@ def test_auto_offloads_when_they_do_not_fit_and_names_the_pool_that_would():
     assert f"would exceed the 79.6 GiB of a GPU; rollout.mem_fraction_static={frac:g} would keep it resident" \
         in plan.offload_why
     assert _offload_line(plan).startswith("offload: trainer offloaded (pinned host memory, async copies), engines "
-                                          "release weights + KV cache for training (auto: resident, trainer ")
+                                          "release weights + KV cache for training (auto: offloaded, resident trainer ")
     # the hint is right: that pool keeps it resident, one step more does not
     assert not make_plan(load([*ONE_H100, f"rollout.mem_fraction_static={frac}"])).offload_train
     assert make_plan(load([*ONE_H100, f"rollout.mem_fraction_static={frac + 0.02:.2f}"])).offload_train
@@ -71,9 +72,44 @@ def test_not_colocated_the_trainer_stays():
 
 
 def test_slime_export_writes_the_decision():
-    from rlrun.interop.slime_export import export_config
-
     resident = export_config([*ONE_H100, "rollout.mem_fraction_static=0.5"])
     assert "--no-offload-train" in resident
-    offloaded = export_config(ONE_H100)  # slime's colocated default is --offload-train: nothing to write
+    offloaded = export_config([*ONE_H100, "rollout.mem_fraction_static=0.7"])  # slime's colocated default is --offload-train: nothing to write
     assert "--no-offload-train" not in offloaded
+
+
+def test_auto_pool_shrinks_to_keep_the_trainer_resident_while_it_holds_a_whole_rollout():
+    """rollout.mem_fraction_static null: the hardware default (0.7) would push the trainer out, so the plan takes the
+    largest pool that keeps it resident (the hint of the forced-0.7 plan), and that pool's KV cache still holds every
+    sample of the rollout at full length: 16 x 8 samples of (toy max_prompt_len + 256) tokens."""
+    cfg = load(ONE_H100)
+    forced = make_plan(load([*ONE_H100, "rollout.mem_fraction_static=0.7"]))
+    hint = float(forced.offload_why.rsplit("rollout.mem_fraction_static=", 1)[1].split()[0])
+    fraction, why = engine_fraction(cfg)
+    assert fraction == hint < 0.7
+    plan = make_plan(cfg)
+    assert not plan.offload_train and plan.engine_fraction == fraction
+    need = 16 * 8 * (cfg.data.max_prompt_len + 256)
+    assert plan.memory["kv_tokens"] >= need and f"at full length ({need:,})" in why
+    assert plan.memory["engine_total"] == pytest.approx(fraction * 79.6 + ENGINE_OVERHEAD_GIB)
+    assert f"engine pool {fraction:g} of a GPU (auto: {fraction:g}" in next(
+        line for line in summary_lines(plan) if line.startswith("rollout:"))
+    assert f"--sglang-mem-fraction-static {fraction:g}" in export_config(ONE_H100)  # slime gets the number
+
+
+def test_auto_pool_keeps_the_default_when_the_smaller_pool_would_starve_the_rollout():
+    # 64 x 16 samples of up to 8192 + 8192 tokens: far more KV than a pool that leaves room for the trainer
+    big = [*ONE_H100, "rollout.rollout_batch_size=64", "rollout.n_samples_per_prompt=16",
+           "rollout.max_response_len=8192"]
+    fraction, why = engine_fraction(load(big))
+    assert fraction == 0.7 and "would keep the trainer resident but hold" in why
+    assert make_plan(load(big)).offload_train
+
+
+def test_auto_pool_is_the_default_where_nothing_is_gained_and_a_set_pool_is_kept():
+    apart = load(["hardware=h100", "model=qwen3-0.6b", "train.colocate=false", "train.gpus_per_node=4",
+                  "rollout.num_gpus=4"])
+    assert engine_fraction(apart) == (0.7, "auto: hardware.defaults.mem_fraction_static (h100)")
+    assert engine_fraction(load([*ONE_H100, "train.offload=true"]))[0] == 0.7  # the user chose to offload
+    assert engine_fraction(load([*ONE_H100, "rollout.mem_fraction_static=0.45"])) == \
+        (0.45, "set: rollout.mem_fraction_static")

@@ -59,7 +59,8 @@ def test_new_kinds_validate_and_plan_from_their_specs(toy_kinds):
     plan = make_plan(cfg)
     # static pool: mem_fraction_static of the device + the engine overhead, as for sglang
     from rlrun.config.memory import ENGINE_OVERHEAD_GIB
-    assert plan.memory["engine_total"] == pytest.approx(cfg.rollout.mem_fraction_static * cfg.hardware.memory_gib
+    from rlrun.config.memory import engine_fraction
+    assert plan.memory["engine_total"] == pytest.approx(engine_fraction(cfg)[0] * cfg.hardware.memory_gib
                                                         + ENGINE_OVERHEAD_GIB)
     assert any("critic" in n for n in plan.memory["notes"])  # the critic doubles the trainer's state
 

@@ -142,9 +142,10 @@ def test_each_node_of_an_engine_over_two_nodes_gets_its_node_rank_and_node_0s_ad
     """An engine of 16 GPUs on nodes of 8: two `sglang.launch_server` processes, one per node, both TP 16 with the
     same seed, each on its node's GPUs 0-7 (--base-gpu-id 0), told the node count, its rank and node 0's
     host:port (slime's _compute_server_args gives the same nnodes / node_rank / dist_init_addr). Expected argv by
-    hand: h100 defaults mem_fraction_static 0.7 and offload on (--enable-memory-saver), qwen3-0.6b's context 40960."""
+    hand: mem_fraction_static 0.7 (set: the auto pool is tests/unit/test_offload_decision.py's) and offload on
+    (--enable-memory-saver), qwen3-0.6b's context 40960."""
     cfg = load(["hardware=h100", "model=qwen3-0.6b", "checkpoint.hf=/ckpt/qwen3-0.6b", "train.num_nodes=2",
-                "cluster.num_nodes=2", "rollout.gpus_per_engine=16"])
+                "cluster.num_nodes=2", "rollout.gpus_per_engine=16", "rollout.mem_fraction_static=0.7"])
     common = ["--model-path", "/ckpt/qwen3-0.6b", "--host", "127.0.0.1"]
     tail = ["--tp-size", "16", "--base-gpu-id", "0", "--mem-fraction-static", "0.7", "--context-length", "40960",
             "--random-seed", "1234", "--nnodes", "2"]

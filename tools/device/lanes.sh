@@ -5,6 +5,7 @@
 #
 #   source tools/device/stage.sh && LANE_A="py:test_megatron_backend.py,..." LANE_B="async2" bash tools/device/lanes.sh
 #
+# LANE_GPUS_A / LANE_GPUS_B override the GPUs of each lane (on a two-GPU machine: LANE_GPUS_A=0 LANE_GPUS_B=1).
 # WHOLE=1: the py: items of both lanes must name every tests/gpu/test_*.py file (the whole suite on two-GPU views;
 # a file in no lane is listed in results.md). LANE_LIMIT (s, default 570) bounds each lane.
 set -u
@@ -20,7 +21,7 @@ lane() {  # lane NAME GPUS MASTER_PORT ITEMS
     timeout -k 10 "${LANE_LIMIT:-570}" bash tools/device/sglang.sh > "$OUT/lane$1.out" 2>&1
   echo "lane $1 (GPUs $2) rc=$?" >> "$OUT/results.md"
 }
-[ -n "${LANE_A:-}" ] && lane A 0,1 29533 "$LANE_A" &
-[ -n "${LANE_B:-}" ] && lane B 2,3 29733 "$LANE_B" &
+[ -n "${LANE_A:-}" ] && lane A "${LANE_GPUS_A:-0,1}" 29533 "$LANE_A" &
+[ -n "${LANE_B:-}" ] && lane B "${LANE_GPUS_B:-2,3}" 29733 "$LANE_B" &
 wait
 for l in A B; do [ -f "$OUT/lane$l/results.md" ] && { echo "## lane $l"; cat "$OUT/lane$l/results.md"; }; done | tee -a "$OUT/results.md"

@@ -16,11 +16,19 @@
 #   learn      `rlrun experiment=copy-grpo-h100`: Megatron + SGLang colocated, 150 GRPO steps on the
 #              3-digit copy task; the reward curve and per-phase times                       ~300 s
 #   hfstep     the same job, 6 rollouts, with rollout.engine=hf (per-phase times to compare)   ~120 s
+#   lora       `rlrun experiment=copy-grpo-lora-h100`: learn's job with a rank-8 LoRA adapter in the Megatron
+#              trainer (merged weights pushed to SGLang); the reward curve to compare with learn's  ~300 s
+#   distill    issue 35: a copy-task teacher SFT-trained with the torch backend (HF dir), then copy-grpo-h100's random-init
+#              student distilled from it through Megatron + SGLang (SFT_STEPS 60, DISTILL_ROLLOUTS 60)        ~300 s
+#   loratest   tests/gpu/test_megatron_lora.py: the megatron backend's LoRA against the base model and peft  ~90 s
 #   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
 #   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
 #   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
 #              (ASYNC_ROLLOUTS, default 150, and ASYNC_EXTRA, e.g. rollout.max_staleness=1, for async2 only)
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
+#   fp8        issue 36: tests/gpu/test_sglang_fp8.py: SGLang on rlrun's FP8 dir, the quantizing push, log-probs vs
+#              transformers bf16 (the mismatch FP8 adds)                                     ~120 s
+#   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b), bf16 then --fp8: tokens/s of both   ~2 x 200 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
 #              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
@@ -37,7 +45,8 @@
 #   peer_reward  the same bench's time to a 10-rollout mean reward of 0.8 on the copy task (experiment=copy-grpo-h100)
 #              for both, up to PEER_MAX_STEPS rollouts each (default 150)                            ~400 s
 #              (the two items together pass the 10-minute limit of a call: one call each)
-# LEARN_EXTRA / STEPS_EXTRA / PEER_EXTRA add overrides.
+# LEARN_EXTRA / STEPS_EXTRA / PEER_EXTRA add overrides; STEPS_HW names the hardware profile of the steps item (h100;
+# h200 on the lent H200s, whose 141 GiB the h100 profile does not know).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/runs
@@ -99,11 +108,35 @@ for item in $ITEMS; do
     learn) run learn 560 "${RLRUN[@]}" experiment=copy-grpo-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary copy-grpo-h100
            tail -c 3000 "$OUT/learn.log" | grep -i -E "error|traceback" && tail -40 "$OUT/learn.log" ;;
+    lora) run lora 560 "${RLRUN[@]}" experiment=copy-grpo-lora-h100 "${KIT_FAST[@]}" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+          summary copy-grpo-lora-h100
+          tail -c 3000 "$OUT/lora.log" | grep -i -E "error|traceback" && tail -40 "$OUT/lora.log" ;;
+    distill)  # issue 35: on-policy distillation through Megatron + SGLang. The teacher: the tiny model SFT-trained on the
+              # copy task (torch backend, which writes an HF dir); the student: copy-grpo-h100's random-init model learning
+              # from the teacher's per-token log-probs alone (reward=replace: rewards scored and logged, not trained on)
+      run distill_sft 240 "${RLRUN[@]}" experiment=tiny-sft-cpu hardware=h100 train.gpus_per_node=1 train.backend=torch \
+        data.toy_task=copy data.rm_type=char_match rollout.num_rollout="${SFT_STEPS:-60}" run.name=distill-teacher \
+        run.output_dir=/tmp/runs logging.wandb.mode=disabled
+      teacher=$(ls -d /tmp/runs/distill-teacher/*/checkpoints/iter_*/trainer/model 2>/dev/null | tail -1)
+      [ -n "$teacher" ] || { echo "distill: no teacher checkpoint" | tee -a "$RES"; continue; }
+      run distill 420 "${RLRUN[@]}" experiment=copy-grpo-h100 algo.distill.teacher="$teacher" algo.distill.reward=replace \
+        algo.normalize_advantages=true rollout.num_rollout="${DISTILL_ROLLOUTS:-60}" "${KIT_FAST[@]}" \
+        run.name=distill-student run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+      summary distill-student ;;
+    loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_lora.py
+              grep -E "^LORA|passed|failed" "$OUT/loratest.log" | tee -a "$RES" ;;
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
               rollout.num_rollout=6 run.name=copy-hf run.output_dir=/tmp/runs
             summary copy-hf ;;
     throughput) run throughput 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --new 256 --repeat 3
                 grep -E '^\{' "$OUT/throughput.log" | tee -a "$RES" ;;
+    fp8) run fp8 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_fp8.py
+         grep -E '^SGLANG|passed|failed' "$OUT/fp8.log" | tee -a "$RES" ;;
+    fp8bench) for f in "" --fp8; do
+           run "fp8bench${f:+_fp8}" 280 python3 bench/sglang_throughput.py --model "${FP8_MODEL:-qwen3-4b}" --prompts 64 \
+             --new 256 --repeat 3 $f
+           grep -E '^\{' "$OUT/fp8bench${f:+_fp8}.log" | tee -a "$RES"
+         done ;;
     gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu
          tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
     steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-1.7b qwen3-4b}; do
@@ -115,7 +148,7 @@ for item in $ITEMS; do
                qwen3-4b) batch="rollout.rollout_batch_size=16 rollout.n_samples_per_prompt=4 rollout.max_response_len=256" ;;
                *) batch="rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 rollout.max_response_len=512" ;;
              esac
-             run "steps_$shape" 300 "${RLRUN[@]}" hardware=h100 model=$shape model.vocab_size=64 data=toy \
+             run "steps_$shape" 300 "${RLRUN[@]}" hardware="${STEPS_HW:-h100}" model=$shape model.vocab_size=64 data=toy \
                checkpoint.random_init=true parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
                rollout.num_rollout=4 $batch rollout.mem_fraction_static=0.4 \
                "${KIT[@]}" \

@@ -175,7 +175,9 @@ class _LinearLogpEntropy(torch.autograd.Function):
         hidden, weight, local, mine, lse, h = ctx.saved_tensors
         rows = ctx.rows
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+        # a frozen output layer (model.lora without it in modules_to_save) takes no weight gradient
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
+            if ctx.needs_input_grad[1] else None
         fused = token_kernels.available(hidden)
         for i in range(0, hidden.shape[0], rows):
             hc, sl = hidden[i:i + rows], slice(i, i + rows)
@@ -186,8 +188,9 @@ class _LinearLogpEntropy(torch.autograd.Function):
                 lp = _chunk_logits(hc, weight).sub_(lse[sl, None])  # log p, rebuilt
                 g = _grad_from_logp_(lp, h[sl], gl, gh, local[sl], mine[sl]).to(hidden.dtype)
             grad_hidden[sl] = g @ weight
-            _accumulate_wgrad(grad_weight, g, hc)
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
+            if grad_weight is not None:
+                _accumulate_wgrad(grad_weight, g, hc)
+        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None, None
 
 
 def linear_logp_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,

@@ -32,7 +32,8 @@ from typing import Any
 from rlrun.config import cache
 from rlrun.config.compose import CONF_DIR
 from rlrun.config.kinds import BACKENDS, ENGINES, auto_transport, use_critic
-from rlrun.config.memory import GiB, Memory, _attention_widths, estimate, kv_bytes_per_token, trainer_offload
+from rlrun.config.memory import (GiB, Memory, _attention_widths, engine_fraction, estimate, kv_bytes_per_token,
+                                  trainer_offload)
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size
@@ -324,12 +325,12 @@ def kv_warnings(cfg: RunConfig, gen: dict) -> list[str]:
     kv, want = gen["kv_tokens"], gen["concurrency_wanted"]
     fix = ("a larger rollout.mem_fraction_static, more engines (rollout.num_gpus) or a lower rollout.max_concurrency")
     if gen["concurrency"] < want:
-        return [f"KV cache: each engine holds {kv:,} tokens at mem_fraction_static {r.mem_fraction_static} = "
+        return [f"KV cache: each engine holds {kv:,} tokens at mem_fraction_static {engine_fraction(cfg)[0]:g} = "
                 f"{gen['kv_sequences']} sequences of mean length, the batch asks for {want} at once: requests will "
                 f"queue (generation runs {want / max(gen['concurrency'], 1):.1f}x longer than with room); {fix}"]
     if gen["full_length_tokens"] > kv:
         return [f"KV cache: {want} concurrent sequences at full length (prompt + rollout.max_response_len) need "
-                f"{gen['full_length_tokens']:,.0f} tokens, an engine holds {kv:,}: SGLang will retract (re-queue) "
+                f"{gen['full_length_tokens']:,.0f} tokens, an engine holds {kv:,}: the engine will retract (re-queue) "
                 f"requests when long responses fill it; {fix}"]
     return []
 

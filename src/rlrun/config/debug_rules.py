@@ -24,5 +24,5 @@ def profiling(cfg: RunConfig) -> Iterator[Problem]:
                       "for rollouts to overlap with)", "set train.async_train=false", d.rollout_only)
     if d.rollout_only and d.profile_steps and not d.profile_engines:
         yield Problem("debug.profile_steps", "profiles the trainer, which debug.rollout_only=true never runs",
-                      "add debug.profile_engines=true (SGLang engines) or drop debug.rollout_only",
+                      "add debug.profile_engines=true (engines that have a profiler) or drop debug.rollout_only",
                       list(d.profile_steps))

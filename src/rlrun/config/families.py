@@ -30,6 +30,10 @@ class Family:
     # the rope flavour megatron-core must use to match the HF implementation (rlrun.train.megatron.model);
     # None: not built by the megatron backend
     interleaved_rope: bool | None = None
+    # its HF checkpoint names the linear layers q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj one by
+    # one: the names rlrun.rollout.fp8 quantizes for rollout.fp8 (a family with fused qkv_proj / gate_up_proj names,
+    # phi3 and glm4's MLP, would be pushed in bf16 into the engine's FP8 parameters)
+    fp8_names: bool = False
 
     @property
     def hf_arch(self) -> str:
@@ -43,18 +47,18 @@ class Family:
 BOTH = ("torch", "megatron")
 FAMILIES: dict[str, Family] = {
     "qwen3": Family("qwen3", BOTH, {"qk_layernorm": True, "post_norms": False}, hf_config="Qwen3Config",
-                    interleaved_rope=False),
+                    interleaved_rope=False, fp8_names=True),
     "qwen3_moe": Family("qwen3_moe", BOTH, {"qk_layernorm": True, "post_norms": False}, moe=True,
-                        hf_config="Qwen3MoeConfig", interleaved_rope=False),
+                        hf_config="Qwen3MoeConfig", interleaved_rope=False, fp8_names=True),
     "llama": Family("llama", BOTH, {"qk_layernorm": False, "post_norms": False}, hf_config="LlamaConfig",
-                    interleaved_rope=False),
+                    interleaved_rope=False, fp8_names=True),
     "glm4": Family("glm4", BOTH, {"qk_layernorm": False, "post_norms": True}, hf_config="Glm4Config",
                    interleaved_rope=True),
     # Qwen2 / Qwen2.5: the llama layout with a bias on q/k/v (no attention_bias key in config.json)
     "qwen2": Family("qwen2", BOTH, {"qk_layernorm": False, "add_qkv_bias": True, "post_norms": False},
-                    hf_config="Qwen2Config", interleaved_rope=False),
+                    hf_config="Qwen2Config", interleaved_rope=False, fp8_names=True),
     "mistral": Family("mistral", BOTH, {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False},
-                      hf_config="MistralConfig", interleaved_rope=False),
+                      hf_config="MistralConfig", interleaved_rope=False, fp8_names=True),
     # Phi-3 stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); rlrun's megatron mapping reads the
     # split llama names, so only the torch backend (transformers' Phi3ForCausalLM) builds it
     "phi3": Family("phi3", ("torch",), {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False},

@@ -257,10 +257,11 @@ ENGINES: Kinds[EngineKind] = Kinds("rollout.engine")
 
 @dataclass(frozen=True)
 class RouterKind:
-    """A router kind (rollout.router.kind): the process in front of the engines. One package
-    rlrun.rollout.routers.<kind>/ whose pure spec.py registers this and whose launcher is a RolloutRouter
-    (rlrun.rollout.routers.protocol); the runner builds the run's router through it, the fleet registers the
-    engines with it."""
+    """A router kind (rollout.router.kind): the process in front of the engines. One package whose pure spec.py
+    registers this and whose launcher is a RolloutRouter (rlrun.rollout.routers.protocol): rlrun.rollout.routers.<kind>/
+    (found by discovery), or inside the package of the project it comes from (sglang_router: SGLang's router,
+    rlrun.rollout.engines.sglang.router/, registered by that package's spec.py); the runner builds the run's router
+    through it, the fleet registers the engines with it."""
     name: str
     policies: tuple[str, ...]                # rollout.router.policy values it offers
     # "module:function"(*, policy, log_dir, host=, port=, request_timeout_s=, **options) -> a RolloutRouter, not
@@ -300,6 +301,8 @@ class BackendKind:
     families: tuple[str, ...] = ()
     teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
     lora: bool = False                       # trains a LoRA adapter (model.lora.rank > 0)
+    # "module:function"(cfg) -> Problems: what its LoRA cannot do with this config (rlrun validate); empty: nothing
+    lora_check: str = ""
     # Python modules it imports where it runs, each with how to install it (the preflight finds them for an
     # embedded Ray: rlrun.launch.preflight.embedded_ray)
     requires: tuple[tuple[str, str], ...] = ()
@@ -327,6 +330,7 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               state_dtypes=("fp32", "bf16"), bf16_grads=True, cuda_graphs=True,
                               sliding_window=False, checkpoint_bytes={"fp32": 14, "bf16": 10},
                               memory="sharded", activations_calibrated=True, teacher=True,
+                              lora=True, lora_check="rlrun.train.megatron.lora_rules:check",
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
                               # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)

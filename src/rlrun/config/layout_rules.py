@@ -138,7 +138,7 @@ def gpus_and_nodes(cfg: RunConfig) -> Iterator[Problem]:
         if g % hw.gpus_per_node:
             yield Problem("rollout.gpus_per_engine", f"an engine of {g} GPUs is wider than a {hw.name} node of "
                           f"{hw.gpus_per_node} GPUs but not a whole number of nodes: an engine spanning nodes runs "
-                          f"one SGLang process per node, each on the same number of GPUs",
+                          f"one engine process per node, each on the same number of GPUs",
                           f"set rollout.gpus_per_engine <= {hw.gpus_per_node} or to a multiple of it "
                           f"({hw.gpus_per_node * (g // hw.gpus_per_node)} or {hw.gpus_per_node * (g // hw.gpus_per_node + 1)})",
                           g)

@@ -251,7 +251,52 @@ def estimate(cfg: RunConfig) -> Memory:
     return _estimate(cfg, trainer_offload(cfg)[0])
 
 
-def _estimate(cfg: RunConfig, offload_train: bool) -> Memory:
+def engine_fraction(cfg: RunConfig) -> tuple[float, str]:
+    """(the share of a GPU a static-pool engine reserves for weights + KV cache, why): rollout.mem_fraction_static
+    when set; null (auto) = hardware.defaults.mem_fraction_static, except for a colocated run whose trainer would be
+    offloaded (train.offload auto) only because the engine's pool is larger than the rollout needs: then the largest
+    fraction that keeps the trainer resident, provided its KV cache still holds every sample of a rollout at full
+    length (a prompt as long as data.max_prompt_len, else as the response) on each engine. The rollout then never
+    queues or retracts for lack of KV, and the trainer never leaves the GPU (the engines release only their KV
+    cache around training): the offload phase shrinks to the engine's release and resume."""
+    r, t, hw = cfg.rollout, cfg.train, cfg.hardware
+    if r.mem_fraction_static is not None:
+        return r.mem_fraction_static, "set: rollout.mem_fraction_static"
+    base = hw.defaults.mem_fraction_static
+    why = f"auto: hardware.defaults.mem_fraction_static ({hw.name})"
+    reward = cfg.reward.model
+    if not (t.colocate and t.offload is None and hw.vendor != "cpu" and ENGINES[r.engine].memory == "static_pool") \
+            or (reward.checkpoint is not None and reward.colocate):  # a judge on the same GPUs: its share is its own
+        return base, why
+    mem = _estimate(cfg, False, base)
+    if mem.peak * (1 + ESTIMATE_ERROR) <= mem.available:
+        return base, why + ", the trainer stays resident beside it"
+    frac = _resident_fraction(mem)
+    if frac is None or frac >= base:
+        return base, why
+    per_engine = ceil(r.over_sampling_batch_size * r.n_samples_per_prompt / max(r.num_engines, 1))
+    tokens = per_engine * ((cfg.data.max_prompt_len or r.max_response_len) + r.max_response_len)
+    small = _estimate(cfg, False, frac)
+    if small.kv_tokens < tokens:
+        return base, (f"{why}: a pool of {frac:g} would keep the trainer resident but hold {small.kv_tokens:,} KV tokens "
+                      f"of the {tokens:,} a rollout's {per_engine} samples per engine need at full length")
+    return frac, (f"auto: {frac:g} (of hardware.defaults.mem_fraction_static {base:g}): the largest pool that keeps the "
+                  f"trainer resident; its {small.kv_tokens:,} KV tokens hold a rollout's {per_engine} samples per engine "
+                  f"at full length ({tokens:,})")
+
+
+def _resident_fraction(mem: Memory) -> float | None:
+    """The largest static-pool fraction (rounded down to 0.01) at which a resident trainer and its engine fit on a
+    GPU with the estimate's error to spare, or None when no pool larger than the engine's weights does."""
+    frac = (mem.available / (1 + ESTIMATE_ERROR) - ENGINE_OVERHEAD_GIB - mem.trainer_overhead
+            - mem.trainer_total) / mem.available
+    frac = int(frac * 100) / 100
+    fits = mem.peak - mem.engine_total + frac * mem.available + ENGINE_OVERHEAD_GIB \
+        <= mem.available / (1 + ESTIMATE_ERROR)
+    return frac if frac * mem.available > mem.engine_weights and fits else None
+
+
+def _estimate(cfg: RunConfig, offload_train: bool, fraction: float | None = None) -> Memory:
     pc = count_params(cfg.model)
     t, r, hw = cfg.train, cfg.rollout, cfg.hardware
     # A sequence is max prompt + response; without a prompt-length filter only the response is known.
@@ -284,7 +329,7 @@ def _estimate(cfg: RunConfig, offload_train: bool) -> Memory:
     kv_tok = kv_bytes_per_token(cfg)
     engine_weights = engine_weight_bytes(cfg.model, pc, r.fp8) / r.gpus_per_engine / GiB
     if ENGINES[r.engine].memory == "static_pool":
-        pool = r.mem_fraction_static * hw.memory_gib
+        pool = (engine_fraction(cfg)[0] if fraction is None else fraction) * hw.memory_gib
         kv = max(pool - engine_weights, 0.0)
         engine_total = pool + ENGINE_OVERHEAD_GIB
     else:  # the hf engine allocates KV for the sequences it runs, no static pool
@@ -336,15 +381,9 @@ def trainer_offload(cfg: RunConfig) -> tuple[bool, str]:
             f"(+{ESTIMATE_ERROR:.1%} estimate error)")
     if mem.peak * (1 + ESTIMATE_ERROR) <= mem.available:
         return False, f"auto: resident, {both}, within the {mem.available:.1f} GiB of a GPU"
-    hint = ""
-    if ENGINES[r.engine].memory == "static_pool":  # the engine's pool is the knob: the largest that keeps it resident
-        frac = (mem.available / (1 + ESTIMATE_ERROR) - ENGINE_OVERHEAD_GIB - mem.trainer_overhead
-                - mem.trainer_total) / mem.available
-        frac = int(frac * 100) / 100  # rounded down
-        if frac * mem.available > mem.engine_weights and mem.peak - mem.engine_total + frac * mem.available \
-                + ENGINE_OVERHEAD_GIB <= mem.available / (1 + ESTIMATE_ERROR):
-            hint = f"; rollout.mem_fraction_static={frac:g} would keep it resident"
-    return True, f"auto: resident, {both}, would exceed the {mem.available:.1f} GiB of a GPU{hint}"
+    frac = _resident_fraction(mem) if ENGINES[r.engine].memory == "static_pool" else None
+    hint = f"; rollout.mem_fraction_static={frac:g} would keep it resident" if frac is not None else ""
+    return True, f"auto: offloaded, resident {both} would exceed the {mem.available:.1f} GiB of a GPU{hint}"
 
 
 def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
@@ -372,7 +411,7 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
     sure = (calibrated and trainer > mem.available * (1 + ESTIMATE_ERROR)) or \
         trainer - mem.trainer_activations > mem.available or resident
     phase = "trainer" if trainer >= mem.engine_total else "engine"
-    caveat = "" if sure else (" (with the engine's share: SGLang sizes its KV pool from the memory free at its start)"
+    caveat = "" if sure else (" (with the engine's share: a static-pool engine sizes its KV pool from the memory free at its start)"
                               if trainer <= mem.available else f" ({cfg.train.backend} backend: its activation "
                               "estimate is not calibrated)" if not calibrated else
                               f" (within the estimate's {ESTIMATE_ERROR:.1%} error)")
@@ -385,3 +424,9 @@ def overflow(cfg: RunConfig) -> tuple[tuple[str, str, float], bool] | None:
              + "more GPUs or TP/PP/EP, train.offload / rollout.offload when colocated, train.recompute, a smaller "
              "train.max_tokens_per_gpu or rollout.mem_fraction_static" + lean_state_hint(cfg, mem)
              + "; `rlrun plan` shows the breakdown; checks.memory_fit=warn runs it anyway", mem.peak), sure)
+
+# config.json's quantization_config of a block-wise FP8 HF checkpoint (Qwen3-*-FP8, DeepSeek-V3; what SGLang's
+# Fp8Config reads: FP8 weights, dynamic activation scales, one scale per 128 x 128 block); rlrun.rollout.fp8 writes it
+FP8_QUANT_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                    "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+

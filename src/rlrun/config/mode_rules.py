@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, use_critic
+from rlrun.config.kinds import BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, resolve, use_critic
 from rlrun.config.params import lora_saved_modules, lora_saves, lora_shapes
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
@@ -96,6 +96,8 @@ def lora(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("model.lora.rank", f"the {cfg.train.backend} backend trains no LoRA adapter yet (the route is "
                       f"in docs/algorithms.md \"LoRA\"); {' and '.join(can)} does", f"set train.backend="
                       f"{' or '.join(can)}, or model.lora.rank=0", lo.rank)
+    elif BACKENDS[cfg.train.backend].lora_check:
+        yield from resolve(BACKENDS[cfg.train.backend].lora_check)(cfg)
     if not ENGINES[cfg.rollout.engine].lora and LOSS_TYPES[cfg.algo.loss_type].needs_rollout:
         can = [e for e, spec in ENGINES.items() if spec.lora]
         yield Problem("rollout.engine", f"a LoRA run's weight sync to {cfg.rollout.engine} engines is not built yet "

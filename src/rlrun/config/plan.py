@@ -11,7 +11,7 @@ from typing import Any, Literal
 from rlrun.config.cost import predict
 from rlrun.config.hfcheck import hf_note
 from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout, use_reward_model
-from rlrun.config.memory import estimate, lean_state_hint
+from rlrun.config.memory import engine_fraction, estimate, lean_state_hint
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, sample_tokens
@@ -85,6 +85,8 @@ class Plan:
     offload_why: str = ""      # why offload_train is what it is (train.offload forced, or auto from the estimate)
     reward_engines: int = 0    # reward.model's engines (placement role "reward"); 0 = none
     reward_gpus: int = 0       # the GPUs they take of their own (0 when colocated with the rollout engines)
+    engine_fraction: float = 0.0  # a static-pool engine's share of a GPU (rlrun.config.memory.engine_fraction)
+    engine_fraction_why: str = ""
 
     def engine_slots(self, engine: int, role: str = "engine") -> list[Slot]:
         return [s for s in self.placement if s.role == role and s.rank == engine]
@@ -243,6 +245,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
                      "(more GPUs, TP/PP/EP, offload, recompute or a smaller max_tokens_per_gpu help)"
                      + lean_state_hint(cfg, mem))
     cost = predict(cfg, weight_sync(cfg), mem=mem)
+    fraction = engine_fraction(cfg)
     notes += cost.get("warnings", [])
     return Plan(
         world_size=world, tp=p.tp, pp=p.pp, cp=p.cp, dp=dp, ep=p.ep, colocate=t.colocate,
@@ -255,6 +258,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         samples_per_dp_rank=per_rank, micro_batches_per_step=micro,
         dynamic_batching=t.use_dynamic_batch_size, num_rollout=r.num_rollout,
         total_steps=r.num_rollout * t.num_steps_per_rollout, total_samples=r.num_rollout * samples,
+        engine_fraction=fraction[0], engine_fraction_why=fraction[1] if ENGINES[r.engine].memory == "static_pool" and engines else "",
         offload_train=offload, offload_why=offload_why, offload_rollout=r.offload, weight_sync=weight_sync(cfg),
         weight_sync_bucket_mb=r.weight_sync_bucket_mb, env=actor_env_vars(cfg),
         placement=placement, ranks=rank_layout(cfg, dp), params_total=params.total,

@@ -9,6 +9,7 @@ from typing import Iterator
 
 from rlrun.config.errors import Problem
 from rlrun.config.kinds import ENGINES, REWARDS, needs_rollout
+from rlrun.config.memory import engine_fraction
 from rlrun.config.plan import engine_slots, reward_slots, trainer_slots
 from rlrun.config.registry import RULES
 from rlrun.config.schema import RunConfig
@@ -65,7 +66,7 @@ def reward_engines(cfg: RunConfig) -> Iterator[Problem]:
     kind = ENGINES[m.engine]
     if not kind.judge:
         can = [e for e, spec in ENGINES.items() if spec.judge]
-        yield Problem("reward.model.engine", f"the {m.engine} engine does not serve a judge (SGLang's "
+        yield Problem("reward.model.engine", f"the {m.engine} engine does not serve a judge (/generate's "
                       "token_ids_logprob and text generation)", f"set reward.model.engine={' or '.join(can)}", m.engine)
     if kind.needs_gpu and cfg.hardware.vendor == "cpu":
         cpu = [e for e, spec in ENGINES.items() if not spec.needs_gpu and spec.judge]
@@ -115,7 +116,7 @@ def _budget(cfg: RunConfig) -> Iterator[Problem]:
                           f"set reward.model.num_engines <= {have // m.gpus_per_engine}, or reward.model.colocate="
                           "false (GPUs of their own)", m.num_engines)
         if ENGINES[m.engine].memory == "static_pool":
-            rollout_share = r.mem_fraction_static if ENGINES[r.engine].memory == "static_pool" else 0.0
+            rollout_share = engine_fraction(cfg)[0] if ENGINES[r.engine].memory == "static_pool" else 0.0
             if rollout_share + m.mem_fraction_static > MAX_SHARED_FRACTION:
                 yield Problem("reward.model.mem_fraction_static", f"a colocated reward engine reserves "
                               f"{m.mem_fraction_static} of each GPU beside the rollout engine's {rollout_share} "

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from rlrun.config.derive import batch_fix
+from rlrun.config.families import FAMILIES
 from rlrun.config.errors import Problem, did_you_mean
 from rlrun.config.kinds import (BACKENDS, ENGINES, ESTIMATORS, LOSS_TYPES, REWARDS, TRANSPORTS, discover, resolve,
                                 use_critic)
@@ -242,7 +243,7 @@ def sampling(cfg: RunConfig) -> Iterator[Problem]:
     if k == 0 or k < -1:
         yield Problem("rollout.top_k", f"top_k must be -1 (off) or >= 1, got {k}", "set rollout.top_k=-1", k)
     m = cfg.rollout.mem_fraction_static
-    if not 0 < m < 1:
+    if m is not None and not 0 < m < 1:
         yield Problem("rollout.mem_fraction_static", f"must be in (0, 1), got {m}",
                       "set rollout.mem_fraction_static to 0.7 (colocated) or 0.8-0.9 (dedicated GPUs)", m)
 
@@ -418,7 +419,7 @@ def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
         return
     if not ENGINES[r.engine].routed_experts:
         yield Problem("rollout.routing_replay", f"rollout.engine={r.engine} does not return the routed experts of "
-                      "a request (SGLang's return_routed_experts)", f"use an engine that does "
+                      "a request (/generate's return_routed_experts)", f"use an engine that does "
                       f"({', '.join(n for n, e in ENGINES.items() if e.routed_experts)}) or "
                       "rollout.routing_replay=false", True)
     backend = BACKENDS[cfg.train.backend]
@@ -439,26 +440,46 @@ def routing_replay(cfg: RunConfig) -> Iterator[Problem]:
 
 @rule
 def fp8_rollout(cfg: RunConfig) -> Iterator[Problem]:
-    """rollout.fp8: the engines serve block-wise FP8 weights while the trainer keeps bf16. Refused on hardware
-    without FP8 units (hardware.fp8), on an engine kind that does not serve them (EngineKind.fp8: the hf engine,
-    CPU or GPU), and - until its GPU path is measured - everywhere else too: the weight sync does not yet push
-    through the quantize step (rlrun.rollout.fp8.quantize_named), so the engines would serve bf16 after the
-    first push while the key says FP8."""
-    r = cfg.rollout
+    """rollout.fp8: the engines serve block-wise FP8 weights while the trainer keeps bf16 (docs/rollout.md "FP8
+    weights for the rollout"): they start from an FP8 HF dir (rlrun.runner.write_engine_init_dir) and every push
+    quantizes each bucket on the trainer's GPU (rlrun.launch.train_group.push_state). Refused where that cannot
+    work: hardware without FP8 units (hardware.fp8) or where SGLang re-encodes loaded FP8 weights, which a push
+    does not (hardware.fp8_push); an engine kind that does not serve them (EngineKind.fp8: the hf engine); a file
+    transport (its safetensors file holds the trainer's bf16 weights); a family whose HF names the quantize step
+    does not cover (Family.fp8_names); MoE and MLA models (the FP8 expert push is not verified on the engine). The
+    engine kind's own rules add its limits (SGLang's: rlrun.rollout.engines.sglang.spec._sglang_fp8)."""
+    r, hw, m = cfg.rollout, cfg.hardware, cfg.model
     if not r.fp8:
         return
-    if not cfg.hardware.fp8:
-        yield Problem("rollout.fp8", f"hardware={cfg.hardware.name} has no FP8 matrix units (hardware.fp8 is false)",
-                      "set rollout.fp8=false, or run on hardware with FP8 (h100, h200, b200, mi300x and later)", True)
+    off = "set rollout.fp8=false"
+    if not hw.fp8:
+        yield Problem("rollout.fp8", f"hardware={hw.name} has no FP8 matrix units (hardware.fp8 is false)",
+                      f"{off}, or run on hardware with FP8 (h100, h200)", True)
+    elif not hw.fp8_push:
+        yield Problem("rollout.fp8", f"on hardware={hw.name} SGLang re-encodes FP8 weights as it loads them "
+                      "(e4m3fnuz on ROCm, UE8M0 scales with DeepGEMM on Blackwell) and rlrun's push sends e4m3fn "
+                      "with float32 scales, so pushed weights would be read in the wrong format (hardware.fp8_push "
+                      "is false)", f"{off}, or run on Hopper (h100, h200)", True)
     if not ENGINES[r.engine].fp8:
         fp8 = [n for n, e in ENGINES.items() if e.fp8]
         yield Problem("rollout.fp8", f"rollout.engine={r.engine} does not serve FP8 weights",
                       (f"use rollout.engine={' or '.join(fp8)} or " if fp8 else "use ") + "rollout.fp8=false", True)
-    if cfg.hardware.fp8 and ENGINES[r.engine].fp8:
-        yield Problem("rollout.fp8", "the weight sync does not push FP8 weights yet (the quantize step, "
-                      "rlrun.rollout.fp8, is built and tested on the CPU; its push to SGLang is not wired): the "
-                      "engines would serve the trainer's bf16 weights after the first sync", "set rollout.fp8=false "
-                      "(docs/rollout.md \"FP8 weights for the rollout\")", True)
+    transport = transport_of(cfg)
+    if TRANSPORTS[transport].file:
+        yield Problem("rollout.fp8", f"rollout.weight_sync={transport} writes the trainer's bf16 weights to a file "
+                      "that the engines load into their FP8 parameters; only a push from the trainer's memory "
+                      "quantizes on the way", f"{off}, or use a push transport "
+                      f"({', '.join(n for n, t in TRANSPORTS.items() if not t.file)}: one node, or engines on GPUs "
+                      "of their own)", True)
+    fam = FAMILIES[m.family]
+    if m.moe is not None or m.mla is not None:
+        yield Problem("rollout.fp8", f"model={m.name} is a {'MoE' if m.moe is not None else 'MLA'} model: the FP8 "
+                      "push of its expert (or latent attention) weights is not verified against SGLang (dense models "
+                      "are: tests/gpu/test_sglang_fp8.py)", off, True)
+    elif not fam.fp8_names:
+        yield Problem("rollout.fp8", f"model.family={m.family} names fused linear layers in its HF checkpoint "
+                      "(qkv_proj / gate_up_proj) that the quantize step (rlrun.rollout.fp8) does not cover: they "
+                      "would reach the engine's FP8 parameters in bf16", off, True)
 
 
 @rule

@@ -83,6 +83,7 @@ class HardwareDefaults(Section):
     offload_train: Optional[bool]                   # null = auto (rlrun.config.memory.trainer_offload)
     offload_rollout: bool
     gradient_accumulation_fusion: bool
+    mem_fraction_static: Annotated[float, Field(gt=0, lt=1)]  # a static-pool engine's share when rollout's is null
 
 
 class HardwareSection(Section):
@@ -92,6 +93,7 @@ class HardwareSection(Section):
     memory_gib: PosFloat
     peak_bf16_tflops: PosFloat
     fp8: bool                                 # FP8 (e4m3) matrix units: engines may serve FP8 weights (rollout.fp8)
+    fp8_push: bool                            # a sync's e4m3fn weights + float32 128x128 scales are what SGLang holds
     env: dict[str, Union[str, int, float, bool]]  # stringified below: `+hardware.env.X=1` parses as an int
     defaults: HardwareDefaults
 
@@ -239,7 +241,9 @@ class RolloutSection(Section):
     stop_token_ids: list[int]                 # token ids that end a response (SGLang's stop_token_ids)
     num_gpus: PosInt                          # derived: colocated -> trainer GPUs
     gpus_per_engine: PosInt
-    mem_fraction_static: float
+    # null = auto (rlrun.config.memory.engine_fraction: the hardware default, or the pool that keeps a colocated
+    # trainer resident while holding a whole rollout; the plan says which and why)
+    mem_fraction_static: Optional[Annotated[float, Field(gt=0, lt=1)]]
     context_length: PosInt                    # derived: null -> model.max_position_embeddings
     offload: bool                                   # derived from hardware.defaults.offload_rollout
     dynamic_sampling: Optional[Literal["nonzero_std"]]

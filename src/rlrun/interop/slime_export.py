@@ -98,10 +98,11 @@ def export_config(overrides: Sequence[str], config_dir: Any = None) -> str:
     """Compose + validate like `rlrun plan` does, then render. Raises rlrun.config.ConfigError."""
     from rlrun.config import load
 
-    from rlrun.config.memory import trainer_offload
+    from rlrun.config.memory import engine_fraction, trainer_offload
 
     cfg = load(list(overrides), config_dir)
     shown = " ".join(["rlrun export slime", *overrides]).strip()
     raw = cfg.model_dump(mode="python")
     raw["train"]["offload"] = trainer_offload(cfg)[0]  # slime has no auto: the plan's decision (--offload-train)
+    raw["rollout"]["mem_fraction_static"] = engine_fraction(cfg)[0]  # the same for --sglang-mem-fraction-static
     return render_script(raw, source=shown)

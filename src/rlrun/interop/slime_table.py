@@ -368,9 +368,11 @@ NO_FLAG: dict[str, str] = {
     "hardware.memory_gib": "used by rlrun's memory plan only",
     "hardware.peak_bf16_tflops": "used by rlrun's plan (MFU) only",
     "hardware.fp8": "a capability rlrun's rules read (rollout.fp8); slime has no flag",
+    "hardware.fp8_push": "a capability rlrun's rules read (rollout.fp8); slime has no flag",
     "hardware.defaults.offload_train": "exported as the resolved --offload-train",
     "hardware.defaults.offload_rollout": "exported as the resolved --offload-rollout",
     "hardware.defaults.gradient_accumulation_fusion": "exported as the resolved gradient-accumulation fusion",
+    "hardware.defaults.mem_fraction_static": "exported as the resolved --sglang-mem-fraction-static",
     "model.name": "slime identifies the model by its flags and --hf-checkpoint",
     "optim.critic_lr": "slime sets the critic's lr in a role=critic entry of --megatron-config-path",
     "train.backend": "slime trains with Megatron (rlrun's torch backend has no slime equivalent)",
@@ -397,7 +399,8 @@ NO_FLAG: dict[str, str] = {
     "debug.profile_steps": "slime profiles through --use-pytorch-profiler and --profile-step-start/end",
     "debug.profile_engines": "slime has no engine-profile flag",
     "rollout.fp8": "slime has no flag: its FP8 rollout is an FP8 --hf-checkpoint that SGLang loads (scripts/"
-    "low_precision/run-qwen3-4b-fp8.sh); rlrun refuses the key until its push is wired (docs/rollout.md)",
+    "low_precision/run-qwen3-4b-fp8.sh); rlrun writes the engines' FP8 dir itself and quantizes each sync "
+    "(docs/rollout.md)",
     "rollout.max_turns": "slime has no flag: a custom generate function keeps its own (examples/search-r1: "
     "SEARCH_R1_CONFIGS['max_turns']); rlrun passes it to slime-form functions as args.max_turns",
     "rollout.tool_timeout_s": "slime has no tool runner; its generate functions time their own tools",

@@ -1,6 +1,6 @@
 """`rlrun export kuberay`: a KubeRay RayJob (ray.io/v1) that creates a Ray cluster for the plan and runs the job.
 
-    head:    a CPU-only pod (Ray's driver, the sglang-router): no GPU work is scheduled on it
+    head:    a CPU-only pod (Ray's driver, the router): no GPU work is scheduled on it
     workers: one group of plan.num_nodes pods, each with hardware.gpus_per_node GPUs of the vendor's
              resource (nvidia.com/gpu or amd.com/gpu) and cluster.cpus_per_node / memory_per_node
     storage: the PVC cluster.kuberay.pvc mounted at cluster.kuberay.mount_path on every pod; the

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 from rlrun.config.errors import Problem
 from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
+from rlrun.config.memory import engine_weight_bytes
 from rlrun.config.kinds import BACKENDS, ENGINES, label_in_response, use_critic, use_reward_model
 from rlrun.config.params import count_params
 from rlrun.config.plan import make_plan
@@ -516,6 +517,45 @@ def disk(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
                       f"{each // params} B) need {_gib(count * each)}, but {near} has {_gib(free)} free",
                       f"{keep}save less often (checkpoint.save_interval; {fits} checkpoint(s) fit), or point "
                       f"{key} at a bigger disk", blamed[1])
+
+
+def _quantization(path: str) -> dict | None:
+    """config.json's quantization_config of a local HF dir (None: none, or not a local dir)."""
+    p = Path(path).expanduser()
+    return ((read_hf_config(str(p)) or {}).get("quantization_config") or None) if p.is_dir() else None
+
+
+@check
+def quantized_checkpoint(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """The trainer builds its bf16 (or fp32) model from checkpoint.hf; a quantized checkpoint (an FP8 one such as
+    Qwen3-4B-FP8) would reach it as FP8 values without their scales (megatron's HF load) or as quantized layers
+    (transformers), and rlrun has no low-precision training. rollout.fp8 needs the bf16 weights: rlrun writes the
+    engines' FP8 copy itself (rlrun.runner.write_engine_init_dir)."""
+    q = _quantization(cfg.checkpoint.hf) if cfg.checkpoint.hf else None
+    if q is not None:
+        yield Problem("checkpoint.hf", f"{cfg.checkpoint.hf} is a quantized checkpoint (config.json quantization_config "
+                      f"quant_method={q.get('quant_method')!r}), which the trainer cannot train from",
+                      "point checkpoint.hf at the model's bf16 weights (e.g. Qwen/Qwen3-4B, not Qwen/Qwen3-4B-FP8); "
+                      "for FP8 engines set rollout.fp8=true: rlrun writes their FP8 copy itself", cfg.checkpoint.hf)
+
+
+@check
+def fp8_engine_init(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
+    """rollout.fp8 with checkpoint.hf: the runner writes its FP8 copy for the engines into the run dir
+    (rlrun.runner.write_engine_init_dir; engine_weight_bytes(fp8=True): about half the bf16 weights), one shard at a
+    time. A random init is converted in place (one shard's worth of extra space)."""
+    hf = cfg.checkpoint.hf
+    if not cfg.rollout.fp8 or not hf or not Path(hf).expanduser().is_dir() or _quantization(hf) is not None:
+        return  # a quantized checkpoint.hf: quantized_checkpoint
+    near = _existing_parent(Path(cfg.run.output_dir).expanduser())
+    if not near.is_dir():
+        return  # reported by outputs()
+    need = int(engine_weight_bytes(cfg.model, count_params(cfg.model), fp8=True))
+    free = shutil.disk_usage(near).free
+    if need > free:
+        yield Problem("run.output_dir", f"rollout.fp8: the engines' FP8 copy of {hf} (~{_gib(need)}) is written under "
+                      f"the run dir, but {near} has {_gib(free)} free", "point run.output_dir at a bigger disk, or "
+                      "set rollout.fp8=false", cfg.run.output_dir)
 
 
 def _gib(n: int) -> str:

@@ -30,7 +30,7 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
                version: int | str, bucket_bytes: int, engine_dtype: str | None, device: torch.device,
                backend: str = "gloo", copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True,
                timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None, flush_cache: bool = True,
-               keep: dict | None = None, flattened: bool = False) -> dict:
+               keep: dict | None = None, flattened: bool = False, fp8: bool = False) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint. `state`: a dict, or the
@@ -46,17 +46,24 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
     across this rank's pushes (the NCCL group: rlrun.rollout.transports.nccl); None: nothing is kept. flattened: the
     engines read a bucket as one flat buffer (TransportKind.flattened of the engine kind). transport: its name or its
     spec (TrainGroup sends the spec, so that a transport registered in the driver, by a plugin or a test, needs no
-    import in the trainer's process).
+    import in the trainer's process). fp8 (rollout.fp8): each bucket is quantized on `device` as it is sent
+    (rlrun.rollout.fp8.quantize_bucket: the linear weights as float8_e4m3fn plus their `_scale_inv`), and the
+    fingerprint and the bytes are those of what was sent.
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
+    if fp8:
+        from rlrun.rollout.fp8 import quantize_bucket
 
     def prepare(bucket: list) -> list:
         bucket = [(n, t.to(device)) for n, t in bucket]
+        if fp8:
+            bucket = quantize_bucket(bucket)
         fp.add(bucket)
         return bucket
 
     def untied(bucket: list) -> list:
-        fp.add([(n, t.to(device)) for n, t in bucket if n in tied])
+        tied_part = [(n, t.to(device)) for n, t in bucket if n in tied]
+        fp.add(quantize_bucket(tied_part) if fp8 else tied_part)
         return [(n, t) for n, t in bucket if n not in tied]
 
     stream = state.stream if isinstance(state, W.Buckets) else W.buckets(list(state.items()), bucket_bytes)
@@ -202,13 +209,14 @@ class TrainGroup:
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
                      resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
-                     flush_cache: bool = True, flattened: bool = False) -> dict:
+                     flush_cache: bool = True, flattened: bool = False, fp8: bool = False) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds. Every rank takes part where the export is a collective. resume=False: the engines
-        stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload)."""
+        stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload). fp8: each bucket
+        is quantized on the lead rank's GPU as it is pushed (push_state)."""
         how = dict(transport=TRANSPORTS[transport], version=version, bucket_bytes=bucket_bytes,
                    engine_dtype=engine_dtype, backend=backend, copies=copies, tied=tied, resume=resume,
-                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened)
+                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened, fp8=fp8)
         return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
 
     def _sync_ranks(self) -> list:

@@ -1,7 +1,7 @@
 """The synchronous RL loop, top to bottom, over the parts rlrun.runner builds (rlrun.parts).
 
 Per rollout step:
-    prompts -> n samples each (generate function -> client -> sglang-router -> engines) -> rewards
+    prompts -> n samples each (generate function -> client -> router (rollout.router.kind) -> engines) -> rewards
     -> dynamic sampling -> old/ref log-probs (when the algorithm needs them), critic values (ppo)
     -> advantages (+ returns) -> num_steps_per_rollout optimizer steps (actor, and the critic for ppo)
     -> weight sync to the engines (checksum verified) -> eval -> save -> metrics

@@ -33,7 +33,9 @@ class Offload:
         block without a push (async's update_weights_interval) releases only kv_cache+cuda_graph.
         A resident trainer (the plan found trainer and engines fit together) never moves, and the lent engines
         release only their KV cache: their weights stay and take the push where they are:
-            [pause, release kv_cache] -> block -> push + verify -> [resume kv_cache, continue]"""
+            [pause, release kv_cache] -> block -> push + verify -> [resume kv_cache, continue]
+        Each bracketed call is also timed on its own (offload/pause_s, drain_s, release_s, resume_s, continue_s,
+        trainer_s: Timer.part), so a slow offload says which call was slow."""
         lend = self.cfg.train.colocate and self.cfg.rollout.offload
         swap = self.plan.offload_train
         keep = lend and not swap  # the engines keep weights and graphs: only the KV cache makes room
@@ -42,12 +44,16 @@ class Offload:
         if lend or swap:
             with timer("offload"):
                 if lend:
-                    self.engines.pause("abort")  # release needs idle engines (the rollout is over)
-                    self.engines.drain(self.cfg.rollout.weight_sync_timeout_s)  # SGLang asserts it is idle
-                    self.engines.release_memory(["kv_cache"] if keep else None if push
-                                                else ["kv_cache", "cuda_graph"])  # None = all
+                    with timer.part("offload/pause"):
+                        self.engines.pause("abort")  # release needs idle engines (the rollout is over)
+                    with timer.part("offload/drain"):
+                        self.engines.drain(self.cfg.rollout.weight_sync_timeout_s)  # SGLang asserts it is idle
+                    with timer.part("offload/release"):
+                        self.engines.release_memory(["kv_cache"] if keep else None if push
+                                                    else ["kv_cache", "cuda_graph"])  # None = all
                 if swap:
-                    self.trainer.onload()
+                    with timer.part("offload/trainer"):
+                        self.trainer.onload()
         yield
         want = None
         if disk:
@@ -56,9 +62,11 @@ class Offload:
         if (swap and (disk or not push)) or (lend and push and not keep):
             with timer("offload"):
                 if swap and (disk or not push):
-                    self.trainer.offload()
+                    with timer.part("offload/trainer"):
+                        self.trainer.offload()
                 if lend and push and not keep:
-                    self.engines.resume_memory(["weights"])  # SGLang loads the update into these
+                    with timer.part("offload/resume"):
+                        self.engines.resume_memory(["weights"])  # SGLang loads the update into these
         if push:
             with timer("weight_sync"):
                 # lent engines stay paused after the push until their KV cache is back (below)
@@ -66,7 +74,10 @@ class Offload:
         if (swap and push and not disk) or lend:
             with timer("offload"):
                 if swap and push and not disk:
-                    self.trainer.offload()
+                    with timer.part("offload/trainer"):
+                        self.trainer.offload()
                 if lend:
-                    self.engines.resume_memory(["kv_cache"] if keep else ["kv_cache", "cuda_graph"])
-                    self.engines.continue_generation()
+                    with timer.part("offload/resume"):
+                        self.engines.resume_memory(["kv_cache"] if keep else ["kv_cache", "cuda_graph"])
+                    with timer.part("offload/continue"):
+                        self.engines.continue_generation()

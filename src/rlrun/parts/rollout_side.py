@@ -94,7 +94,7 @@ class RolloutSide:
         cannot = self.engines.start_profile(str(out.resolve()))
         if cannot:
             print(f"[rlrun] debug.profile_engines: engines {cannot} have no profiler (rollout.engine="
-                  f"{self.cfg.rollout.engine}); only SGLang engines write traces", flush=True)
+                  f"{self.cfg.rollout.engine}); only engines with a profiler write traces", flush=True)
         try:
             yield
         finally:

@@ -79,7 +79,9 @@ class WeightSync:
                     flush_cache=False,
                     nccl_env={k: self.plan.env.get(k, v) for k, v in self.kind.nccl_env.items()},
                     # the engine ties lm_head to the embedding it receives: sending it would only double that tensor
-                    tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else ())
+                    tied=("lm_head.weight",) if self.cfg.model.tie_word_embeddings else (),
+                    # rollout.fp8: the engines hold block-wise FP8 linear weights; the lead rank quantizes each bucket
+                    fp8=r.fp8)
 
     def export(self) -> str:
         """A file transport: the trainer writes its weights under the run dir; returns their sha256."""

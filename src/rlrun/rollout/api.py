@@ -64,12 +64,12 @@ def parse_sampling_params(raw: dict | None) -> SamplingParams:
         if key in _INERT_DEFAULTS:
             if value != _INERT_DEFAULTS[key]:
                 problems.append(f"sampling_params.{key}={value!r} is not implemented by the hf engine (only the "
-                                f"SGLang default {_INERT_DEFAULTS[key]!r}); use a rollout.engine that implements it")
+                                f"API default {_INERT_DEFAULTS[key]!r}); use a rollout.engine that implements it")
             raw.pop(key)
             continue
         close = difflib.get_close_matches(key, sorted(_SAMPLING_FIELDS | set(_INERT_DEFAULTS)), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        problems.append(f"sampling_params.{key} is not an SGLang sampling parameter{hint}")
+        problems.append(f"sampling_params.{key} is not a sampling parameter of the API{hint}")
     if problems:
         raise RequestError("; ".join(problems))
     stop = raw.pop("stop", None)
@@ -263,13 +263,13 @@ def memory_occupation_body(tags: list[str] | None = None) -> dict:
     """/release_memory_occupation and /resume_memory_occupation; tags None = all of MEMORY_TAGS."""
     bad = [t for t in (tags or []) if t not in MEMORY_TAGS]
     if bad:
-        raise RequestError(f"memory tags {bad} unknown; SGLang knows {list(MEMORY_TAGS)}")
+        raise RequestError(f"memory tags {bad} unknown; the API knows {list(MEMORY_TAGS)}")
     return {"tags": list(tags) if tags is not None else None}
 
 
 def pause_generation_body(mode: str = "abort") -> dict:
     if mode not in ("abort", "retract", "in_place"):
-        raise RequestError(f"pause mode {mode!r} unknown; SGLang knows abort|retract|in_place")
+        raise RequestError(f"pause mode {mode!r} unknown; the API knows abort|retract|in_place")
     return {"mode": mode}
 
 

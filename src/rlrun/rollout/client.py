@@ -1,4 +1,4 @@
-"""The rollout client: SGLang's /generate over HTTP (through sglang-router), asyncio + aiohttp.
+"""The rollout client: SGLang's /generate over HTTP (through the router, rollout.router.kind), asyncio + aiohttp.
 
 Bounded concurrency (one semaphore per client), a per-request timeout, retries with exponential
 backoff and jitter on transport errors, timeouts and 5xx/429 answers (a dead engine shows up as a
@@ -225,8 +225,8 @@ def routed_experts(meta: dict, shape: tuple[int, int] | None, rows: int) -> Rout
         raise RolloutError(f"request {meta.get('id')}: return_routed_experts=true but the answer has no "
                            "meta_info.routed_experts: the router (0.3.2, the pin) parses /generate into its own "
                            "GenerateRequest, which has no return_routed_experts field, and drops it before the engine "
-                           "(give RolloutClient the engine_urls to send such requests to the engines directly); "
-                           "SGLang also needs --enable-return-routed-experts, which rlrun sets")
+                           "(give RolloutClient the engine_urls to send such requests to the engines directly); the engine "
+                           "must also record them, which rlrun asks of it with rollout.routing_replay")
     routed = RoutedExperts.from_base64(text, *shape)
     if routed.rows != max(rows, 0):
         raise RolloutError(f"request {meta.get('id')}: {routed.rows} rows of routed experts for {rows} fed "

@@ -1,7 +1,7 @@
 """The GenerationHandle over RolloutClient (rlrun.rollout.generate_api's seam), and the policy
 version the engines serve.
 
-``ClientHandle.generate``: token ids in -> one /generate through sglang-router -> ``Generated``
+``ClientHandle.generate``: token ids in -> one /generate through the router -> ``Generated``
 out (retries: RolloutClient.post). Every token carries the policy version that produced it:
 
 * the request records the version the engines served when it was sent (``PolicyVersion``), and the

@@ -417,7 +417,7 @@ def hf_engine_actor_class():
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m rlrun.rollout.hf_engine",
-                                description="Serve a transformers causal LM with SGLang's native HTTP API.")
+                                description="Serve a transformers causal LM with the rollout HTTP API (rlrun.rollout.api).")
     p.add_argument("--model-dir", required=True, help="HF model dir (config.json, safetensors, tokenizer)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="0 = a free port (printed as 'READY <url>')")

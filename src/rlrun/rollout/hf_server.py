@@ -192,7 +192,7 @@ def build_app(engine) -> Starlette:
         return "Succeeded to destroy custom process group."
 
     async def no_profiler(request: Request):
-        return _error(501, f"{request.url.path}: the hf engine has no profiler (SGLang engines do)")
+        return _error(501, f"{request.url.path}: the hf engine has no profiler")
 
     both = ["GET", "POST"]
     routes = [

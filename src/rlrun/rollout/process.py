@@ -1,4 +1,4 @@
-"""A child server process (sglang-router, SGLang, an hf engine) that never outlives rlrun.
+"""A child server process (a router, an engine) that never outlives rlrun.
 
 - own process group (start_new_session) so that stop() kills the server and its children;
 - PR_SET_PDEATHSIG=SIGKILL (Linux) so that a SIGKILLed parent still takes the server down

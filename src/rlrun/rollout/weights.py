@@ -190,8 +190,8 @@ def deserialize_named_tensors(payload: str, load_format: str | None) -> list[tup
     if load_format == FILE_LOAD_FORMAT:
         return torch.load(payload, map_location="cpu", weights_only=True)
     if load_format not in (None, FLATTENED_BUCKET):
-        raise ValueError(f"load_format={load_format!r} is not supported by the hf engine (None: SGLang's "
-                         f"IPC pickle or base64 torch.save bytes, {FLATTENED_BUCKET!r}: SGLang's flattened "
+        raise ValueError(f"load_format={load_format!r} is not supported by the hf engine (None: the "
+                         f"IPC pickle or base64 torch.save bytes, {FLATTENED_BUCKET!r}: the flattened "
                          f"IPC bucket, {FILE_LOAD_FORMAT!r}: a local file path)")
     data = base64.b64decode(payload)
     if load_format is None and data[:4] == b"PK\x03\x04":  # torch.save's zip container
@@ -202,7 +202,7 @@ def deserialize_named_tensors(payload: str, load_format: str | None) -> list[tup
     if load_format == FLATTENED_BUCKET:
         if not isinstance(obj, dict) or not {"flattened_tensor", "metadata"} <= set(obj):
             raise ValueError(f"a {FLATTENED_BUCKET!r} payload is a dict with flattened_tensor and metadata "
-                             f"(SGLang's FlattenedTensorBucket); got {type(obj).__name__}")
+                             f"(a FlattenedTensorBucket); got {type(obj).__name__}")
         return unflatten_named(obj["flattened_tensor"], obj["metadata"])
     return obj
 
@@ -327,9 +327,11 @@ class Fingerprint:
 
     def add(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
         for name, t in named:
-            dtype = self.dtype if self.dtype is not None and t.is_floating_point() else t.dtype
-            self._rows.append((name, dtype_name(dtype), tuple(t.shape)))
-            self._sums.append(_tensor_sums(t, self.dtype))
+            # FP8 weights (rollout.fp8) are held by the engine as sent: never cast, or the fingerprint would not be
+            # that of what was sent
+            cast = self.dtype is not None and t.is_floating_point() and t.element_size() > 1
+            self._rows.append((name, dtype_name(self.dtype if cast else t.dtype), tuple(t.shape)))
+            self._sums.append(_tensor_sums(t, self.dtype if cast else None))
 
     def hexdigest(self) -> str:
         by_device: dict[torch.device, list[int]] = {}

@@ -35,6 +35,7 @@ from rlrun.train.torch_backend import TorchBackend
 
 _HF_DIR = "model"
 _OPTIM = "optim_rank{rank}.pt"
+_ADAPTER = "adapter_model.safetensors"  # model.lora: peft's file name (rlrun.train.megatron.lora.adapter_state)
 FAST_OPS = True  # rlrun.train.megatron.fast_ops; a switch for the step profiler
 FUSED_ADAM = True  # rlrun.train.megatron.adam's kernel (needs FAST_OPS); off: torch's fused AdamW, for comparisons
 
@@ -130,6 +131,14 @@ class MegatronBackend(TrainerBackend):
         self.wgrad_kernel = wgrad.install(self.device) if self.tconfig.gradient_accumulation_fusion else None
         gpt = mm.build_gpt(cfg.model, self.tconfig).to(self.device)
         self._load_weights(gpt, cfg.checkpoint.hf)
+        self.lora = bool(cfg.model.lora.rank)  # model.lora: adapters on the frozen base (rlrun.train.megatron.lora)
+        if self.lora:  # before the DDP: it buckets (and the optimizer holds) the trainable parameters only
+            from rlrun.train.megatron import lora
+            lora.wrap(gpt, cfg.model, cfg.model.lora, seed=cfg.run.seed, layer_offset=self.layer_offset,
+                      tp_rank=self.tp_rank, tp_size=self.tp_size, tp_group=self.tp_group,
+                      sequence_parallel=self.tconfig.sequence_parallel)
+        # the frozen base weights (LoRA) live outside the DDP's buffers: train.offload moves them itself
+        self.frozen_params = [q for q in gpt.parameters() if not q.requires_grad]
         self.graphs = None  # train.cuda_graphs: one micro-batch's fwd + loss + bwd per replay
         if cfg.train.cuda_graphs and cuda:
             from rlrun.train.megatron.graphs import MicroBatchGraphs
@@ -245,6 +254,7 @@ class MegatronBackend(TrainerBackend):
             buf.offload_to_cpu(move_params=True, move_grads=True)
         for opt in self._device_optimizers():
             off.move_optimizer(opt, off.HOST, params=True, cache=self.host_cache)
+        off.move_params(self.frozen_params, off.HOST, self.host_cache)
         for frozen in (self.ref, self.teacher):
             if frozen is not None:
                 off.move_module(frozen, off.HOST, self.host_cache)
@@ -258,6 +268,7 @@ class MegatronBackend(TrainerBackend):
             buf.reload_from_cpu(move_params=True, move_grads=True)
         for opt in self._device_optimizers():
             off.move_optimizer(opt, self.device, params=True)
+        off.move_params(self.frozen_params, self.device)
         for frozen in (self.ref, self.teacher):
             if frozen is not None:
                 off.move_module(frozen, self.device)
@@ -508,9 +519,12 @@ class MegatronBackend(TrainerBackend):
 
     # -- weights and checkpoints ------------------------------------------------------------
     def export_buckets(self, bucket_bytes: int, dtype=torch.bfloat16):
-        """This PP stage's weights with HF names in buckets, TP-gathered (collective over TP)."""
+        """This PP stage's weights with HF names in buckets, TP-gathered (collective over TP); model.lora: each
+        adapter merged into its layer's weight (W + alpha / rank * B A), as the torch backend exports them."""
+        from rlrun.train.megatron import lora
         from rlrun.train.megatron.weights import export_hf
-        return export_hf(self.model, self.cfg.model, bucket_bytes, self.layer_offset, dtype)
+        return export_hf(self.model, self.cfg.model, bucket_bytes, self.layer_offset, dtype,
+                         weight=lora.merger(self.model) if self.lora else None)
 
     def sync_buckets(self, bucket_bytes: int):
         """Each bucket TP-gathered on the GPU when the push asks for it: no host round trip (the host copy of the whole
@@ -561,10 +575,13 @@ class MegatronBackend(TrainerBackend):
         from safetensors.torch import save_file
 
         was_offloaded = self.offloaded
-        weights = self.state_dict_for_sync()  # onloads; a collective
-        if self.rank == 0:
+        if self.lora:  # model.lora: the adapter (+ modules_to_save) only, in peft's format
+            weights = self._adapter_state()  # onloads; a collective
+        else:
+            weights = self.state_dict_for_sync()  # onloads; a collective
             if self.cfg.model.tie_word_embeddings:
                 weights.pop("lm_head.weight")  # HF checkpoints of tied models store embed_tokens only
+        if self.rank == 0:
             weights = host_copy(weights)
         shards = host_copy([{"state": o.optimizer.state_dict(),
                              "main": [p for g in o.optimizer.param_groups for p in g["params"]]}
@@ -573,12 +590,18 @@ class MegatronBackend(TrainerBackend):
         if was_offloaded:
             self.offload()
         rank = self.rank
+        lora_config = self._peft_config() if self.lora else None
 
         def write() -> None:
             out.mkdir(parents=True, exist_ok=True)
             if rank == 0:
                 (out / _HF_DIR).mkdir(parents=True, exist_ok=True)
-                save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
+                if lora_config is not None:
+                    save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / _ADAPTER),
+                              metadata={"format": "pt"})
+                    lora_config.save_pretrained(str(out / _HF_DIR))
+                else:
+                    save_file({k: v.contiguous() for k, v in weights.items()}, str(out / _HF_DIR / "model.safetensors"))
             torch.save(state, out / _OPTIM.format(rank=rank))
 
         return write
@@ -591,13 +614,47 @@ class MegatronBackend(TrainerBackend):
         if state["world"] != self.world:
             raise ValueError(f"{src}: saved by {state['world']} trainer ranks, this run has {self.world}; resume "
                              "with the same train.num_nodes * train.gpus_per_node and parallelism.*")
-        self._load_weights(self.model.module, str(src / _HF_DIR))
+        if self.lora:
+            self._load_adapter(src / _HF_DIR)
+        else:
+            if (src / _HF_DIR / _ADAPTER).is_file():
+                raise RuntimeError(f"{src / _HF_DIR}: this checkpoint holds a LoRA adapter only; resume it with the "
+                                   "model.lora it was saved with")
+            self._load_weights(self.model.module, str(src / _HF_DIR))
         for o, shard in zip(self._inner_optimizers(), state["shards"]):
             o.optimizer.load_state_dict(shard["state"])
             mains = [p for g in o.optimizer.param_groups for p in g["params"]]
             for p, saved in zip(mains, shard["main"]):
                 p.copy_(saved)
         self.step = int(state["step"])
+
+    def _adapter_state(self) -> dict[str, torch.Tensor]:
+        """model.lora: the adapter and modules_to_save by peft's names, on the host (collective over TP; PP = 1,
+        rlrun.train.megatron.lora_rules)."""
+        from rlrun.train.megatron import lora
+        self.onload()
+        return {k: v.cpu() for k, v in lora.adapter_state(self.model, self.cfg.model, self.cfg.model.lora,
+                                                          self.layer_offset).items()}
+
+    def _peft_config(self):
+        """peft's LoraConfig of model.lora (adapter_config.json: the folder loads with peft.PeftModel)."""
+        from peft import LoraConfig
+        lo = self.cfg.model.lora
+        return LoraConfig(r=lo.rank, lora_alpha=lo.alpha, lora_dropout=lo.dropout, bias="none", task_type="CAUSAL_LM",
+                          target_modules=list(lo.target_modules), modules_to_save=list(lo.modules_to_save) or None)
+
+    @torch.no_grad()
+    def _load_adapter(self, src: Path) -> None:
+        from safetensors.torch import load_file
+
+        from rlrun.train.megatron import lora
+        f = src / _ADAPTER
+        if not f.is_file():
+            raise RuntimeError(f"{src}: no {_ADAPTER}: this checkpoint was saved without LoRA; resume it with "
+                               "model.lora.rank=0, or start the LoRA run fresh")
+        state = load_file(str(f))
+        device = {k: v.to(self.device) for k, v in state.items()}
+        lora.load_adapter_state(self.model, self.cfg.model, self.cfg.model.lora, device, self.layer_offset)
 
     def shutdown(self) -> None:
         from megatron.core import parallel_state as ps

@@ -51,16 +51,22 @@ def _moved(t: torch.Tensor, device: torch.device, cache: HostCache | None, key) 
     return t.to(device, copy=True, non_blocking=t.is_pinned())
 
 
-def move_module(module: nn.Module, device: torch.device, cache: HostCache | None = None) -> None:
-    """Parameters (+ their grads) and buffers of `module` to `device`, as copies (into `cache`'s
-    pinned buffers when going to the host)."""
+def move_params(params, device: torch.device, cache: HostCache | None = None) -> None:
+    """Parameters (+ their grads) to `device`, as copies (into `cache`'s pinned buffers when going to the host)."""
     with torch.no_grad():
-        for p in {id(p): p for p in module.parameters()}.values():  # a tied parameter moves once
+        for p in {id(p): p for p in params}.values():  # a tied parameter moves once
             grad = p.grad
             p.grad = None  # the old grad's device would no longer match the parameter's
             p.data = _moved(p.data, device, cache, (p, "data"))
             if grad is not None:
                 p.grad = _moved(grad, device, cache, (p, "grad"))
+
+
+def move_module(module: nn.Module, device: torch.device, cache: HostCache | None = None) -> None:
+    """Parameters (+ their grads) and buffers of `module` to `device`, as copies (into `cache`'s
+    pinned buffers when going to the host)."""
+    move_params(module.parameters(), device, cache)
+    with torch.no_grad():
         for sub in module.modules():
             for name, b in sub._buffers.items():
                 if b is not None:

@@ -1,6 +1,6 @@
 """The RolloutRouter protocol: the router in front of the engines, as the fleet (rlrun.rollout.engines.group
 .EngineGroup) registers and removes them and the data plane (rlrun.rollout.handle) sends requests to its `url`.
-A router kind (rlrun.rollout.routers.<kind>/) has a pure spec.py registering its RouterKind (rlrun.config.kinds),
+A router kind (its package: rlrun.config.kinds.RouterKind) has a pure spec.py registering its RouterKind,
 whose `factory` ("module:function") builds one, not started:
 
     factory(*, policy, log_dir, host="127.0.0.1", port=None, request_timeout_s=600.0, **options) -> RolloutRouter

@@ -24,6 +24,7 @@ from megatron.core.tensor_parallel import RowParallelLinear
 from megatron.core.transformer.module import MegatronModule
 
 from rlrun.train.megatron import kernels
+from rlrun.train.megatron.weights import ADAPTER_MODULE
 
 
 class RMSNorm(torch.nn.RMSNorm):
@@ -58,6 +59,9 @@ class PostNormRowParallelLinear(RowParallelLinear):
 
     def forward(self, input_):
         out, bias = super().forward(input_)
+        adapter = getattr(self, ADAPTER_MODULE, None)  # model.lora: the adapter's output joins before the norm
+        if adapter is not None:
+            out = out + adapter(input_).to(out.dtype)
         return self.post_norm(out), bias
 
 

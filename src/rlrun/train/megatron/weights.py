@@ -19,6 +19,9 @@ from collections.abc import Callable, Iterator
 import torch
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+# model.lora: rlrun.train.megatron.lora attaches each linear layer's adapter as a submodule of this name; its
+# parameters are no HF weights (the export merges them into the layer's weight)
+ADAPTER_MODULE = "lora_adapter"
 # MoE layers (megatron-core's SequentialMLP: experts are not TP-split, EP holds a slice of them)
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 
@@ -150,10 +153,13 @@ def tp_unshard(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
 
 # ---------------------------------------------------------------- 3. whole models
 def _local_params(gpt) -> Iterator[tuple[str, torch.nn.Parameter]]:
-    """Named parameters of a GPTModel, unwrapped from DDP/Float16 wrappers ('module.' prefixes)."""
+    """Named parameters of a GPTModel, unwrapped from DDP/Float16 wrappers ('module.' prefixes); LoRA adapters
+    (model.lora) left out: they have no HF tensor of their own."""
     while hasattr(gpt, "module"):
         gpt = gpt.module
-    yield from gpt.named_parameters()
+    for name, p in gpt.named_parameters():
+        if f".{ADAPTER_MODULE}." not in name:
+            yield name, p
 
 
 def _tp():
@@ -196,32 +202,38 @@ def load_hf(gpt, model, get: Callable[[str], torch.Tensor], layer_offset: int = 
     return n
 
 
+def gathered_hf(model, name: str, t: torch.Tensor, layer_offset: int = 0) -> list[tuple[str, torch.Tensor]]:
+    """HF (name, tensor) pairs of this rank's local Megatron tensor `t` of parameter `name`, TP-gathered (and
+    EP-gathered for experts). Collective over the TP (EP) group: every rank of it must call it for `name`."""
+    rank, size, group = _tp()
+    _, ep_size, ep_group, per_ep = _ep(model)
+    if _split_dim(name) is not None and size > 1:
+        shards = [torch.empty_like(t) for _ in range(size)]
+        torch.distributed.all_gather(shards, t.contiguous(), group=group)
+        t = tp_unshard(name, shards)
+    if is_expert(name):  # local expert i of every EP rank r is global expert r * per_ep + i
+        parts = [t]
+        if ep_size > 1:
+            parts = [torch.empty_like(t) for _ in range(ep_size)]
+            torch.distributed.all_gather(parts, t.contiguous(), group=ep_group)
+        return [kv for r, x in enumerate(parts) for kv in to_hf(model, name, x, layer_offset, r * per_ep)]
+    return to_hf(model, name, t, layer_offset)
+
+
 @torch.no_grad()
-def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None
+def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None,
+              weight: Callable[[str, torch.nn.Parameter], torch.Tensor] | None = None
               ) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Yield this PP stage's weights with HF names, TP-gathered, in buckets of <= bucket_bytes
     (one oversize tensor makes its own bucket). Collective over the TP group: every TP rank must
-    iterate it; all of them receive the same full tensors (on the GPU)."""
-    rank, size, group = _tp()
-    _, ep_size, ep_group, per_ep = _ep(model)
+    iterate it; all of them receive the same full tensors (on the GPU). weight(name, param): the local
+    tensor to export for a parameter (model.lora: the weight with its adapter merged in); default its data."""
     bucket, used = [], 0
     for name, p in _local_params(gpt):
         if name == "output_layer.weight" and model.tie_word_embeddings:
             continue  # HF keeps a tied lm_head as embed_tokens only
-        t = p.detach()
-        if _split_dim(name) is not None and size > 1:
-            shards = [torch.empty_like(t) for _ in range(size)]
-            torch.distributed.all_gather(shards, t.contiguous(), group=group)
-            t = tp_unshard(name, shards)
-        if is_expert(name):  # local expert i of every EP rank r is global expert r * per_ep + i
-            parts = [t]
-            if ep_size > 1:
-                parts = [torch.empty_like(t) for _ in range(ep_size)]
-                torch.distributed.all_gather(parts, t.contiguous(), group=ep_group)
-            pairs = [kv for r, x in enumerate(parts) for kv in to_hf(model, name, x, layer_offset, r * per_ep)]
-        else:
-            pairs = to_hf(model, name, t, layer_offset)
-        for hf_name, x in pairs:
+        t = p.detach() if weight is None else weight(name, p)
+        for hf_name, x in gathered_hf(model, name, t, layer_offset):
             x = x if dtype is None else x.to(dtype)
             nbytes = x.numel() * x.element_size()
             if bucket and used + nbytes > bucket_bytes:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlrun.config.errors import Problem, did_you_mean
+from rlrun.config.memory import engine_fraction
 from rlrun.config.sizes import push_flushes_cache
 from rlrun.rollout.engines.sglang.schema import server_args_schema
 
@@ -122,7 +123,7 @@ def server_args(cfg, slot: EngineSlot, model_path: str | None = None) -> dict[st
         # // sglang_pp_size); rlrun.config.rules._sglang_pp refuses a pp_size that does not divide them
         "tp_size": r.gpus_per_engine // max(1, r.sglang.get("pp_size") or 1),
         "base_gpu_id": slot.base_gpu_id,
-        "mem_fraction_static": r.mem_fraction_static,
+        "mem_fraction_static": engine_fraction(cfg)[0],
         "context_length": r.context_length,
         "random_seed": cfg.run.seed + slot.rank,  # as slime: distinct sampling streams per engine
     }

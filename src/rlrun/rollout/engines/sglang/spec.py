@@ -9,7 +9,10 @@ from typing import Iterator
 
 from rlrun.config.errors import Problem
 from rlrun.config.kinds import ENGINES, EngineKind
+from rlrun.config.memory import FP8_BLOCK
 from rlrun.rollout.engines.sglang.args import check_sglang_mapping
+# registers the sglang_router router kind: SGLang's router, in front of any engine kind (the hf engine's too)
+from rlrun.rollout.engines.sglang.router import spec as _router_spec  # noqa: F401
 
 
 def rules(cfg) -> Iterator[Problem]:
@@ -17,6 +20,30 @@ def rules(cfg) -> Iterator[Problem]:
     if r.args_of():
         yield from _sglang_dp(r)
         yield from _sglang_pp(r)
+    yield from _sglang_fp8(cfg)
+
+
+def _sglang_fp8(cfg) -> Iterator[Problem]:
+    """rollout.fp8 on SGLang: its block-wise FP8 linear layers (Fp8LinearMethod.validate_block_quant_shapes, 0.5.16)
+    refuse a fused projection (qkv_proj, gate_up_proj) whose output parts are not multiples of the 128-row block on
+    each tensor-parallel rank, and a row-parallel input (o_proj, down_proj) that is not, with tp > 1; the parts
+    are the query (heads x head_dim / tp), key/value (max(kv heads / tp, 1) x head_dim: SGLang replicates kv heads
+    beyond their count) and MLP (ffn_hidden_size / tp) widths. Dense models only: rlrun's rules refuse MoE."""
+    r, m = cfg.rollout, cfg.model
+    if not r.fp8 or m.moe is not None or m.mla is not None:
+        return
+    pp = (r.args_of() or {}).get("pp_size", 1)
+    tp = r.gpus_per_engine // pp if isinstance(pp, int) and not isinstance(pp, bool) and pp > 0 and \
+        r.gpus_per_engine % pp == 0 else r.gpus_per_engine
+    parts = {"the query projection (num_attention_heads x head_dim)": m.num_attention_heads * m.head_dim / tp,
+             "the key/value projections (num_query_groups x head_dim)": max(m.num_query_groups // tp, 1) * m.head_dim,
+             "the MLP (ffn_hidden_size)": m.ffn_hidden_size / tp}
+    bad = [f"{what}: {v:g}" for what, v in parts.items() if v % FP8_BLOCK]
+    if bad:
+        yield Problem("rollout.fp8", f"SGLang's block-wise FP8 layers need every part of a fused projection to be a "
+                      f"multiple of {FP8_BLOCK} rows on each tensor-parallel rank (tp {tp}); not so for "
+                      f"{'; '.join(bad)}", f"set rollout.fp8=false, or a rollout.gpus_per_engine that keeps them "
+                      f"multiples of {FP8_BLOCK}", True)
 
 
 def _sglang_pp(r) -> Iterator[Problem]:
@@ -55,6 +82,9 @@ SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", 
                                    # NCCL: verified on two GPUs (tests/gpu/test_sglang_nccl_sync.py); the flattened
                                    # CUDA-IPC form awaits tests/gpu/test_sglang_flattened_sync.py (docs/rollout.md)
                                    flattened_broadcast=True, routed_experts=True, fp8=True,
+                                   # a LoRA run pushes the merged weights under the HF names: the same push as
+                                   # full fine-tuning's (docs/algorithms.md "LoRA")
+                                   lora=True,
                                    nccl_env={"NCCL_CUMEM_ENABLE": "0"},
                                    start="rlrun.rollout.engines.sglang.engine:start", packages=("sglang",),
                                    requires=(("sglang", "pip install 'rlrun[sglang]' (docs/sglang.md)"),)))

@@ -18,7 +18,7 @@ import requests
 
 from rlrun.config.engine_health import ROUTER_DELETE_S, ROUTER_GONE_S, ROUTER_LIST_S
 from rlrun.rollout.process import PORT_TAKEN, ServerProcess, free_port, log_tail
-from rlrun.rollout.routers.sglang_router.spec import SPEC
+from rlrun.rollout.engines.sglang.router.spec import SPEC
 
 POLICIES = SPEC.policies
 

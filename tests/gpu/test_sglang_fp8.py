@@ -1,0 +1,115 @@
+"""FP8 rollout with bf16 training (rollout.fp8) on the real SGLang (0.5.16): the engine starts from the block-wise
+FP8 HF dir rlrun writes (rlrun.rollout.fp8.write_fp8_dir: e4m3 weights + weight_scale_inv, quantization_config
+weight_block_size [128, 128]) and takes the trainer's bf16 state through the push that quantizes each bucket on the
+GPU (rlrun.launch.train_group.push_state(fp8=True), the run's tensor transport and flattened form).
+
+  1. SGLang serves the FP8 dir: its log-probs against transformers' bf16 log-probs of the same model (the mismatch
+     FP8 adds, measured on SGLang's own checkpoint loader);
+  2. the same bf16 state pushed through the quantizing push lands in exactly the parameters the loader filled:
+     greedy output and log-probs as before the push (the push sends the bytes write_fp8_dir wrote);
+  3. a new bf16 state pushed: SGLang's log-probs follow it (gap against transformers' bf16 log-probs of the new
+     model within FP8_TOL, against the old model's far larger), and the push's bytes against the bf16 state's.
+
+Model: a random Qwen3-0.6B shape cut to 4 layers (q 16 x 128, kv 8 x 128, MLP 3072: multiples of SGLang's 128-row
+blocks) with the toy tokenizer's 64-token vocabulary, bf16.
+
+FP8_TOL: e4m3 keeps 3 mantissa bits, so each weight and (SGLang quantizes activations per 1 x 128 group on the fly)
+each activation entering a linear layer is off by up to 2^-4 relative, about 2.5% RMS; over the 28 linear layers'
+random errors the logits (std ~0.02 x sqrt(1024) ~ 0.6 here) move by a few percent, i.e. a few hundredths of a nat
+per logit and ~0.1 at most over a dozen tokens; 0.3 is 3x that (bf16 alone: 0.03, test_sglang_engine). A weight
+that did not land (a scale left at its init, a bf16 tensor read as fp8) moves log-probs by whole nats. SAME_TOL: the
+same bytes served twice, only the kernels' run-to-run order differs (none expected on one request).
+
+Run on the lent GPU with the kit staged (tools/device/sglang.sh, ITEMS=fp8); skips without CUDA or SGLang."""
+import importlib.util
+
+import pytest
+import requests
+import torch
+
+from test_sglang_engine import KIT_ARGS, _generate, _hf_logprobs, _model, _save
+
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
+                                 reason="needs SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)"),
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+FP8_TOL = 0.3  # see the module docstring
+SAME_TOL = 1e-3
+PROMPT = [5, 6, 7, 8, 9, 10, 11, 12]
+
+
+def _cfg(tmp):
+    from rlrun.config import load
+
+    return load(["hardware=h100", "model=qwen3-0.6b", "model.num_layers=4", "model.vocab_size=64",
+                 "checkpoint.random_init=true", "rollout.engine=sglang", "rollout.fp8=true", "train.gpus_per_node=1",
+                 "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *KIT_ARGS])
+
+
+def _served(url, greedy=False):
+    out = _generate(url, PROMPT, 16, **({"temperature": 0.0} if greedy else {}))
+    pairs = out["meta_info"]["output_token_logprobs"]
+    return [lp for lp, _tok, _ in pairs], [tok for _lp, tok, _ in pairs]
+
+
+def _gap(url, model):
+    got, ids = _served(url)
+    want = _hf_logprobs(model, PROMPT, ids)
+    return max(abs(a - b) for a, b in zip(got, want))
+
+
+def _push(cfg, url, model, version):
+    from rlrun.config.kinds import ENGINES, TRANSPORTS
+    from rlrun.launch.train_group import push_state
+
+    state = {n: p.detach() for n, p in model.state_dict().items()}
+    out = push_state(state, [url], transport="tensor", version=version,
+                     bucket_bytes=cfg.rollout.weight_sync_bucket_mb << 20, engine_dtype=None,
+                     device=torch.device("cuda", 0), copies=1, tied=("lm_head.weight",),
+                     flattened=TRANSPORTS["tensor"].flattened(ENGINES["sglang"]), fp8=True)
+    assert requests.get(f"{url}/model_info", timeout=30).json()["weight_version"] == version
+    bf16 = sum(t.numel() * t.element_size() for n, t in state.items() if n != "lm_head.weight")
+    return out, bf16
+
+
+def test_sglang_serves_the_fp8_dir_and_takes_quantized_pushes(tmp_path):
+    from rlrun.rollout.engines.sglang.engine import SGLangEngine
+    from rlrun.rollout.fp8 import is_fp8_dir, write_fp8_dir
+
+    cfg = _cfg(tmp_path)
+    m0 = _save(cfg, 0, tmp_path / "m0")  # bf16, as the trainer holds it
+    fp8_dir = write_fp8_dir(tmp_path / "m0", tmp_path / "m0_fp8")
+    assert is_fp8_dir(fp8_dir)
+    # the dir (quantized on the CPU) and the push (on the GPU) hold the same bytes: step 2 compares like with like
+    from safetensors.torch import load_file
+
+    from rlrun.rollout.fp8 import quantize_blockwise, quantizes
+
+    written = load_file(f"{fp8_dir}/model.safetensors")
+    for name, w in m0.state_dict().items():
+        if quantizes(name, w):
+            q, scale = quantize_blockwise(w)
+            assert torch.equal(q.view(torch.uint8).cpu(), written[name].view(torch.uint8)), name
+            assert torch.equal(scale.cpu(), written[name + "_scale_inv"]), name
+    torch.cuda.empty_cache()
+    engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp_path, model_path=fp8_dir)
+    engine.start(timeout_s=420)
+    try:
+        gap_init = _gap(engine.url, m0)
+        before = _served(engine.url, greedy=True)
+        out, bf16 = _push(cfg, engine.url, m0, "1")
+        after = _served(engine.url, greedy=True)
+        same = max(abs(a - b) for a, b in zip(before[0], after[0]))
+        print(f"SGLANG FP8 dir: max |logprob - transformers bf16| = {gap_init:.4f}; the same state pushed "
+              f"({out['bytes'] / 1e6:.1f} MB FP8 vs {bf16 / 1e6:.1f} MB bf16, {out['seconds']:.3f} s): greedy ids "
+              f"{'equal' if before[1] == after[1] else 'DIFFER'}, max |logprob change| = {same:.2e}")
+        assert gap_init < FP8_TOL
+        assert before[1] == after[1] and same <= SAME_TOL
+        m1 = _model(cfg, 1)
+        out, _ = _push(cfg, engine.url, m1, "2")
+        gap_new, gap_old = _gap(engine.url, m1), _gap(engine.url, m0)
+        print(f"SGLANG after the FP8 push of a new state: max |logprob - transformers bf16| = {gap_new:.4f} "
+              f"(against the old state: {gap_old:.4f}; tolerance {FP8_TOL})")
+        assert gap_new < FP8_TOL < gap_old
+    finally:
+        engine.stop()
