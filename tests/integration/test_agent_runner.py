@@ -1,6 +1,8 @@
-"""The multi-turn example through the whole runner (embedded Ray, trainer rank, hf engine, sglang-router):
+"""The multi-turn example through the whole runner (Ray, trainer rank, hf engine, sglang-router):
 rollout.generate_fn names an Environment class, data.source a buffered source that gets the groups
-dynamic sampling dropped and hands them back without generating them again."""
+dynamic sampling dropped and hands them back without generating them again. Both runs share the module's Ray
+session (ray_cpu: the runner reuses a caller's connection); a run's own embedded cluster and its teardown are the
+default job's test (tests/integration/test_runner.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +16,7 @@ from rlrun.config.plan import make_plan
 from rlrun.config.rundir import prepare_run_dir
 from rlrun.metrics import METRICS_FILE, read_metrics
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow, pytest.mark.usefixtures("ray_cpu")]
 
 
 def test_tiny_tool_job_with_a_buffered_source(tmp_path):
@@ -25,7 +27,7 @@ def test_tiny_tool_job_with_a_buffered_source(tmp_path):
     cfg = load(overrides)
     plan = make_plan(cfg)
     summary = runner.run(cfg, plan, prepare_run_dir(cfg, plan, overrides))
-    assert not ray.is_initialized() and summary["steps"] == 3
+    assert ray.is_initialized() and summary["steps"] == 3  # the caller's connection is still the caller's
     rows = read_metrics(tmp_path / "tiny-tool-cpu" / summary["run_dir"].split("/")[-1] / METRICS_FILE)
     for r in rows:
         # every generated sample has one model turn, a "?" makes it two (lookup_env.py); reused ones none
@@ -61,7 +63,7 @@ def test_a_slime_generate_and_reward_function_through_the_whole_runner(tmp_path)
     cfg = load(overrides)
     plan = make_plan(cfg)
     summary = runner.run(cfg, plan, prepare_run_dir(cfg, plan, overrides))
-    assert not ray.is_initialized() and summary["steps"] == 2
+    assert ray.is_initialized() and summary["steps"] == 2
     rows = read_metrics(tmp_path / "tiny-tool-cpu" / summary["run_dir"].split("/")[-1] / METRICS_FILE)
     assert len(rows) == 2
     for r in rows:

@@ -87,7 +87,10 @@ def test_sigkill_mid_async_run_then_resume_trains_each_rollout_once(tmp_path):
 
 def test_sigint_stops_the_producer_and_leaves_no_process(tmp_path):
     """The producer thread is mid-rollout when SIGINT arrives: it is stopped (requests aborted), the
-    run exits non-zero within the teardown's time, and nothing it started outlives it."""
+    run exits non-zero within the teardown's time, nothing it started outlives it, and the user is told that it
+    stopped, where the checkpoint is and the exact command that resumes it (SIGTERM, the sync loop:
+    tests/integration/test_resume.py; both signals reach the same handler, runner.StopRequest, whichever loop runs)."""
+    import shlex
     import time
 
     from rlrun.launch.reaper import descendants
@@ -99,14 +102,22 @@ def test_sigint_stops_the_producer_and_leaves_no_process(tmp_path):
             proc.stdout.read()[-3000:]
         assert time.monotonic() < deadline, "no second step within 300 s"
         time.sleep(0.1)
+    run_dir = next(tmp_path.glob("*/*/" + METRICS_FILE)).parent
     children = descendants(proc.pid)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=90)
+    out, _ = proc.communicate(timeout=90)
     assert proc.returncode == 130
     deadline = time.monotonic() + 30
     while [p for p in children if _running(p)]:
         assert time.monotonic() < deadline, "processes outlived the SIGINTed run"
         time.sleep(0.5)
+    assert f"[rlrun] stopped by SIGINT; run dir {run_dir}" in out, out[-3000:]
+    assert "[rlrun] last checkpoint: " in out
+    overrides = [*BASE, f"run.output_dir={tmp_path}", "rollout.num_rollout=8", "checkpoint.save_interval=2",
+                 "rollout.async_buffer_size=2"]
+    assert f"[rlrun] resume with: {shlex.join(['rlrun', *overrides, 'run.resume=auto'])}" in out, out[-3000:]
+    # teardown ran: the plot of the steps so far is drawn
+    assert (run_dir / "reward_length.png").is_file()
 
 
 def _running(pid: int) -> bool:

@@ -9,6 +9,10 @@ sglang-router, torch trainer ranks over gloo), each caught with its cause named:
         their run invariant before anything trains
     a step that blows the weights up (optim.lr=1e30): stopped by the nonfinite invariant within that
         step, before its push and save; run.resume=auto continues from the untouched last checkpoint
+
+Every run of the module shares one Ray session (ray_cpu: the runner reuses a caller's connection), so each pays
+for its actors, not for starting and stopping a cluster; the faulted actors die with their run (its teardown
+kills them, SIGSTOPped or not), and the next run starts its own.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from rlrun.guard.watchdog import BOARD, DIAGNOSIS_JSON, StallError
 from rlrun.launch.reaper import descendants
 from rlrun.metrics import METRICS_FILE, read_metrics
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow, pytest.mark.usefixtures("ray_cpu")]
 
 BASE = ["logging.wandb.mode=disabled", "logging.progress=false", "rollout.rollout_batch_size=8",
         "rollout.num_rollout=6", "checkpoint.save_interval=1"]
@@ -155,9 +159,8 @@ def _tree_digest(d: Path) -> dict[str, str]:
     return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def test_a_resume_that_would_train_nothing_or_blows_the_loss_up_is_stopped_by_its_check_then_resumes(tmp_path, ray_cpu):
-    """One finished 2-rollout run (in one Ray session for the module's last test: the runner reuses a caller's
-    connection; the faults above each have the runner's own embedded Ray), resumed three times:
+def test_a_resume_that_would_train_nothing_or_blows_the_loss_up_is_stopped_by_its_check_then_resumes(tmp_path):
+    """One finished 2-rollout run, resumed three times:
 
     - with rollout.num_rollout=2: it would train nothing; the resume_trains invariant stops it before anything
       runs or is logged;

@@ -43,7 +43,7 @@ def two_nodes():
     cluster.shutdown()
 
 
-@ray.remote
+@ray.remote(max_calls=0)  # as rlrun.launch.placement._probe: the worker is kept for the next task
 def _where() -> tuple[str, list[int]]:
     return ray.get_runtime_context().get_node_id(), [int(g) for g in ray.get_gpu_ids()]
 
@@ -59,7 +59,9 @@ def _check_lands_as_planned(plan) -> None:
     try:
         order = _node_order()
         roles = [("trainer", r) for r in range(plan.trainer_gpus)] + [("engine", e) for e in range(plan.num_engines)]
-        got = ray.get([_where.options(**placement.options(role, rank)).remote() for role, rank in roles])
+        # one task at a time, each worker kept for the next (_where's max_calls=0): a few worker processes instead of
+        # one per role (24 of them here, most of this test's time)
+        got = [ray.get(_where.options(**placement.options(role, rank)).remote()) for role, rank in roles]
         for (role, rank), (node_id, gpus) in zip(roles, got):
             want = sorted((s.node, s.gpu) for s in plan.placement if s.role == role and s.rank == rank)
             assert node_id == order[want[0][0]], f"{role} {rank} on the wrong node"

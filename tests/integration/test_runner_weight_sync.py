@@ -10,6 +10,10 @@ sha256 of every pushed engine's weights equals the sha256 of the trainer's state
 reports the pushed version. Restarts: an engine killed during the rollout is brought to the current
 weights by the trainer (tensor transport); one killed while the trainer trains is held out of the
 router until the block's sync, which includes it.
+
+The runs share one Ray session (the module's ray_cpu: the runner reuses a caller's connection and leaves it
+connected), so each pays for its actors, not for starting and stopping a Ray cluster; a run's own embedded
+cluster and its teardown are the default job's test (tests/integration/test_runner.py).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from rlrun.config.rundir import prepare_run_dir
 from rlrun.launch.train_group import TrainGroup
 from rlrun.metrics import METRICS_FILE, read_metrics
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow, pytest.mark.usefixtures("ray_cpu")]
 
 
 def _run(tmp_path, *extra):
@@ -73,7 +77,7 @@ def _check(pushes, transport, versions):
 def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pushes, transport, extra):
     cfg, plan, run_dir, summary = _run(tmp_path, *extra)
     assert plan.weight_sync == transport and summary["steps"] == 2
-    assert not ray.is_initialized()
+    assert ray.is_initialized()  # the caller's connection is still the caller's
     _check(pushes, transport, [1, 2])  # a fresh start pushes nothing: the engines loaded the trainer's init
     assert all(len(p["urls"]) == plan.num_engines for p in pushes)
     rows = read_metrics(run_dir / METRICS_FILE)

@@ -46,7 +46,10 @@ def _ip_key(ip: str) -> tuple:
         return (1, ip)
 
 
-@ray.remote(num_cpus=0)
+# max_calls=0: its worker is kept for the next task (Ray's default for a task with GPUs is a new worker process
+# each time, to free the GPU memory it held; a probe holds none): the probes of many bundles need a few workers,
+# not one each (16 bundles took ~18 s of worker start-ups on the 2-core machine)
+@ray.remote(num_cpus=0, max_calls=0)
 def _probe() -> tuple[str, str, list]:
     """(node id, node ip, the bundle's GPU as the actors will address it). Run with Ray's NOSET flags as every GPU
     actor is, so the visible-devices variable here is the node's own list (see local_gpu_index)."""

@@ -36,7 +36,9 @@ class _PlacedHFEngine(HFEngineActor):
 
 class RayEngine(HTTPEngine):
     def __init__(self, engine_id: int, placement, runtime_env: dict, model_dir: str, seed: int,
-                 max_batch_size: int, threads: int):
+                 max_batch_size: int, threads: int, wait: bool = True):
+        """Creates engine `engine_id`'s actor and asks it to start; wait=False returns at once (wait_started()
+        waits: start several, then wait, and their start-ups overlap)."""
         gpus = placement.gpu_ids("engine", engine_id)
         if len(gpus) > 1:
             raise ValueError(f"the hf engine runs on one device, but engine {engine_id} spans GPUs {gpus}; "
@@ -46,14 +48,22 @@ class RayEngine(HTTPEngine):
         # Listen on its node's address (asked in the actor), so that the router reaches engines on other nodes.
         host = placement.bundle_of("engine", engine_id)[0].node_ip
         self.node = host  # named when the engine keeps failing (EngineGroup.max_restarts)
+        self.engine_id = engine_id
         self.actor = actor.remote(model_dir, gpus[0] if gpus else None, threads, engine_id, seed=seed, host=None,
                                   max_batch_size=max_batch_size)
+        self._started = self.actor.start.remote()
+        self.url = ""  # known after wait_started()
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> "RayEngine":
         try:  # bounded: a replacement whose bundle's node is gone is never placed (EngineGroup retries)
-            self.url = ray.get(self.actor.start.remote(), timeout=_START_TIMEOUT_S)
+            self.url = ray.get(self._started, timeout=_START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             ray.kill(self.actor)
-            raise TimeoutError(f"engine {engine_id} did not start within {_START_TIMEOUT_S:.0f} s (its bundle "
-                               f"on node {host} may be gone, or the node is out of memory)") from None
+            raise TimeoutError(f"engine {self.engine_id} did not start within {_START_TIMEOUT_S:.0f} s (its bundle "
+                               f"on node {self.node} may be gone, or the node is out of memory)") from None
+        return self
 
     def alive(self) -> bool:
         try:
@@ -77,7 +87,20 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str)
     env = runtime_env.get("env_vars", {})
     threads = int(env.get("OMP_NUM_THREADS", 0)) if cfg.hardware.vendor == "cpu" else 0
 
-    def make(i: int) -> RayEngine:
-        return RayEngine(i, placement, runtime_env, model_dir, cfg.run.seed + i, cfg.rollout.max_concurrency, threads)
+    def make(i: int, wait: bool = True) -> RayEngine:
+        return RayEngine(i, placement, runtime_env, model_dir, cfg.run.seed + i, cfg.rollout.max_concurrency, threads,
+                         wait=wait)
 
-    return [make(i) for i in range(plan.num_engines)], make
+    # every engine's actor first, then the waits: their start-ups (a worker process, torch, the model) overlap
+    engines = [make(i, wait=False) for i in range(plan.num_engines)]
+    try:
+        for engine in engines:
+            engine.wait_started()
+    except BaseException:
+        for engine in engines:  # none is registered anywhere yet: the ones that started would outlive the run
+            try:
+                ray.kill(engine.actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        raise
+    return engines, make
