@@ -1,5 +1,5 @@
 """Checks of the megatron backend's LoRA (rlrun.train.megatron.lora) against peft on the same HF model, shared by
-tests/gpu/test_megatron_lora.py (one GPU) and tools/device/cpu_lora_harness.py (CPU, TP=1 and TP=2 over gloo).
+tests/gpu/test_gpu_megatron_lora.py (one GPU) and tools/device/cpu_lora_harness.py (CPU, TP=1 and TP=2 over gloo).
 
 check(): a small model of the family in Megatron with LoRA and the same model in transformers;
 1. at init the LoRA model's logits equal the base model's exactly (B = 0);

@@ -2,7 +2,7 @@
 of a fused Megatron layer are targeted, the row layout their adapters write into, the merge math by hand, that a
 fused layer's merged adapters equal separate adapters on the HF modules, peft's names, modules_to_save matching,
 and the rules validate applies. The modules on megatron-core (the adapters' forward under TP, the backend) are
-checked against peft by tests/gpu/test_megatron_lora.py and tools/device/cpu_lora_harness.py."""
+checked against peft by tests/gpu/test_gpu_megatron_lora.py and tools/device/cpu_lora_harness.py."""
 from __future__ import annotations
 
 from types import SimpleNamespace

@@ -1,6 +1,6 @@
 """The megatron backend's LoRA (rlrun.train.megatron.lora) against peft on the CPU: tests/gpu/lora_check.py's
 checks in fp32, one rank and TP=2 over gloo. A development aid like cpu_harness.py (same setup, see its
-docstring), not a test double: the shipped check is tests/gpu/test_megatron_lora.py on the lent GPUs.
+docstring), not a test double: the shipped check is tests/gpu/test_gpu_megatron_lora.py on the lent GPUs.
 
     PYTHONPATH=/tmp/mcsrc:/tmp/mcdeps python tools/device/cpu_lora_harness.py /tmp/lora_tp1.pt
     PYTHONPATH=/tmp/mcsrc:/tmp/mcdeps python -m torch.distributed.run --nproc-per-node 2 \
@@ -11,7 +11,7 @@ docstring), not a test double: the shipped check is tests/gpu/test_megatron_lora
 
 Each run saves the trained adapters; --compare prints the largest relative difference between the two layouts'
 adapters (TP=2 must train what TP=1 trains: same init, same data, only the reduction order differs).
---backend runs tests/gpu/test_megatron_lora.py's backend tests (step 0, training, merged export vs peft,
+--backend runs tests/gpu/test_gpu_megatron_lora.py's backend tests (step 0, training, merged export vs peft,
 checkpoint, resume) on the CPU with cpu_backend_harness.py's redirections (fp32 instead of bf16).
 """
 import os
@@ -78,7 +78,7 @@ def backend():
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     import cpu_backend_harness as H  # noqa: F401  (its import redirects CUDA to the CPU)
-    import test_megatron_lora as T
+    import test_gpu_megatron_lora as T
     H._cpu_config()
     T.ON_CPU = True
     pair = T.make(T.LORA), T.make([])

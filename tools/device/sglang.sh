@@ -20,7 +20,7 @@
 #              trainer (merged weights pushed to SGLang); the reward curve to compare with learn's  ~300 s
 #   distill    issue 35: a copy-task teacher SFT-trained with the torch backend (HF dir), then copy-grpo-h100's random-init
 #              student distilled from it through Megatron + SGLang (SFT_STEPS 60, DISTILL_ROLLOUTS 60)        ~300 s
-#   loratest   tests/gpu/test_megatron_lora.py: the megatron backend's LoRA against the base model and peft  ~90 s
+#   loratest   tests/gpu/test_gpu_megatron_lora.py: the megatron backend's LoRA against the base model and peft  ~90 s
 #   nccl       tests/gpu/test_sglang_nccl_sync.py: NCCL weight sync trainer (GPU 0) -> SGLang (GPU 1); 2 GPUs  ~200 s
 #   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
 #   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
@@ -123,7 +123,7 @@ for item in $ITEMS; do
         algo.normalize_advantages=true rollout.num_rollout="${DISTILL_ROLLOUTS:-60}" "${KIT_FAST[@]}" \
         run.name=distill-student run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
       summary distill-student ;;
-    loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_lora.py
+    loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_gpu_megatron_lora.py
               grep -E "^LORA|passed|failed" "$OUT/loratest.log" | tee -a "$RES" ;;
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
               rollout.num_rollout=6 run.name=copy-hf run.output_dir=/tmp/runs
