@@ -143,6 +143,7 @@ class MetricsLogger:
     def __init__(self, run_dir: str | Path, cfg, total: int, start: int = 0, stream=None):
         self.path = Path(run_dir) / METRICS_FILE
         self.run_dir = Path(run_dir)
+        drop_torn_tail(self.path)  # a row a kill cut short would glue onto the resumed run's first row
         self._file = self.path.open("a")
         self._sinks: list = []
         mode = wandb_mode(cfg.logging.wandb.mode)
@@ -175,10 +176,25 @@ class MetricsLogger:
         self._file.close()
 
 
+def drop_torn_tail(path: Path) -> int:
+    """Cuts metrics.jsonl back to its last newline (what a SIGKILL mid-write leaves after it); returns the bytes
+    cut. The step of the torn row is logged again by the resumed run, which redoes it from the checkpoint."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+        with path.open("r+b") as f:
+            f.truncate(keep)
+    return len(data) - keep
+
+
 def read_metrics(path: str | Path) -> list[dict]:
-    """Rows of metrics.jsonl; when a resumed run re-logs a step, the later row wins."""
+    """Rows of metrics.jsonl; when a resumed run re-logs a step, the later row wins. A row is complete once its
+    newline is written: text after the last newline is a row being written (a reader during the run sees a long row
+    in pieces) or one a kill cut short, and is not read; a complete row that is not JSON is an error."""
     rows: dict[int, dict] = {}
-    for line in Path(path).read_text().splitlines():
+    for line in Path(path).read_text().split("\n")[:-1]:
         if line.strip():
             row = json.loads(line)
             rows[int(row["step"])] = row

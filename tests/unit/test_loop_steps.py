@@ -123,3 +123,23 @@ def test_logger_writes_rows_and_the_plot(tmp_path):
     rows = read_metrics(tmp_path / METRICS_FILE)
     assert [r["rollout/reward_mean"] for r in rows] == [0.0, 0.5, 1.0]
     assert plot(tmp_path) == tmp_path / PLOT_FILE and (tmp_path / PLOT_FILE).stat().st_size > 1000
+
+
+def test_a_row_cut_short_is_not_read_and_a_resumed_logger_cuts_it_off(tmp_path):
+    """A reader polling during a run can see a row's first bytes only, and a SIGKILL mid-write leaves them for good
+    (tests/integration/test_resume.py's poll hit the first case): neither is a row. The resumed run's logger cuts
+    the torn bytes before appending, so its first row does not glue onto them."""
+    from rlrun.config import load
+    from rlrun.metrics import MetricsLogger
+
+    path = tmp_path / METRICS_FILE
+    path.write_text('{"step": 0, "x": 1}\n{"step": 1, "x": 2}\n{"step": 2, "x"')
+    assert read_metrics(path) == [{"step": 0, "x": 1}, {"step": 1, "x": 2}]
+    log = MetricsLogger(tmp_path, load(["logging.progress=false", "logging.wandb.mode=disabled"]), total=3, start=2)
+    log.log(2, {"x": 3})
+    log.close()
+    assert path.read_text().endswith('{"step": 1, "x": 2}\n{"step": 2, "x": 3.0}\n')
+    assert read_metrics(path)[-1] == {"step": 2, "x": 3.0}
+    path.write_text('{"step": 0, "x": 1}\nnot json\n')
+    with pytest.raises(ValueError):  # a complete row that is not JSON is an error, never skipped
+        read_metrics(path)
