@@ -9,42 +9,20 @@ Runs on the lent GPU with the kit staged (tools/device/stage.sh; tools/device/sg
 skips where SGLang cannot be imported. The CPU half (hf reward engines through the runner, the judge against a
 hand forward) is tests/unit/test_reward_engines.py and tests/integration/test_training_modes.py."""
 import importlib.util
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from test_sglang_engine import KIT_ARGS as KIT  # the kit's backends (no FA3), no prefill CUDA graphs
+from served_job import run_copy_job, toy_checkpoint
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None or not torch.cuda.is_available(),
                                 reason="needs a GPU and SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)")
 
 
 def test_an_sglang_reward_engine_judges_every_sample(tmp_path):
-    from rlrun.config import load
-    from rlrun.data.toy import build_toy_tokenizer
-    from rlrun.train.hf_model import build_causal_lm
-
-    judge = tmp_path / "judge"
-    tok = build_toy_tokenizer()
-    model = build_causal_lm(load(["experiment=copy-grpo-h100"]).model, None, 7, dtype=torch.bfloat16)
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        setattr(model.config, name, getattr(tok, name))
-    model.save_pretrained(judge)
-    tok.save_pretrained(judge)
-    out = subprocess.run([sys.executable, "-m", "rlrun.cli", "experiment=copy-grpo-h100", "rollout.num_rollout=3",
-                          "data.rm_type=reward_model", f"reward.model.checkpoint={judge}",
-                          "reward.model.prompt_template='{prompt}{response}?'", "reward.model.target=y",
-                          f"run.output_dir={tmp_path}", "logging.progress=false", *KIT],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = next(Path(tmp_path).glob("copy-grpo-h100/*/"))
-    plan = json.loads((run_dir / "plan.json").read_text())
+    judge = toy_checkpoint(tmp_path / "judge", 7)
+    run_dir, plan, rows = run_copy_job(tmp_path, "data.rm_type=reward_model", f"reward.model.checkpoint={judge}",
+                                       "reward.model.prompt_template='{prompt}{response}?'", "reward.model.target=y")
     assert plan["reward_engines"] == 1 and [s["gpu"] for s in plan["placement"] if s["role"] == "reward"] == [0]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 3
     assert all(r["reward/errors"] == r["reward/timeouts"] == 0 and r["reward/count"] == 256 for r in rows)
     assert all(0 < r["rollout/reward_mean"] < 1 for r in rows)
     assert list((run_dir / "logs" / "reward").glob("sglang-*.log"))  # the reward engine's own server log

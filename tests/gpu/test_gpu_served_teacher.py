@@ -10,42 +10,20 @@ Runs on the lent GPU with the kit staged (tools/device/sglang.sh ITEMS=py:test_g
 SGLang cannot be imported. The CPU half (an hf teacher engine through the runner, the client against a real hf engine)
 is tests/integration/test_training_modes.py and tests/unit/test_distill.py."""
 import importlib.util
-import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from test_sglang_engine import KIT_ARGS as KIT  # the kit's backends (no FA3), no prefill CUDA graphs
+from served_job import run_copy_job, toy_checkpoint
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None or not torch.cuda.is_available(),
                                 reason="needs a GPU and SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)")
 
 
 def test_an_sglang_teacher_engine_scores_every_sample(tmp_path):
-    from rlrun.config import load
-    from rlrun.data.toy import build_toy_tokenizer
-    from rlrun.train.hf_model import build_causal_lm
-
-    teacher = tmp_path / "teacher"
-    tok = build_toy_tokenizer()
-    model = build_causal_lm(load(["experiment=copy-grpo-h100"]).model, None, 11, dtype=torch.bfloat16)
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        setattr(model.config, name, getattr(tok, name))
-    model.save_pretrained(teacher)
-    tok.save_pretrained(teacher)
-    out = subprocess.run([sys.executable, "-m", "rlrun.cli", "experiment=copy-grpo-h100", "rollout.num_rollout=3",
-                          "algo.distill.where=engine", f"algo.distill.teacher={teacher}",
-                          f"run.output_dir={tmp_path}", "logging.progress=false", *KIT],
-                         capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = next(Path(tmp_path).glob("copy-grpo-h100/*/"))
-    plan = json.loads((run_dir / "plan.json").read_text())
+    teacher = toy_checkpoint(tmp_path / "teacher", 11)
+    run_dir, plan, rows = run_copy_job(tmp_path, "algo.distill.where=engine", f"algo.distill.teacher={teacher}")
     assert plan["teacher_engines"] == 1 and [s["gpu"] for s in plan["placement"] if s["role"] == "teacher"] == [0]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert len(rows) == 3
     for r in rows:
         assert math.isfinite(r["distill/reverse_kl"]) and r["distill/teacher_logp"] <= 0
         # a random teacher of a 64-token vocabulary: about ln(1/64) = -4.2 per token, far from the trained student
