@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Two lanes of tools/device/sglang.sh items at once on a four-GPU machine, each a two-GPU view of it:
-# LANE_A on GPUs 0,1 and LANE_B on GPUs 2,3 (CUDA_VISIBLE_DEVICES; rlrun's placement maps Ray's GPU ids to the
-# indices the actors see, tests/integration/test_placement_visible_devices.py), each with its own $OUT/laneA|B.
+# Lanes of tools/device/sglang.sh items at once on one machine, each a view of some of its GPUs:
+# LANE_A on GPUs 0,1 and LANE_B on GPUs 2,3 by default (CUDA_VISIBLE_DEVICES; rlrun's placement maps Ray's GPU ids to
+# the indices the actors see, tests/integration/test_placement_visible_devices.py), each with its own $OUT/laneX.
+# LANE_C and LANE_D run too when set; they need LANE_GPUS_C / LANE_GPUS_D (e.g. four one-GPU lanes on four GPUs:
+# LANE_GPUS_A=0 LANE_GPUS_B=1 LANE_GPUS_C=2 LANE_GPUS_D=3).
 #
 #   source tools/device/stage.sh && LANE_A="py:test_megatron_backend.py,..." LANE_B="async2" bash tools/device/lanes.sh
 #
@@ -12,7 +14,7 @@ set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 if [ "${WHOLE:-0}" = 1 ]; then
-  listed=$(for i in ${LANE_A:-} ${LANE_B:-}; do case $i in py:*) echo "${i#py:}" | tr ',' '\n' ;; esac; done | sort -u)
+  listed=$(for i in ${LANE_A:-} ${LANE_B:-} ${LANE_C:-} ${LANE_D:-}; do case $i in py:*) echo "${i#py:}" | tr ',' '\n' ;; esac; done | sort -u)
   missing=$(comm -23 <(cd tests/gpu && ls test_*.py | sort) <(echo "$listed"))
   echo "lanes.sh: tests/gpu files in no lane: ${missing:-none}" | tee -a "$OUT/results.md"
 fi
@@ -23,5 +25,7 @@ lane() {  # lane NAME GPUS MASTER_PORT ITEMS
 }
 [ -n "${LANE_A:-}" ] && lane A "${LANE_GPUS_A:-0,1}" 29533 "$LANE_A" &
 [ -n "${LANE_B:-}" ] && lane B "${LANE_GPUS_B:-2,3}" 29733 "$LANE_B" &
+[ -n "${LANE_C:-}" ] && lane C "${LANE_GPUS_C:?LANE_C needs LANE_GPUS_C}" 29933 "$LANE_C" &
+[ -n "${LANE_D:-}" ] && lane D "${LANE_GPUS_D:?LANE_D needs LANE_GPUS_D}" 30133 "$LANE_D" &
 wait
-for l in A B; do [ -f "$OUT/lane$l/results.md" ] && { echo "## lane $l"; cat "$OUT/lane$l/results.md"; }; done | tee -a "$OUT/results.md"
+for l in A B C D; do [ -f "$OUT/lane$l/results.md" ] && { echo "## lane $l"; cat "$OUT/lane$l/results.md"; }; done | tee -a "$OUT/results.md"
