@@ -60,28 +60,50 @@ def test_rl_from_the_sft_checkpoint_starts_above_chance(teacher):
     assert teacher[1] > 0.9  # measured 0.98-1.0
 
 
-def test_a_student_distilled_from_the_teacher_reaches_its_reward(teacher, tmp_path):
-    model, teacher_reward = teacher
-    s = _run(["experiment=tiny-distill-cpu", f"algo.distill.teacher={model}", f"run.output_dir={tmp_path}"])
-    rows = read_metrics(Path(s["run_dir"]) / METRICS_FILE)
+@pytest.fixture(scope="module")
+def distilled(teacher, tmp_path_factory):
+    """A random-init student distilled from the SFT checkpoint in the trainer (algo.distill.where=trainer,
+    tiny-distill-cpu's 40 rollouts): its metrics rows."""
+    s = _run(["experiment=tiny-distill-cpu", f"algo.distill.teacher={teacher[0]}",
+              f"run.output_dir={tmp_path_factory.mktemp('distill')}"])
+    return read_metrics(Path(s["run_dir"]) / METRICS_FILE)
+
+
+def test_a_student_distilled_from_the_teacher_reaches_its_reward(teacher, distilled):
+    _, teacher_reward = teacher
+    rows = distilled
     rewards, rkl = [r["rollout/reward_mean"] for r in rows], [r["distill/reverse_kl"] for r in rows]
     assert statistics.fmean(rewards[:3]) < 0.1  # random init
     assert max(statistics.fmean(rewards[i:i + 5]) for i in range(len(rewards) - 4)) > 0.9 * teacher_reward
     assert statistics.fmean(rkl[-5:]) < 0.3 * statistics.fmean(rkl[:3])  # KL(student || teacher) falls
 
 
-def test_a_student_distilled_from_a_served_teacher_learns_toward_it(teacher, tmp_path):
+SERVED_ROLLOUTS = 10
+
+
+def test_a_student_distilled_from_a_served_teacher_learns_toward_it(teacher, distilled, tmp_path):
     """algo.distill.where=engine (slime --opd-type sglang): an hf teacher engine beside the rollout engine serves the
     SFT checkpoint and scores each sample's response tokens as a prompt (input_token_logprobs from
-    logprob_start_len); the student, from random init, trained by the distillation term alone, learns the task."""
-    model, teacher_reward = teacher
+    logprob_start_len); the student, from random init, trained by the distillation term alone, learns the task.
+
+    The served teacher gives the trainer's teacher log-probs (same checkpoint, same tokens), so the run is the
+    trainer-teacher run (`distilled`, same seed) step for step: the same samples (rewards), teacher log-probs
+    within 1e-5 (the engine-vs-trainer log-prob bound of tests/integration/test_algos.py; measured <= 2e-7) and the
+    same reverse KL within 1e-4 (the student's log-probs drift by float noise through the updates; measured
+    <= 1.5e-5 over 25 rollouts). That run reaches the teacher's reward (the test above), so this one need not run
+    as long: its first SERVED_ROLLOUTS steps, learning already (reward up, KL down), prove the same updates."""
+    model, _ = teacher
     s = _run(["experiment=tiny-distill-cpu", f"algo.distill.teacher={model}", "algo.distill.where=engine",
-              "rollout.num_rollout=25", f"run.output_dir={tmp_path}"])
+              f"rollout.num_rollout={SERVED_ROLLOUTS}", f"run.output_dir={tmp_path}"])
     rows = read_metrics(Path(s["run_dir"]) / METRICS_FILE)
     rewards, rkl = [r["rollout/reward_mean"] for r in rows], [r["distill/reverse_kl"] for r in rows]
-    assert len(rows) == 25 and statistics.fmean(rewards[:3]) < 0.1  # random init
-    assert statistics.fmean(rewards[-5:]) > 0.5 * teacher_reward  # measured 0.03 -> 0.76 (docs/benchmarks.md)
-    assert statistics.fmean(rkl[-5:]) < 0.3 * statistics.fmean(rkl[:3])  # measured 5.18 -> 0.75
+    assert len(rows) == SERVED_ROLLOUTS and statistics.fmean(rewards[:3]) < 0.1  # random init
+    for served, trained in zip(rows, distilled):
+        assert served["rollout/reward_mean"] == trained["rollout/reward_mean"], served["step"]
+        assert served["distill/teacher_logp"] == pytest.approx(trained["distill/teacher_logp"], abs=1e-5)
+        assert served["distill/reverse_kl"] == pytest.approx(trained["distill/reverse_kl"], abs=1e-4)
+    assert statistics.fmean(rewards[-3:]) > 2 * statistics.fmean(rewards[:3])  # measured 0.03 -> 0.13
+    assert statistics.fmean(rkl[-3:]) < 0.9 * statistics.fmean(rkl[:3])  # measured 5.19 -> 4.07
     assert all(r["distill/teacher_logp"] <= 0 for r in rows)
 
 
