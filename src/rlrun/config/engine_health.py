@@ -8,6 +8,10 @@ HEALTH_INTERVAL_S = 0.5   # EngineGroup polls every engine this often
 FAILURE_THRESHOLD = 2     # failed polls in a row before the engine is replaced
 HEALTH_TIMEOUT_S = 5.0    # one poll's GET /health
 ALIVE_TIMEOUT_S = 10.0    # one poll's RayEngine.alive() (ray.get of the actor's url; a lost node's actor hangs)
+STOP_GRACE_S = 2.0        # RayEngine.stop(): the actor's own shutdown, then ray.kill; an idle engine's takes ms, and
+                          # an engine being replaced is unhealthy (stalled, on a lost node): its shutdown never
+                          # returns and its requests in flight wait for the kill (10 s here cost a stalled
+                          # engine's rollout 10 s: tests/integration/test_guard_runner.py)
 CONNECT_TIMEOUT_S = 10.0  # connecting to an engine for a weight push (pause, update, continue); local: ms
 ROUTER_LIST_S = 10.0      # Router.workers(): GET /workers
 ROUTER_DELETE_S = 10.0    # Router.remove_worker: DELETE /workers/{id}

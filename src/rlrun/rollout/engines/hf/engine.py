@@ -8,6 +8,7 @@ from __future__ import annotations
 import ray
 
 from rlrun.config.engine_health import ALIVE_TIMEOUT_S as _ALIVE_TIMEOUT_S
+from rlrun.config.engine_health import STOP_GRACE_S as _STOP_GRACE_S
 from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.hf_engine import HFEngineActor
 
@@ -74,8 +75,8 @@ class RayEngine(HTTPEngine):
 
     def stop(self) -> None:
         try:
-            ray.get(self.actor.shutdown.remote(), timeout=_ALIVE_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - already dead: killing below is all that is left
+            ray.get(self.actor.shutdown.remote(), timeout=_STOP_GRACE_S)
+        except Exception:  # noqa: BLE001 - already dead or stalled: killing below is all that is left
             pass
         ray.kill(self.actor)
 
