@@ -44,10 +44,19 @@ class Offload:
         if lend or swap:
             with timer("offload"):
                 if lend:
-                    with timer.part("offload/pause"):
-                        self.engines.pause("abort")  # release needs idle engines (the rollout is over)
+                    # release needs idle engines (SGLang asserts it). Requests the rollout no longer waits for are
+                    # aborted and waited out first, at the drain's 50 ms poll: SGLang's abort-mode pause re-checks
+                    # for in-flight requests only once a second (tokenizer_manager.pause_generation), which cost
+                    # 1.0 s in most steps (2026-11-28, docs/benchmarks.md). The drain after the pause catches a
+                    # request that arrived in between (one /flush_cache call when there is none).
+                    timeout_s = self.cfg.rollout.weight_sync_timeout_s
                     with timer.part("offload/drain"):
-                        self.engines.drain(self.cfg.rollout.weight_sync_timeout_s)  # SGLang asserts it is idle
+                        self.engines.abort_all()
+                        self.engines.drain(timeout_s)
+                    with timer.part("offload/pause"):
+                        self.engines.pause("abort")
+                    with timer.part("offload/drain"):
+                        self.engines.drain(timeout_s)
                     with timer.part("offload/release"):
                         self.engines.release_memory(["kv_cache"] if keep else None if push
                                                     else ["kv_cache", "cuda_graph"])  # None = all

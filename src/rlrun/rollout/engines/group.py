@@ -171,6 +171,8 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
                                                   f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
             nbytes, i = nbytes + _nbytes(bucket), i + 1
             del keepalive, bucket, payload  # every engine has copied it: free it
+            if transport == "ipc":
+                W.release_sent()  # ... for real: torch holds sent CUDA blocks until collected
     return nbytes
 
 
