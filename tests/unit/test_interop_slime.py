@@ -73,13 +73,13 @@ def test_colocate_without_no_offload_means_offload_on():
 
 def test_unknown_typo_abbreviation_secret_and_changed_constant_are_reported():
     d = decode(parse_args(args("--rollout-batch-size 2 --rollout-temprature 0.5 --rollout-max-resp 9 "
-                               "--wandb-key s3cret --attention-dropout 0.1 --moe-enable-deepep")))
+                               "--wandb-key s3cret --attention-dropout 0.1 --allgather-cp")))
     why = {o.flag: w for o, w in d.unknown}
     assert "did you mean --rollout-temperature" in why["--rollout-temprature"]
     assert "--rollout-max-response-len" in why["--rollout-max-resp"]
     assert "credential" in why["--wandb-key"]
     assert "--attention-dropout 0.0" in why["--attention-dropout"]
-    assert why["--moe-enable-deepep"] == "slime feature rlrun lacks: DeepEP MoE dispatch"
+    assert why["--allgather-cp"].startswith("slime feature rlrun lacks: all-gather context parallelism")
     assert d.values["rollout.temperature"] == 1.0  # the typo did not set it: slime's default holds
 
 
@@ -224,21 +224,21 @@ def test_new_user_tutorial_script_imports_plans_and_exports_back(tmp_path):
 def test_import_reports_unknown_flags_in_yaml_and_never_copies_secrets(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(SEED.read_text().replace("--rollout-temperature 1\n",
-                                               "--rollout-temprature 0.8 --wandb-key s3cret --moe-enable-deepep\n"))
+                                               "--rollout-temprature 0.8 --wandb-key s3cret --allgather-cp\n"))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "qwen3-4B.sh").write_text((DATA / "models" / "qwen3-4B.sh").read_text())
     out, err = io.StringIO(), io.StringIO()
     target = tmp_path / "conf" / "experiment" / "x.yaml"
     assert cli_main(["import", "slime", str(script), "--out", str(target)], out, err) == 2
     assert not target.exists() and "nothing written" in err.getvalue() and "--allow-unknown" in err.getvalue()
-    assert "--rollout-temprature, --moe-enable-deepep" in err.getvalue()  # not the secret: it is dropped on purpose
+    assert "--rollout-temprature, --allgather-cp" in err.getvalue()  # not the secret: it is dropped on purpose
     out, err = io.StringIO(), io.StringIO()
     assert cli_main(["import", "slime", str(script), "--allow-unknown"], out, err) == 0
     yaml_text = out.getvalue()
     assert "s3cret" not in yaml_text and "s3cret" not in err.getvalue()
     assert "#   --rollout-temprature 0.8  [run.sh:" in yaml_text
     assert "did you mean --rollout-temperature" in err.getvalue()
-    assert "--moe-enable-deepep" in yaml_text
+    assert "--allgather-cp" in yaml_text
     assert "temperature: 0.8" not in yaml_text  # the typo set nothing, as in slime
 
 
