@@ -495,12 +495,15 @@ def test_import_reports_by_name_what_an_export_would_not_give_back(imported, tmp
     script = tmp_path / "rt.sh"
     script.write_text(SEED.read_text().replace("   --adam-beta2 0.98\n", "   --adam-beta2 0.98\n"
                                                "   --use-precision-aware-optimizer\n   --optimizer-cpu-offload\n"
-                                               "   --enable-experimental\n"))
+                                               "   --enable-experimental\n   --allgather-cp\n"))
     r = import_script(script)
-    # the CPU offload is train.megatron and comes back; Megatron-LM's --enable-experimental has no rlrun setting
-    assert r.problems == [] and [o.flag for o, _ in r.unknown] == ["--enable-experimental"]
-    assert r.round_trip == {"lost": ["--enable-experimental"], "changed": [], "added": []}
-    assert "`rlrun export slime` of it loses: --enable-experimental" in r.report()
+    # the CPU offload is train.megatron and comes back; --allgather-cp has no rlrun setting (refused, imported with
+    # --allow-unknown as a comment); --enable-experimental changes nothing rlrun runs (a no-op with a note): neither
+    # is written back
+    assert r.problems == [] and [o.flag for o, _ in r.unknown] == ["--allgather-cp"]
+    assert r.round_trip == {"lost": ["--allgather-cp", "--enable-experimental"], "changed": [], "added": []}
+    assert "`rlrun export slime` of it loses: --allgather-cp, --enable-experimental" in r.report()
+    assert any("--enable-experimental: no change: " in n and "moe_permute_fusion" in n for n in r.notes)
 
 
 def test_a_value_rlrun_cannot_parse_is_reported_and_never_filled_in_as_absent():
