@@ -98,7 +98,8 @@ def test_deepep_passes_validate_and_the_preflight_asks_for_deep_ep():
     assert cfg.train.megatron == {"moe_token_dispatcher_type": "flex", "moe_enable_deepep": True}
     assert passthrough.flex_backend(cfg.train.megatron) == "deepep"
     assert passthrough.requires(cfg) == [("train.megatron.moe_enable_deepep", "deep_ep", passthrough.DEEP_EP_INSTALL)]
-    hyb = load([*MOE, "+train.megatron.moe_token_dispatcher_type=flex", "+train.megatron.moe_flex_dispatcher_backend=hybridep",
+    hyb = load([*MOE, "+train.megatron.moe_token_dispatcher_type=flex",
+                "+train.megatron.moe_flex_dispatcher_backend=hybridep",
                 "+train.megatron.moe_hybridep_pad_uneven_dispatch_inputs=true"])
     assert passthrough.requires(hyb)[0][:2] == ("train.megatron.moe_flex_dispatcher_backend", "deep_ep")
     # flex alone runs DeepEP too (the backend's default); alltoall and a dense model need nothing
@@ -121,6 +122,9 @@ def test_flex_dispatcher_settings_megatron_core_refuses():
     # MoEFlexTokenDispatcher asserts expert TP x EP > 1; rlrun runs expert TP 1
     got = _problems(["model=qwen3-30b-a3b", "parallelism.tp=4", "parallelism.ep=1", *H100, *DEEPEP])
     assert "parallelism.ep > 1" in got["train.megatron.moe_token_dispatcher_type"].fix
+    # the backend of a dispatcher that is not flex would be ignored
+    got = _problems([*MOE, "+train.megatron.moe_flex_dispatcher_backend=hybridep"])
+    assert "ignored" in got["train.megatron.moe_flex_dispatcher_backend"].message
     # HybridEP needs equal token counts per rank; rlrun's packed micro-batches differ
     got = _problems([*MOE, "+train.megatron.moe_token_dispatcher_type=flex",
                      "+train.megatron.moe_flex_dispatcher_backend=hybridep"])

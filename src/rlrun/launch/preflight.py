@@ -655,7 +655,8 @@ def importable(module: str) -> bool:
 def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     """Without cluster.address, `rlrun run` starts a one-node Ray on this machine: the plan's GPUs must be here (as
     Ray will count them) and the engine's and the backend's Python modules importable (ENGINES / BACKENDS
-    `requires`, and those a train.megatron setting needs: BackendKind.passthrough_requires); otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
+    `requires`; those an engine argument or a train.megatron setting needs: args_requires, passthrough_requires);
+    otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
     is checked against its live nodes instead (rlrun.launch.cluster.check_resources)."""
 
     if cfg.cluster.address is not None or cfg.run.dry_run:  # a remote cluster, or no Ray at all (dry run)

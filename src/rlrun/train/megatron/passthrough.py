@@ -294,18 +294,21 @@ def _flex_dispatcher(cfg, m: dict) -> list[Problem]:
     """What megatron-core 0.19.2 raises for the flex dispatcher's settings (TransformerConfig.__post_init__,
     MoEFlexTokenDispatcher/_HybridEPManager in transformer/moe/token_dispatcher.py), on the key the user set."""
     p, out = "train.megatron.", []
-    backend = flex_backend(m)
+    backend, dispatcher = flex_backend(m), m.get("moe_token_dispatcher_type", DEFAULT_DISPATCHER)
     if m.get("moe_enable_deepep"):
         if backend is None:
             out.append(Problem(p + "moe_enable_deepep", "DeepEP is a backend of megatron-core's flex token dispatcher "
                                f"(TransformerConfig.__post_init__ raises otherwise); moe_token_dispatcher_type is "
-                               f"{m.get('moe_token_dispatcher_type', DEFAULT_DISPATCHER)!r}",
-                               f"set {p}moe_token_dispatcher_type=flex (slime's scripts pass --moe-token-dispatcher-type "
-                               "flex beside --moe-enable-deepep)", True))
+                               f"{dispatcher!r}", f"set {p}moe_token_dispatcher_type=flex (slime's scripts pass "
+                               "--moe-token-dispatcher-type flex beside --moe-enable-deepep)", True))
         elif m.get("moe_flex_dispatcher_backend") == "hybridep":
             out.append(Problem(p + "moe_flex_dispatcher_backend", "moe_enable_deepep selects the deepep backend; "
                                "megatron-core refuses hybridep beside it (TransformerConfig.__post_init__)",
                                f"remove {p}moe_enable_deepep or {p}moe_flex_dispatcher_backend", "hybridep"))
+    if backend is None and "moe_flex_dispatcher_backend" in m:
+        out.append(Problem(p + "moe_flex_dispatcher_backend", "megatron-core reads the flex dispatcher's backend only "
+                           f"for moe_token_dispatcher_type=flex (here {dispatcher!r}): it would be ignored", f"set {p}moe_token_dispatcher_type=flex, or remove it",
+                           m["moe_flex_dispatcher_backend"]))
     if backend is None or cfg.model.moe is None:
         return out
     if backend == "deepep" and m.get("moe_pad_expert_input_to_capacity"):
