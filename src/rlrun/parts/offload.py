@@ -5,6 +5,8 @@ from contextlib import contextmanager
 
 from rlrun.config.kinds import TRANSPORTS
 
+PAUSE_RECHECK_S = 1.0  # SGLang 0.5.16's abort-mode pause waits this long between its checks for in-flight requests
+
 
 class Offload:
     def __init__(self, cfg, plan, trainer, engines, weights):
@@ -47,12 +49,13 @@ class Offload:
                     # release needs idle engines (SGLang asserts it). Requests the rollout no longer waits for are
                     # aborted and waited out first, at the drain's 50 ms poll: SGLang's abort-mode pause re-checks
                     # for in-flight requests only once a second (tokenizer_manager.pause_generation), which cost
-                    # 1.0 s in most steps (2026-11-28, docs/benchmarks.md). The drain after the pause catches a
-                    # request that arrived in between (one /flush_cache call when there is none).
+                    # 1.0 s in most steps (2026-11-28, docs/benchmarks.md). That settle is bounded by the second it
+                    # saves (something still sending, e.g. a custom rollout's stray requests, is stopped by the pause
+                    # itself); the drain after the pause is the bounded one that must end idle.
                     timeout_s = self.cfg.rollout.weight_sync_timeout_s
                     with timer.part("offload/drain"):
                         self.engines.abort_all()
-                        self.engines.drain(timeout_s)
+                        self.engines.drain(min(PAUSE_RECHECK_S, timeout_s), must=False)
                     with timer.part("offload/pause"):
                         self.engines.pause("abort")
                     with timer.part("offload/drain"):
