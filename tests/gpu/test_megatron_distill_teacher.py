@@ -44,7 +44,12 @@ def test_megatron_teacher_log_probs_match_the_torch_backends(teacher_dir):
     print(f"TEACHER logp rel_err={err:.3e}")
     assert err < 2e-2
     student = meg.compute_log_probs(b, "actor")
-    assert P.rel_err(torch.cat(student), torch.cat(t_meg)) > 0.1  # another model
+    # another model: two random inits of the tiny model differ by ~0.06 rel (log-probs near -log(vocab) dominate:
+    # 0.0576 measured 2026-11-28, H200), the two backends on the same teacher by 2.5e-4: the gap between them, not a
+    # fixed size, says the teacher is not the student
+    apart = P.rel_err(torch.cat(student), torch.cat(t_meg))
+    print(f"TEACHER vs student rel_err={apart:.3e}")
+    assert apart > 2e-2 and apart > 20 * err
     meg.offload()
     meg.onload()  # the teacher moves with the reference model
     assert P.rel_err(torch.cat(meg.compute_log_probs(b, "teacher")), torch.cat(t_meg)) < 1e-6

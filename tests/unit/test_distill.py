@@ -174,8 +174,9 @@ def test_the_engine_teacher_reads_sglangs_input_token_logprobs():
     from rlrun.parts.teacher import EngineTeacher, TeacherError
 
     body = EngineTeacher.request([5, 6, 7, 8], 2)
-    assert body["logprob_start_len"] == 2 and body["sampling_params"]["max_new_tokens"] == 0 and body["return_logprob"]
-    answer = {"meta_info": {"input_token_logprobs": [[-0.5, 7, None], [-1.25, 8, None]]}}
+    # one before the response: SGLang's row at logprob_start_len itself is None (its logits start there)
+    assert body["logprob_start_len"] == 1 and body["sampling_params"]["max_new_tokens"] == 0 and body["return_logprob"]
+    answer = {"meta_info": {"input_token_logprobs": [[None, 6, None], [-0.5, 7, None], [-1.25, 8, None]]}}
     assert EngineTeacher.parse(answer, 2).tolist() == [-0.5, -1.25]
     # slime's form (logprob_start_len 0): the whole sequence, the first None; the response is the last n
     whole = {"meta_info": {"input_token_logprobs": [[None, 5, None], [-2.0, 6, None], [-0.5, 7, None]]}}

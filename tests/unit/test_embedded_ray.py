@@ -65,3 +65,46 @@ def test_a_cpu_job_and_a_remote_cluster_are_not_checked_here(tmp_path):
     # two nodes of the cpu profile: bookkeeping bundles on one embedded Ray, as rlrun.launch.cluster.start makes it
     assert embedded(pf.preflight(load(["train.num_nodes=2", "cluster.num_nodes=2", f"run.output_dir={tmp_path}"]))) \
         == []
+
+
+MOE_DEEPEP = ["model=qwen3-30b-a3b", "parallelism=tp4_ep8", "hardware=h100", "train.backend=megatron",
+              "checks.memory_fit=warn", "checkpoint.random_init=true", "+train.megatron.moe_token_dispatcher_type=flex",
+              "+train.megatron.moe_enable_deepep=true"]
+
+
+def test_deepep_is_asked_of_this_machine_not_of_the_config(tmp_path, monkeypatch, capsys):
+    """train.megatron.moe_enable_deepep (megatron-core's flex dispatcher, deepep backend) is a valid config; the
+    preflight names the setting and the fix where deep_ep is not importable (as here), and passes where it is."""
+    from rlrun.cli import main
+
+    assert main(["validate", *MOE_DEEPEP, f"run.output_dir={tmp_path}"]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--check-paths", *MOE_DEEPEP, f"run.output_dir={tmp_path}"]) == 2
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "train.megatron.moe_enable_deepep: train.megatron.moe_enable_deepep=true needs the Python module deep_ep, " \
+        "which this Python" in text, text
+    assert "install DeepEP where the trainer runs" in text and "moe_token_dispatcher_type=alltoall" in text
+    monkeypatch.setattr(pf, "GPU_COUNTERS", {vendor: (lambda: 32) for vendor in pf.GPU_COUNTERS})
+    monkeypatch.setattr(pf, "importable", lambda module: True)
+    assert embedded(pf.preflight(load([*MOE_DEEPEP, f"run.output_dir={tmp_path}"]))) == []
+    monkeypatch.setattr(pf, "importable", lambda module: module != "deep_ep")
+    got = [p for p in pf.preflight(load([*MOE_DEEPEP, f"run.output_dir={tmp_path}"])) if "deep_ep" in p.message]
+    assert [(p.path, p.value) for p in got] == [("train.megatron.moe_enable_deepep", True)]
+    # a remote cluster is not checked here (its workers' Python is not this one)
+    assert not [p for p in pf.preflight(load([*MOE_DEEPEP, "cluster.address=10.0.0.1:6379",
+                                              f"run.output_dir={tmp_path}"])) if "deep_ep" in p.message]
+
+
+def test_sglang_deepep_all_to_all_is_asked_of_this_machine(tmp_path, monkeypatch):
+    """rollout.sglang.moe_a2a_backend=deepep (slime's --sglang-moe-a2a-backend deepep) makes SGLang import deep_ep."""
+    monkeypatch.setattr(pf, "GPU_COUNTERS", {vendor: (lambda: 32) for vendor in pf.GPU_COUNTERS})
+    monkeypatch.setattr(pf, "importable", lambda module: module != "deep_ep")
+    cfg = load(["model=qwen3-30b-a3b", "parallelism=tp4_ep8", "hardware=h100", "train.backend=megatron",
+                "checks.memory_fit=warn", "checkpoint.random_init=true", "rollout.gpus_per_engine=8",
+                "+rollout.sglang.moe_a2a_backend=deepep", "+rollout.sglang.ep_size=8", f"run.output_dir={tmp_path}"])
+    got = [p for p in pf.preflight(cfg) if "deep_ep" in p.message]
+    assert [(p.path, p.value) for p in got] == [("rollout.sglang.moe_a2a_backend", "deepep")]
+    assert "install DeepEP where the SGLang engines run" in got[0].fix
+    monkeypatch.setattr(pf, "importable", lambda module: True)
+    assert not [p for p in pf.preflight(cfg) if "deep_ep" in p.message]

@@ -66,3 +66,20 @@ def test_a_busy_engine_is_waited_for_and_a_never_idle_one_ends_in_a_diagnosis(gr
         group.continue_generation()
         t.join(timeout=60)
     assert out and out[0].status_code == 200 and len(out[0].json()["output_ids"]) == 4
+
+
+def test_a_settle_returns_at_its_bound_with_the_engine_still_busy(group):
+    """must=False (the lend's settle before the pause): the same wait, but its end is not an error."""
+    url = group.urls[0]
+    group.pause("in_place")
+    t, out = _generate_in_background(url)
+    try:
+        _wait_busy(url)
+        t0 = time.monotonic()
+        waited = group.drain(timeout_s=0.3, must=False)
+        assert 0.3 <= waited < 5 and time.monotonic() - t0 < 5  # its bound + one poll, with room for a loaded machine
+        assert requests.post(f"{url}/flush_cache", timeout=10).status_code != 200  # still busy: nothing was forced
+    finally:
+        group.continue_generation()
+        t.join(timeout=60)
+    assert out and out[0].status_code == 200

@@ -73,13 +73,13 @@ def test_colocate_without_no_offload_means_offload_on():
 
 def test_unknown_typo_abbreviation_secret_and_changed_constant_are_reported():
     d = decode(parse_args(args("--rollout-batch-size 2 --rollout-temprature 0.5 --rollout-max-resp 9 "
-                               "--wandb-key s3cret --attention-dropout 0.1 --moe-enable-deepep")))
+                               "--wandb-key s3cret --attention-dropout 0.1 --allgather-cp")))
     why = {o.flag: w for o, w in d.unknown}
     assert "did you mean --rollout-temperature" in why["--rollout-temprature"]
     assert "--rollout-max-response-len" in why["--rollout-max-resp"]
     assert "credential" in why["--wandb-key"]
     assert "--attention-dropout 0.0" in why["--attention-dropout"]
-    assert why["--moe-enable-deepep"] == "slime feature rlrun lacks: DeepEP MoE dispatch"
+    assert why["--allgather-cp"].startswith("slime feature rlrun lacks: all-gather context parallelism")
     assert d.values["rollout.temperature"] == 1.0  # the typo did not set it: slime's default holds
 
 
@@ -224,21 +224,21 @@ def test_new_user_tutorial_script_imports_plans_and_exports_back(tmp_path):
 def test_import_reports_unknown_flags_in_yaml_and_never_copies_secrets(tmp_path):
     script = tmp_path / "run.sh"
     script.write_text(SEED.read_text().replace("--rollout-temperature 1\n",
-                                               "--rollout-temprature 0.8 --wandb-key s3cret --moe-enable-deepep\n"))
+                                               "--rollout-temprature 0.8 --wandb-key s3cret --allgather-cp\n"))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "qwen3-4B.sh").write_text((DATA / "models" / "qwen3-4B.sh").read_text())
     out, err = io.StringIO(), io.StringIO()
     target = tmp_path / "conf" / "experiment" / "x.yaml"
     assert cli_main(["import", "slime", str(script), "--out", str(target)], out, err) == 2
     assert not target.exists() and "nothing written" in err.getvalue() and "--allow-unknown" in err.getvalue()
-    assert "--rollout-temprature, --moe-enable-deepep" in err.getvalue()  # not the secret: it is dropped on purpose
+    assert "--rollout-temprature, --allgather-cp" in err.getvalue()  # not the secret: it is dropped on purpose
     out, err = io.StringIO(), io.StringIO()
     assert cli_main(["import", "slime", str(script), "--allow-unknown"], out, err) == 0
     yaml_text = out.getvalue()
     assert "s3cret" not in yaml_text and "s3cret" not in err.getvalue()
     assert "#   --rollout-temprature 0.8  [run.sh:" in yaml_text
     assert "did you mean --rollout-temperature" in err.getvalue()
-    assert "--moe-enable-deepep" in yaml_text
+    assert "--allgather-cp" in yaml_text
     assert "temperature: 0.8" not in yaml_text  # the typo set nothing, as in slime
 
 
@@ -495,12 +495,15 @@ def test_import_reports_by_name_what_an_export_would_not_give_back(imported, tmp
     script = tmp_path / "rt.sh"
     script.write_text(SEED.read_text().replace("   --adam-beta2 0.98\n", "   --adam-beta2 0.98\n"
                                                "   --use-precision-aware-optimizer\n   --optimizer-cpu-offload\n"
-                                               "   --enable-experimental\n"))
+                                               "   --enable-experimental\n   --allgather-cp\n"))
     r = import_script(script)
-    # the CPU offload is train.megatron and comes back; Megatron-LM's --enable-experimental has no rlrun setting
-    assert r.problems == [] and [o.flag for o, _ in r.unknown] == ["--enable-experimental"]
-    assert r.round_trip == {"lost": ["--enable-experimental"], "changed": [], "added": []}
-    assert "`rlrun export slime` of it loses: --enable-experimental" in r.report()
+    # the CPU offload is train.megatron and comes back; --allgather-cp has no rlrun setting (refused, imported with
+    # --allow-unknown as a comment); --enable-experimental changes nothing rlrun runs (a no-op with a note): neither
+    # is written back
+    assert r.problems == [] and [o.flag for o, _ in r.unknown] == ["--allgather-cp"]
+    assert r.round_trip == {"lost": ["--allgather-cp", "--enable-experimental"], "changed": [], "added": []}
+    assert "`rlrun export slime` of it loses: --allgather-cp, --enable-experimental" in r.report()
+    assert any("--enable-experimental: no change: " in n and "moe_permute_fusion" in n for n in r.notes)
 
 
 def test_a_value_rlrun_cannot_parse_is_reported_and_never_filled_in_as_absent():

@@ -93,6 +93,10 @@ def _run(tmp_path, group, monkeypatch, overrides, seed):
 
 
 PUSH = [("/pause_generation", {"mode": "in_place"}), "/update_weights_from_tensor", ("/continue_generation", {})]
+# lending starts with the engines idle: stragglers aborted and waited out (EngineGroup.drain), then the pause (SGLang
+# re-checks in-flight requests only once a second in it), then one more drain for a request that came in between
+LEND = [("/abort_request", {"rid": None, "abort_all": True}), ("/flush_cache", None),
+        ("/pause_generation", {"mode": "abort"}), ("/flush_cache", None)]
 
 
 def _paths(calls):
@@ -108,8 +112,7 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
     with r.training(version=7, timer=t):
         calls.append(("block", _released(group)))
     assert _paths(calls) == [
-        ("/pause_generation", {"mode": "abort"}),
-        ("/flush_cache", None),  # idle before release (EngineGroup.drain)
+        *LEND,
         ("/release_memory_occupation", {"tags": None}),
         ("trainer.onload", ALL),
         ("block", ALL),
@@ -153,8 +156,7 @@ def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_
         gen = _generate(group)
         assert gen.status_code == 400 and "resume_memory_occupation" in gen.text  # really released
     assert calls == [
-        ("/pause_generation", {"mode": "abort"}),
-        ("/flush_cache", None),  # idle before release (EngineGroup.drain)
+        *LEND,
         ("/release_memory_occupation", {"tags": None}),  # None = every tag (SGLang)
         ("trainer.onload", ALL),
         ("block", ALL),
@@ -183,8 +185,7 @@ def test_a_resident_trainer_stays_and_the_engines_release_only_their_kv_cache(tm
     with r.training(version=10, timer=t):
         calls.append(("block", _released(group)))
     assert _paths(calls) == [
-        ("/pause_generation", {"mode": "abort"}),
-        ("/flush_cache", None),  # idle before release (EngineGroup.drain)
+        *LEND,
         ("/release_memory_occupation", {"tags": ["kv_cache"]}),
         ("block", ["kv_cache"]),
         ("/flush_cache", None),  # the push drains first (WeightSync.push_all)

@@ -80,12 +80,55 @@ def test_resolve_flag_refuses_a_wrong_choice():
 def test_validate_refuses_unknown_and_mistyped_fields_with_the_allowed_values():
     got = _problems([*H100, "+train.megatron.optimizer_cpu_ofload=true", "+train.megatron.moe_token_dispatcher_type=a2a",
                      "+train.megatron.overlap_cpu_optimizer_d2h_h2d=yes", "+train.megatron.num_layers=3",
-                     "+train.megatron.moe_enable_deepep=true"])
+                     "+train.megatron.moe_flex_dispatcher_backend=ncclep"])
     assert 'did you mean "optimizer_cpu_offload"' in got["train.megatron.optimizer_cpu_ofload"].message
     assert "['allgather', 'alltoall', 'flex']" in got["train.megatron.moe_token_dispatcher_type"].message
     assert "must be bool" in got["train.megatron.overlap_cpu_optimizer_d2h_h2d"].message
     assert "model.num_layers" in got["train.megatron.num_layers"].message
-    assert "DeepEP" in got["train.megatron.moe_enable_deepep"].message
+    assert "Transformer Engine build with NCCL EP" in got["train.megatron.moe_flex_dispatcher_backend"].message
+
+
+DEEPEP = ["+train.megatron.moe_token_dispatcher_type=flex", "+train.megatron.moe_enable_deepep=true"]
+
+
+def test_deepep_passes_validate_and_the_preflight_asks_for_deep_ep():
+    """DeepEP is megatron-core's own (the flex dispatcher's deepep backend): the config is valid; whether deep_ep is
+    installed is a fact of the machine, which the preflight checks (test_embedded_ray runs it through the CLI)."""
+    cfg = load([*MOE, *DEEPEP])
+    assert cfg.train.megatron == {"moe_token_dispatcher_type": "flex", "moe_enable_deepep": True}
+    assert passthrough.flex_backend(cfg.train.megatron) == "deepep"
+    assert passthrough.requires(cfg) == [("train.megatron.moe_enable_deepep", "deep_ep", passthrough.DEEP_EP_INSTALL)]
+    hyb = load([*MOE, "+train.megatron.moe_token_dispatcher_type=flex",
+                "+train.megatron.moe_flex_dispatcher_backend=hybridep",
+                "+train.megatron.moe_hybridep_pad_uneven_dispatch_inputs=true"])
+    assert passthrough.requires(hyb)[0][:2] == ("train.megatron.moe_flex_dispatcher_backend", "deep_ep")
+    # flex alone runs DeepEP too (the backend's default); alltoall and a dense model need nothing
+    assert passthrough.requires(load([*MOE, "+train.megatron.moe_token_dispatcher_type=flex"]))[0][:2] == \
+        ("train.megatron.moe_token_dispatcher_type", "deep_ep")
+    assert passthrough.requires(load([*MOE, "+train.megatron.moe_token_dispatcher_type=alltoall"])) == []
+    assert passthrough.requires(load(["model=qwen3-4b", *H100, *DEEPEP])) == []
+
+
+def test_flex_dispatcher_settings_megatron_core_refuses():
+    # TransformerConfig.__post_init__: "DeepEP backend is only supported with flex token dispatcher."
+    got = _problems([*MOE, "+train.megatron.moe_enable_deepep=true"])
+    assert "flex" in got["train.megatron.moe_enable_deepep"].message
+    assert "moe_token_dispatcher_type=flex" in got["train.megatron.moe_enable_deepep"].fix
+    got = _problems([*MOE, *DEEPEP, "+train.megatron.moe_flex_dispatcher_backend=hybridep"])
+    assert "refuses hybridep" in got["train.megatron.moe_flex_dispatcher_backend"].message
+    got = _problems([*MOE, *DEEPEP, "+train.megatron.moe_pad_expert_input_to_capacity=true",
+                     "+train.megatron.moe_expert_capacity_factor=1.0"])
+    assert "capacity" in got["train.megatron.moe_pad_expert_input_to_capacity"].message
+    # MoEFlexTokenDispatcher asserts expert TP x EP > 1; rlrun runs expert TP 1
+    got = _problems(["model=qwen3-30b-a3b", "parallelism.tp=4", "parallelism.ep=1", *H100, *DEEPEP])
+    assert "parallelism.ep > 1" in got["train.megatron.moe_token_dispatcher_type"].fix
+    # the backend of a dispatcher that is not flex would be ignored
+    got = _problems([*MOE, "+train.megatron.moe_flex_dispatcher_backend=hybridep"])
+    assert "ignored" in got["train.megatron.moe_flex_dispatcher_backend"].message
+    # HybridEP needs equal token counts per rank; rlrun's packed micro-batches differ
+    got = _problems([*MOE, "+train.megatron.moe_token_dispatcher_type=flex",
+                     "+train.megatron.moe_flex_dispatcher_backend=hybridep"])
+    assert "moe_hybridep_pad_uneven_dispatch_inputs=true" in got["train.megatron.moe_flex_dispatcher_backend"].fix
 
 
 def test_validate_refuses_train_megatron_on_the_torch_backend():
@@ -192,6 +235,23 @@ def test_megatron_core_objects_carry_the_values(megatron_core):
     assert dc.check_for_nan_in_grad is True
 
 
+def test_megatron_core_flex_dispatcher_carries_deepep(megatron_core):
+    """--moe-token-dispatcher-type flex --moe-enable-deepep as slime's scripts give them: the TransformerConfig the
+    backend builds selects megatron-core's flex dispatcher with its deepep backend (the dispatcher itself, which
+    imports deep_ep, is built on the GPU: tests/gpu/test_gpu_megatron_passthrough.py)."""
+    from megatron.core import utils
+    from packaging.version import Version
+
+    if utils.get_te_version() is None:
+        utils._te_version = Version("0.0.0")
+    from rlrun.train.megatron import model as mm
+
+    cfg = load([*MOE, *DEEPEP, "+train.megatron.moe_deepep_num_sms=24"])
+    tc = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train, cpu_init=True)
+    assert (tc.moe_token_dispatcher_type, tc.moe_enable_deepep, tc.moe_flex_dispatcher_backend,
+            tc.moe_deepep_num_sms) == ("flex", True, "deepep", 24)
+
+
 def test_megatron_core_uneven_stages(megatron_core):
     from rlrun.train.megatron import model as mm
 
@@ -230,12 +290,13 @@ def test_import_keeps_the_precision_aware_flag_a_no_op_without_the_offload():
     assert d.unknown == [] and "train.megatron" not in d.values
 
 
-def test_import_refuses_deepep_and_the_architectures_rlrun_lacks_naming_them():
-    d = _decode("--moe-enable-deepep --use-gated-attention --attention-output-gate --moe-token-dispatcher-type alltoall")
+def test_import_passes_deepep_through_and_refuses_the_architectures_rlrun_lacks_naming_them():
+    d = _decode("--moe-enable-deepep --use-gated-attention --attention-output-gate --moe-token-dispatcher-type flex")
     why = {o.flag: w for o, w in d.unknown}
-    assert why["--moe-enable-deepep"] == "slime feature rlrun lacks: DeepEP MoE dispatch"
+    assert set(why) == {"--use-gated-attention", "--attention-output-gate"}
     assert "gated attention" in why["--attention-output-gate"]
-    assert "--moe-token-dispatcher-type" not in why  # alltoall is what rlrun runs anyway
+    assert d.values["train.megatron"] == {"moe_enable_deepep": True, "moe_token_dispatcher_type": "flex"}
+    assert "train.megatron" not in _decode("--moe-token-dispatcher-type alltoall").values  # what rlrun runs anyway
 
 
 def test_export_writes_train_megatron_back_as_megatron_flags():

@@ -50,7 +50,7 @@ def test_generate_single_and_batch(server):
 
 def test_input_token_logprobs_from_logprob_start_len(server):
     """SGLang's prompt scoring (a served distillation teacher's request): input_token_logprobs from logprob_start_len
-    on, each log p(token_k | tokens[:k]) of the engine's own model, the first of the prompt None; max_new_tokens 0."""
+    on, each log p(token_k | tokens[:k]) of the engine's own model, the first row None as in SGLang; max_new_tokens 0."""
     engine, url = server
     ids = [3, 4, 5, 6, 7]
     with torch.no_grad():
@@ -60,7 +60,9 @@ def test_input_token_logprobs_from_logprob_start_len(server):
               logprob_start_len=2)
     rows = out["meta_info"]["input_token_logprobs"]
     assert [t for _, t, _ in rows] == ids[2:] and out["output_ids"] == []
-    assert [lp for lp, _, _ in rows] == pytest.approx(want[1:], abs=1e-5)  # float32 forward, same op order
+    # SGLang's rows (logprob_result_processor: [None] + logprobs[:-1]): the first, at the start itself, is None
+    assert rows[0][0] is None
+    assert [lp for lp, _, _ in rows[1:]] == pytest.approx(want[2:], abs=1e-5)  # float32 forward, same op order
     whole = gen(url, input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0)
     assert [lp for lp, _, _ in whole["meta_info"]["input_token_logprobs"]][0] is None
     none = gen(url, input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True)

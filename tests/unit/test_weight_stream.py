@@ -55,6 +55,27 @@ def test_a_stream_is_pushed_as_it_comes_and_lands_exactly(group, monkeypatch):
     assert set(group.versions().values()) == {"5"}
 
 
+def test_an_ipc_push_collects_each_bucket_once_every_engine_has_answered(group, monkeypatch):
+    """The sender's CUDA blocks of a payload stay out of torch's allocator until collected (W.release_sent, a no-op
+    without CUDA: verified on the GPUs by the Qwen3-4B colocated layout, tests/gpu/test_gpu_multi_layouts.py); the push
+    collects after each bucket, once every engine answered for it, so at most two staged buckets ever hold memory."""
+    state = build_model(seed=12).state_dict()
+    parts = list(W.buckets(list(state.items()), 16 << 10))
+    log, real_post = [], engines_mod._post
+
+    def post(url, path, body, timeout_s=600.0):
+        out = real_post(url, path, body, timeout_s)
+        if path == "/update_weights_from_tensor":
+            log.append("answered")
+        return out
+
+    monkeypatch.setattr(engines_mod, "_post", post)
+    monkeypatch.setattr(W, "release_sent", lambda: log.append("collected"))
+    push_tensors(group.urls, list(state.items()), "6", transport="ipc", bucket_bytes=16 << 10)
+    assert log == ["answered", "collected"] * len(parts)  # one engine: its answer, then the collection, per bucket
+    assert group.checksums() == {group.urls[0]: W.checksum(state)}
+
+
 class _Impl:
     def __init__(self, n):
         self.n, self.made = n, 0

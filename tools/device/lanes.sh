@@ -29,3 +29,6 @@ lane() {  # lane NAME GPUS MASTER_PORT ITEMS
 [ -n "${LANE_D:-}" ] && lane D "${LANE_GPUS_D:?LANE_D needs LANE_GPUS_D}" 30133 "$LANE_D" &
 wait
 for l in A B C D; do [ -f "$OUT/lane$l/results.md" ] && { echo "## lane $l"; cat "$OUT/lane$l/results.md"; }; done | tee -a "$OUT/results.md"
+# one archive per lane: a call returns a limited number of files from $OUT (an engine log was lost to it on 2026-11-28)
+for l in A B C D; do [ -d "$OUT/lane$l" ] && tar czf "$OUT/lane$l.tar.gz" -C "$OUT" "lane$l" && rm -rf "${OUT:?}/lane$l"; done
+true

@@ -207,6 +207,9 @@ class EngineKind:
     # refuses them) and their check (args dict -> Problems, run by rlrun validate); "": it takes none
     args_key: str = ""
     args_check: Callable[[dict], Iterable[Any]] | None = None
+    # args dict -> [(argument, Python module, the fix: install it or ...)]: modules one of its arguments makes it
+    # import where it runs (e.g. SGLang's moe_a2a_backend=deepep: deep_ep), found by the preflight as `requires` is
+    args_requires: Callable[[dict], Iterable[tuple[str, str, str]]] | None = None
     rules: Callable[[Any], Iterable[Any]] | None = None  # its plan rules (cfg -> Problems) when it is the engine
     # the engine answers a checksum of the weights it holds (a push is verified against the trainer's);
     # without it a push is verified by the weight_version every engine reports
@@ -300,6 +303,10 @@ class BackendKind:
     # reads train.megatron (megatron-core's own config fields, passed through); "module:function"(cfg) ->
     # Problems, run by rlrun validate; empty: a train.megatron mapping is refused
     passthrough_check: str = ""
+    # "module:function"(cfg) -> [(dotted key, Python module, the fix: install it or ...)]: modules a train.megatron
+    # setting makes it import where it runs (e.g. DeepEP's deep_ep for the flex dispatcher), found by the preflight
+    # as `requires` is (rlrun.launch.preflight.embedded_ray)
+    passthrough_requires: str = ""
     # model families it builds besides those whose rlrun.config.families entry names it (a plugin backend)
     families: tuple[str, ...] = ()
     teacher: bool = False                    # runs a distillation teacher's forward (algo.distill.where=trainer)
@@ -336,6 +343,7 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               lora=True, lora_check="rlrun.train.megatron.lora_rules:check",
                               factory="rlrun.train.megatron_backend:MegatronBackend",
                               passthrough_check="rlrun.train.megatron.passthrough:check_config",
+                              passthrough_requires="rlrun.train.megatron.passthrough:requires",
                               # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)
                               routing_replay=("qwen3_moe",),
                               routing_replay_check="rlrun.train.megatron.replay_rules:check",

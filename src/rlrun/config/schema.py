@@ -21,6 +21,9 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
+AUTO = ("auto",)  # a kind field's extra value (a name, not a literal: string literals in annotations read as types)
+
+
 def _kind(kinds: Kinds, also: tuple[str, ...] = ()) -> Any:
     """A name from a kind registry (rlrun.config.kinds), read when a config is validated, so that a kind
     registered later is allowed; an unknown name is reported as pydantic reports a Literal. also: names
@@ -264,7 +267,7 @@ class RolloutSection(Section):
     balance_data: bool
     max_turns: PosInt
     tool_timeout_s: PosFloat
-    weight_sync: _kind(TRANSPORTS, also=("auto",))  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
+    weight_sync: _kind(TRANSPORTS, also=AUTO)  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
     weight_sync_bucket_mb: PosInt             # bucket size of the pushes from the trainer's memory
     weight_sync_timeout_s: PosFloat           # each step of a tensor/distributed push (group join, a bucket, a request)
     router: RouterSection

@@ -541,6 +541,11 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
                                          "slime/backends/megatron_utils/cp_utils.py) for kernel shapes; the pad "
                                          "tokens carry no loss, so the step's math is the same; rlrun's packing pads "
                                          "to what sequence parallelism needs (rlrun.train.megatron.packing)"),
+    "--enable-experimental": ((), "Megatron-LM's switch for megatron.core.config.set_experimental_flag; in the "
+                                   "pinned megatron-core 0.19.2 the flag selects only the fused pad-routing-map and "
+                                   "indices-to-multihot kernels under moe_permute_fusion "
+                                   "(transformer/moe/token_dispatcher.py), which rlrun's unfused MoE permutation "
+                                   "does not use: the same math"),
     "--log-probs-chunk-size": (None, "slime computes log-probs in chunks of this many tokens to save memory "
                                      "(slime/utils/arguments.py); rlrun's megatron backend always does, never "
                                      "keeping a [tokens, vocab] logits tensor (rlrun.algo.token_stats."
@@ -552,9 +557,6 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "multi-token prediction (MTP)": ("--enable-mtp-training", "--mtp-num-layers", "--mtp-loss-scaling-factor"),
     "FP8 training": ("--fp8-format", "--fp8-recipe", "--transformer-impl"),
-    # megatron-core's flex dispatcher backends need DeepEP, which cannot be installed on rlrun's GPU image; the
-    # other dispatchers and token-drop policies pass through (train.megatron)
-    "DeepEP MoE dispatch": ("--moe-enable-deepep",),
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
     "vision-language models": ("--multimodal-keys",),
@@ -562,11 +564,14 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
                                  "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
                                  "--update-weight-delta-checksum"),
     "prefill/decode disaggregation": ("--prefill-num-servers",),
-    "all-gather context parallelism": ("--allgather-cp",),
+    # slime accepts it only for DSA attention models (DeepSeek-V3.2, GLM-5.1): slime/backends/megatron_utils/
+    # arguments.py _validate_allgather_cp_supported; rlrun builds no DSA layer
+    "all-gather context parallelism (slime's, for DSA attention models only)": ("--allgather-cp",),
     # a no-op where Megatron's padded vocabulary equals the model's (slime_decode._vocab_padding); refused otherwise
     "Megatron vocab padding (a padded vocabulary larger than the model's)": ("--make-vocab-size-divisible-by",),
     "custom model specs": ("--spec", "--custom-config-path", "--model-name"),
-    "SGLang config files": ("--sglang-config",),
-    "Megatron's experimental features (megatron.core.config.set_experimental_flag)": ("--enable-experimental",),
+    # slime's server groups (slime/backends/sglang_utils/sglang_config.py): prefill/decode/encoder/placeholder
+    # workers with their own GPU counts and ServerArgs overrides, several models; rlrun runs one engine group
+    "SGLang server-group config files (prefill/decode groups, several models)": ("--sglang-config",),
 }
 FEATURE_OF: dict[str, str] = {f: feature for feature, flags in _FEATURE_FLAGS.items() for f in flags}

@@ -25,8 +25,8 @@ from urllib.parse import urlparse
 from rlrun.config.errors import Problem
 from rlrun.config.hfcheck import compare, read_hf_config
 from rlrun.config.hub import download_command
-from rlrun.config.kinds import (BACKENDS, ENGINES, TEACHERS, label_in_response, trainer_teacher, use_critic,
-                                use_reward_model)
+from rlrun.config.kinds import (BACKENDS, ENGINES, TEACHERS, label_in_response, resolve, trainer_teacher,
+                                use_critic, use_reward_model)
 from rlrun.config.memory import engine_weight_bytes
 from rlrun.config.params import count_params
 from rlrun.config.plan import make_plan
@@ -655,7 +655,8 @@ def importable(module: str) -> bool:
 def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
     """Without cluster.address, `rlrun run` starts a one-node Ray on this machine: the plan's GPUs must be here (as
     Ray will count them) and the engine's and the backend's Python modules importable (ENGINES / BACKENDS
-    `requires`); otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
+    `requires`; those an engine argument or a train.megatron setting needs: args_requires, passthrough_requires);
+    otherwise the run ended in a ResourceError or an ImportError after Ray started. A remote cluster
     is checked against its live nodes instead (rlrun.launch.cluster.check_resources)."""
 
     if cfg.cluster.address is not None or cfg.run.dry_run:  # a remote cluster, or no Ray at all (dry run)
@@ -678,6 +679,20 @@ def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
             if not importable(module):
                 yield Problem(key, f"{key}={spec.name} needs the Python module {module}, which this Python "
                               f"({sys.executable}) cannot import", f"{install}, or choose another {key}", spec.name)
+    # modules a setting makes the engine or the backend import (DeepEP for an MoE all-to-all): (key, value, module)
+    engine, backend, needs = ENGINES[cfg.rollout.engine], BACKENDS[cfg.train.backend], []
+    if engine.args_requires is not None and cfg.rollout.args_of():
+        args = cfg.rollout.args_of()
+        needs += [(f"rollout.{engine.args_key}.{k}", args[k], module, fix)
+                  for k, module, fix in engine.args_requires(args)]
+    if cfg.train.megatron and backend.passthrough_requires:
+        needs += [(key, cfg.train.megatron[key.rsplit(".", 1)[1]], module, fix)
+                  for key, module, fix in resolve(backend.passthrough_requires)(cfg)]
+    for key, value, module, fix in needs:
+        if not importable(module):
+            shown = str(value).lower() if isinstance(value, bool) else value  # as YAML says it
+            yield Problem(key, f"{key}={shown} needs the Python module {module}, which this Python "
+                          f"({sys.executable}) cannot import", fix, value)
 
 
 # ---- credentials -------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from contextlib import contextmanager
 
 from rlrun.config.kinds import TRANSPORTS
 
+PAUSE_RECHECK_S = 1.0  # SGLang 0.5.16's abort-mode pause waits this long between its checks for in-flight requests
+
 
 class Offload:
     def __init__(self, cfg, plan, trainer, engines, weights):
@@ -44,10 +46,20 @@ class Offload:
         if lend or swap:
             with timer("offload"):
                 if lend:
-                    with timer.part("offload/pause"):
-                        self.engines.pause("abort")  # release needs idle engines (the rollout is over)
+                    # release needs idle engines (SGLang asserts it). Requests the rollout no longer waits for are
+                    # aborted and waited out first, at the drain's 50 ms poll: SGLang's abort-mode pause re-checks
+                    # for in-flight requests only once a second (tokenizer_manager.pause_generation), which cost
+                    # 1.0 s in most steps (2026-11-28, docs/benchmarks.md). That settle is bounded by the second it
+                    # saves (something still sending, e.g. a custom rollout's stray requests, is stopped by the pause
+                    # itself); the drain after the pause is the bounded one that must end idle.
+                    timeout_s = self.cfg.rollout.weight_sync_timeout_s
                     with timer.part("offload/drain"):
-                        self.engines.drain(self.cfg.rollout.weight_sync_timeout_s)  # SGLang asserts it is idle
+                        self.engines.abort_all()
+                        self.engines.drain(min(PAUSE_RECHECK_S, timeout_s), must=False)
+                    with timer.part("offload/pause"):
+                        self.engines.pause("abort")
+                    with timer.part("offload/drain"):
+                        self.engines.drain(timeout_s)
                     with timer.part("offload/release"):
                         self.engines.release_memory(["kv_cache"] if keep else None if push
                                                     else ["kv_cache", "cuda_graph"])  # None = all

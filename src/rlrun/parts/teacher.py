@@ -4,8 +4,9 @@ distillation"), from where algo.distill.where says (rlrun.config.kinds.TEACHERS,
     TrainerTeacher  the trainer ranks run the teacher's forward (slime --opd-type megatron)
     EngineTeacher   engines serve the teacher and score each sample's tokens as a prompt (slime --opd-type sglang):
                     SGLang's /generate with input_ids = prompt + response, max_new_tokens 0, return_logprob and
-                    logprob_start_len = the response's start; meta_info.input_token_logprobs holds log p_teacher of
-                    every response token. The engines are rlrun's (algo.distill.served, placed on the plan's
+                    logprob_start_len = one before the response's start (SGLang's first row is None: it computes
+                    no logits before the start); meta_info.input_token_logprobs then holds log p_teacher of every
+                    response token. The engines are rlrun's (algo.distill.served, placed on the plan's
                     "teacher" slots, started as reward engines are) or an external server (algo.distill.url).
 
 Either gives one float tensor per sample, one value per response token, where the OPD term reads them
@@ -56,9 +57,10 @@ class EngineTeacher:
     @staticmethod
     def request(tokens: list[int], response_start: int) -> dict:
         """The /generate body (SGLang's GenerateReqInput) scoring `tokens` from `response_start` on; temperature 1:
-        the teacher's own distribution, as the trainer's log-probs of the student are."""
+        the teacher's own distribution, as the trainer's log-probs of the student are. The rows start one token
+        earlier: SGLang answers None for the start position itself (found on the GPU, 2026-11-28)."""
         return {"input_ids": tokens, "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
-                "return_logprob": True, "logprob_start_len": response_start}
+                "return_logprob": True, "logprob_start_len": max(response_start - 1, 0)}
 
     @staticmethod
     def parse(answer: dict, n: int) -> torch.Tensor:

@@ -116,7 +116,8 @@ class GenerateItem:
     return_routed_experts: bool = False
     routed_experts_start_len: int = 0
     # SGLang's logprob_start_len: with return_logprob, meta_info.input_token_logprobs holds the log-prob of every
-    # input token from this position on (None for position 0, which has no context); None = no input log-probs
+    # input token from this position on, the first of them None (SGLang computes no logits before the start, so the
+    # log-prob of token k needs logprob_start_len <= k - 1); None = no input log-probs
     logprob_start_len: int | None = None
 
 

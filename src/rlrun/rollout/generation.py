@@ -38,8 +38,8 @@ class Sequence:
     return_routed_experts: bool = False
     routed_start: int = 0  # SGLang's routed_experts_start_len: the answer covers positions [start, seqlen - 1)
     routed: list[torch.Tensor] = field(default_factory=list)
-    # SGLang's logprob_start_len (with return_logprob): the log-probs of the prompt's tokens from this position on
-    # (None for position 0, which has no context), computed at admission; None = not asked
+    # SGLang's logprob_start_len (with return_logprob): the log-probs of the prompt's tokens from this position on,
+    # the first None (SGLang computes no logits before it), computed at admission; None = not asked
     input_start: int | None = None
     input_logprobs: list[float | None] = field(default_factory=list)
 
@@ -227,7 +227,9 @@ class RunningBatch:
             logits = self.model(input_ids=ids).logits[0, :-1].float()
             temp = 1.0 if seq.sampling.greedy else seq.sampling.temperature
             lp = torch.log_softmax(logits / temp, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
-            seq.input_logprobs = ([None] + lp.tolist())[seq.input_start:]
+            # SGLang's alignment (logprob_result_processor: [None] + logprobs[:-1]): the rows are the tokens from
+            # input_start on and the first is None even past position 0, as SGLang computes no logits before it
+            seq.input_logprobs = [None] + lp.tolist()[seq.input_start:]
 
     def _merge(self, new, cache, mask, last_pos) -> None:
         width = max(self.mask.shape[1], mask.shape[1])

@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from rlrun.algo import AlgoParams, compute_loss
 from rlrun.algo.token_stats import linear_logp_entropy
+from rlrun.config.kinds import trainer_teacher
 from rlrun.train import offload as off
 from rlrun.train.async_save import host_copy
 from rlrun.train.base import TrainBatch, TrainerBackend

@@ -171,6 +171,8 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
                                                   f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
             nbytes, i = nbytes + _nbytes(bucket), i + 1
             del keepalive, bucket, payload  # every engine has copied it: free it
+            if transport == "ipc":
+                W.release_sent()  # ... for real: torch holds sent CUDA blocks until collected
     return nbytes
 
 
@@ -293,17 +295,21 @@ class EngineGroup:
     def continue_generation(self) -> None:
         self._every(lambda e: e.continue_generation())
 
-    def drain(self, timeout_s: float, urls: list[str] | None = None, poll_s: float = DRAIN_POLL_S) -> float:
+    def drain(self, timeout_s: float, urls: list[str] | None = None, poll_s: float = DRAIN_POLL_S,
+              must: bool = True) -> float:
         """Waits until every engine (or those at `urls`) is idle and has dropped its prefix cache (/flush_cache until
         it answers 200); returns the seconds waited. SGLang 0.5.16 asserts an idle engine in release_memory_occupation
         and in the flush of a weight update, and its scheduler dies on the assertion; an engine can still be busy when
         the rollout's last answer is in (its overlap scheduler finishes the batch after answering, or requests the
-        rollout dropped still run). Past timeout_s: WeightSyncStuck naming each busy engine and its load."""
+        rollout dropped still run). Past timeout_s: WeightSyncStuck naming each busy engine and its load (must=False:
+        returns then, the engines perhaps still busy: a best-effort settle before a call that blocks new requests)."""
         t0 = time.monotonic()
         busy = self._engines(urls)
         while busy:
             busy = [e for e, idle in zip(busy, self._pool.map(lambda e: e.flush_cache(), busy)) if not idle]
             if busy and time.monotonic() - t0 > timeout_s:
+                if not must:
+                    break
                 raise WeightSyncStuck(
                     f"engines still busy {timeout_s:.0f} s after the rollout ended (rollout.weight_sync_timeout_s): "
                     + "; ".join(f"{e.url}: {_load(e.url)}" for e in busy)

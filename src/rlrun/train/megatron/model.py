@@ -54,7 +54,7 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
         sequence_parallel=bool(parallelism.sequence_parallel and parallelism.tp > 1),
         # Packed micro-batches change length from one to the next; PP must exchange shapes.
         variable_seq_lengths=parallelism.pp > 1, deallocate_pipeline_outputs=True,
-        moe_token_dispatcher_type="alltoall",  # the dispatcher that accepts variable lengths
+        moe_token_dispatcher_type=passthrough.DEFAULT_DISPATCHER,  # alltoall: accepts variable lengths
         gradient_accumulation_fusion=False,
     )
     if model.moe is not None:

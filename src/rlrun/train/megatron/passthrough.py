@@ -50,21 +50,33 @@ TYPED_FIELDS = {
 
 # Fields rlrun cannot run: (what is missing). Refused naming it, not passed to megatron-core to fail on the GPU.
 LACKING = {
-    "moe_enable_deepep": "DeepEP (a CUDA extension built against the host's NVSHMEM; it cannot be installed on "
-                         "rlrun's GPU image): use moe_token_dispatcher_type alltoall or allgather",
-    "moe_flex_dispatcher_backend": "the flex dispatcher's DeepEP/HybridEP/NCCL-EP backends (not installed)",
     "attention_output_gate": "gated attention (Qwen3-Next, Qwen3.5): rlrun's layer spec does not build it",
     "layernorm_zero_centered_gamma": "zero-centred (1p) norms (Qwen3-Next, Qwen3.5): rlrun's norms "
                                      "(rlrun.train.megatron.layers) do not implement them",
     "moe_shared_expert_gate": "the gated shared expert (Qwen3-Next, Qwen3.5): rlrun's layer spec does not build it",
     "experimental_attention_variant": "hybrid layers (gated delta net, DSA): rlrun's layer spec does not build them",
     "mtp_num_layers": "multi-token prediction (MTP): rlrun's GPT model has no MTP block",
+    # TransformerConfig.__post_init__: "fused permutation is not available. Please install TE >= 2.1.0."
+    "moe_permute_fusion": "the fused MoE permutation (Transformer Engine >= 2.1's kernels, which rlrun's GPU image "
+                          "lacks): rlrun permutes with megatron-core's unfused path, the same math",
     "fp8": "FP8 training (needs Transformer Engine, which rlrun's GPU image lacks)",
     "fp8_recipe": "FP8 training (needs Transformer Engine, which rlrun's GPU image lacks)",
     "fp4": "FP4 training (needs Transformer Engine, which rlrun's GPU image lacks)",
 }
-# A value that needs what LACKING names.
-LACKING_VALUES = {("moe_token_dispatcher_type", "flex"): "moe_flex_dispatcher_backend"}
+# A value of a field rlrun otherwise passes through that needs what rlrun lacks.
+LACKING_VALUES = {
+    # megatron-core's _NCCLEPManager: "TransformerEngine NCCL EP is unavailable ... (NVTE_BUILD_WITH_NCCL_EP=1)"
+    ("moe_flex_dispatcher_backend", "ncclep"): "NCCL EP (a Transformer Engine build with NCCL EP, which rlrun's "
+                                               "GPU image lacks): use the deepep or hybridep backend",
+}
+# Python modules megatron-core imports for a setting, found (or not) where the trainer runs: the preflight asks
+# for them (requires(), BackendKind.passthrough_requires), not validate: installing one makes the config runnable.
+# megatron-core 0.19.2 megatron/core/transformer/moe/fused_a2a.py: `from deep_ep import Buffer` (DeepEP) and
+# `from deep_ep import HybridEPBuffer` (HybridEP, DeepEP's hybrid-ep branch), each behind a try/except that leaves
+# the dispatcher to raise ImportError when it is built on the GPU.
+DEEP_EP_INSTALL = ("install DeepEP where the trainer runs (https://github.com/deepseek-ai/DeepEP: built from source "
+                   "against NVSHMEM and the CUDA toolkit; HybridEP from its hybrid-ep branch), or run megatron-core's "
+                   "own all-to-all: train.megatron.moe_token_dispatcher_type=alltoall without moe_enable_deepep")
 
 
 @lru_cache(maxsize=1)
@@ -124,7 +136,7 @@ def check_megatron_mapping(mapping: dict[str, Any], path: str = "train.megatron"
         elif key in LACKING and value not in (False, None, facts["default"], _literal(facts["default"])):
             problems.append(Problem(where, f"{key}: rlrun lacks {LACKING[key]}", f"remove {where}", value))
         elif (key, value) in LACKING_VALUES:
-            problems.append(Problem(where, f"{key}={value!r}: rlrun lacks {LACKING[LACKING_VALUES[key, value]]}",
+            problems.append(Problem(where, f"{key}={value!r}: rlrun lacks {LACKING_VALUES[key, value]}",
                                     f"remove {where}", value))
     return problems
 
@@ -257,12 +269,74 @@ def check_config(cfg) -> list[Problem]:
                                 "routing) needs the sigmoid router (TransformerConfig.__post_init__ raises otherwise)",
                                 "use a model whose model.moe.router is sigmoid, or remove it", True))
     problems += _uneven_stages(cfg, m)
+    problems += _flex_dispatcher(cfg, m)
     mla_only = [k for k in m if fields[k]["classes"] == ["MLATransformerConfig"]]
     if mla_only and cfg.model.mla is None:
         problems.append(Problem(p + mla_only[0], f"{', '.join(mla_only)}: fields of MLATransformerConfig, which "
                                 "rlrun builds only for a multi-latent-attention model (model.mla)",
                                 f"remove {p}{mla_only[0]} or use an MLA model", m[mla_only[0]]))
     return problems
+
+
+# rlrun's dispatcher where train.megatron names none (rlrun.train.megatron.model.transformer_config)
+DEFAULT_DISPATCHER = "alltoall"
+
+
+def flex_backend(m: dict) -> str | None:
+    """The flex dispatcher's backend megatron-core runs (moe_enable_deepep forces deepep: TransformerConfig.
+    __post_init__), None where the dispatcher is not flex."""
+    if m.get("moe_token_dispatcher_type", DEFAULT_DISPATCHER) != "flex":
+        return None
+    return "deepep" if m.get("moe_enable_deepep") else m.get("moe_flex_dispatcher_backend", "deepep")
+
+
+def _flex_dispatcher(cfg, m: dict) -> list[Problem]:
+    """What megatron-core 0.19.2 raises for the flex dispatcher's settings (TransformerConfig.__post_init__,
+    MoEFlexTokenDispatcher/_HybridEPManager in transformer/moe/token_dispatcher.py), on the key the user set."""
+    p, out = "train.megatron.", []
+    backend, dispatcher = flex_backend(m), m.get("moe_token_dispatcher_type", DEFAULT_DISPATCHER)
+    if m.get("moe_enable_deepep"):
+        if backend is None:
+            out.append(Problem(p + "moe_enable_deepep", "DeepEP is a backend of megatron-core's flex token dispatcher "
+                               f"(TransformerConfig.__post_init__ raises otherwise); moe_token_dispatcher_type is "
+                               f"{dispatcher!r}", f"set {p}moe_token_dispatcher_type=flex (slime's scripts pass "
+                               "--moe-token-dispatcher-type flex beside --moe-enable-deepep)", True))
+        elif m.get("moe_flex_dispatcher_backend") == "hybridep":
+            out.append(Problem(p + "moe_flex_dispatcher_backend", "moe_enable_deepep selects the deepep backend; "
+                               "megatron-core refuses hybridep beside it (TransformerConfig.__post_init__)",
+                               f"remove {p}moe_enable_deepep or {p}moe_flex_dispatcher_backend", "hybridep"))
+    if backend is None and "moe_flex_dispatcher_backend" in m:
+        out.append(Problem(p + "moe_flex_dispatcher_backend", "megatron-core reads the flex dispatcher's backend only "
+                           f"for moe_token_dispatcher_type=flex (here {dispatcher!r}): it would be ignored", f"set {p}moe_token_dispatcher_type=flex, or remove it",
+                           m["moe_flex_dispatcher_backend"]))
+    if backend is None or cfg.model.moe is None:
+        return out
+    if backend == "deepep" and m.get("moe_pad_expert_input_to_capacity"):
+        out.append(Problem(p + "moe_pad_expert_input_to_capacity", "the flex dispatcher's deepep backend does not "
+                           "pad expert inputs to capacity (TransformerConfig.__post_init__ raises)",
+                           f"remove it, or use {p}moe_token_dispatcher_type=alltoall", True))
+    if backend == "deepep" and cfg.parallelism.ep == 1:  # rlrun's expert TP is 1: TP x EP is EP
+        out.append(Problem(p + "moe_token_dispatcher_type", "the flex dispatcher's deepep backend needs experts split "
+                           "over ranks (megatron-core asserts expert TP x EP > 1; rlrun runs expert TP 1)",
+                           "set parallelism.ep > 1, or use alltoall", "flex"))
+    if backend == "hybridep" and not m.get("moe_hybridep_pad_uneven_dispatch_inputs"):
+        # _HybridEPManager: "HybridEP dispatch expects equal per-rank input sizes"
+        out.append(Problem(p + "moe_flex_dispatcher_backend", "HybridEP dispatches equal token counts from every "
+                           "rank, and rlrun's packed micro-batches differ in length from rank to rank",
+                           f"set {p}moe_hybridep_pad_uneven_dispatch_inputs=true (pads each to the group's largest)",
+                           "hybridep"))
+    return out
+
+
+def requires(cfg) -> list[tuple[str, str, str]]:
+    """(dotted key, Python module, the fix) for each module a train.megatron setting makes megatron-core
+    import where the trainer runs (the preflight looks for them: rlrun.launch.preflight.embedded_ray)."""
+    m = cfg.train.megatron
+    backend = flex_backend(m)
+    if backend not in ("deepep", "hybridep") or cfg.model.moe is None:
+        return []
+    key = next(k for k in ("moe_enable_deepep", "moe_flex_dispatcher_backend", "moe_token_dispatcher_type") if k in m)
+    return [(f"train.megatron.{key}", "deep_ep", DEEP_EP_INSTALL)]
 
 
 def _uneven_stages(cfg, m: dict) -> list[Problem]:

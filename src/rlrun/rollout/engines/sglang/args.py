@@ -30,6 +30,24 @@ TYPED_FIELDS = {
 }
 
 
+# Arguments whose value makes SGLang import a package it does not depend on: (field, value) -> (module, fix).
+# sglang 0.5.16 srt/layers/moe/token_dispatcher/deepep.py: `from deep_ep import Buffer, Config` behind a try/except;
+# the dispatcher raises "DeepEP is not installed" when the engine builds its MoE layers.
+ARG_MODULES = {
+    ("moe_a2a_backend", "deepep"): ("deep_ep", "install DeepEP where the SGLang engines run "
+                                               "(https://github.com/deepseek-ai/DeepEP: built from source against "
+                                               "NVSHMEM and the CUDA toolkit), or remove "
+                                               "rollout.sglang.moe_a2a_backend (SGLang's own all-to-all)"),
+}
+
+
+def requires(mapping: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(argument, Python module, the fix) for each rollout.sglang value that needs a module sglang does
+    not depend on (the preflight looks for it: rlrun.launch.preflight.embedded_ray)."""
+    return [(key, *ARG_MODULES[key, value]) for key, value in mapping.items()
+            if isinstance(value, str) and (key, value) in ARG_MODULES]
+
+
 def _type_ok(annotation: str, value: Any) -> bool:
     """A light check of a YAML value against the ServerArgs annotation (Optional/List/Union aware)."""
     if value is None:

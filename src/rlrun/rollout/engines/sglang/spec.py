@@ -10,7 +10,7 @@ from typing import Iterator
 from rlrun.config.errors import Problem
 from rlrun.config.kinds import ENGINES, EngineKind
 from rlrun.config.memory import FP8_BLOCK
-from rlrun.rollout.engines.sglang.args import check_sglang_mapping
+from rlrun.rollout.engines.sglang.args import check_sglang_mapping, requires
 # registers the sglang_router router kind: SGLang's router, in front of any engine kind (the hf engine's too)
 from rlrun.rollout.engines.sglang.router import spec as _router_spec  # noqa: F401
 
@@ -77,7 +77,8 @@ def _sglang_dp(r) -> Iterator[Problem]:
                       f"use a dp_size that divides {tp}", dp)
 
 
-SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping, judge=True,
+SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping,
+                                   args_requires=requires, judge=True,
                                    prompt_logprobs=True,
                                    rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
                                    # NCCL: verified on two GPUs (tests/gpu/test_sglang_nccl_sync.py); the flattened
