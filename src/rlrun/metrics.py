@@ -181,12 +181,14 @@ def drop_torn_tail(path: Path) -> int:
     cut. The step of the torn row is logged again by the resumed run, which redoes it from the checkpoint."""
     if not path.exists():
         return 0
-    data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1
-    if keep < len(data):
-        with path.open("r+b") as f:
-            f.truncate(keep)
-    return len(data) - keep
+    with path.open("r+b") as f:
+        size = f.seek(0, 2)
+        if size == 0 or (f.seek(size - 1), f.read(1))[1] == b"\n":
+            return 0  # the usual case: a clean end, found without reading the file
+        f.seek(0)
+        keep = f.read().rfind(b"\n") + 1
+        f.truncate(keep)
+    return size - keep
 
 
 def read_metrics(path: str | Path) -> list[dict]:

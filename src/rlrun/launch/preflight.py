@@ -681,8 +681,8 @@ def embedded_ray(cfg: RunConfig, plan: Any) -> Iterator[Problem]:
                               f"({sys.executable}) cannot import", f"{install}, or choose another {key}", spec.name)
     # modules a setting makes the engine or the backend import (DeepEP for an MoE all-to-all): (key, value, module)
     engine, backend, needs = ENGINES[cfg.rollout.engine], BACKENDS[cfg.train.backend], []
-    if engine.args_requires is not None and cfg.rollout.args_of():
-        args = cfg.rollout.args_of()
+    args = cfg.rollout.args_of()
+    if engine.args_requires is not None and args:
         needs += [(f"rollout.{engine.args_key}.{k}", args[k], module, fix)
                   for k, module, fix in engine.args_requires(args)]
     if cfg.train.megatron and backend.passthrough_requires:
