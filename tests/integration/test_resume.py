@@ -68,24 +68,45 @@ def test_sigkill_then_resume_continues_from_the_last_checkpoint(tmp_path):
     run_dir = _wait_for(lambda: _run_dir(tmp_path), proc, 120, "the run dir")
     latest = run_dir / "checkpoints" / "latest"
 
+    ckpts = run_dir / "checkpoints"
+
     def checkpointed_and_logged_past_it() -> int:
-        """k: the newest checkpoint (2, 4 or 6) once step k is logged too, so the kill lands between saves with a
-        step past the checkpoint to redo. Whichever the poll sees first: a step of the idle machine takes ~0.35 s,
-        so the window of one given checkpoint (iter_0000004 alone, as this test once waited for) is shorter than a
-        poll now and then, and the run ended before the poll saw it."""
+        """k: the newest checkpoint (2, 4 or 6) once step k is logged too, so the kill lands with a step past the
+        checkpoint to redo. Whichever the poll sees first: a step of the idle machine takes ~0.35 s, so the window of
+        one given checkpoint (iter_0000004 alone, as this test once waited for) is shorter than a poll now and then,
+        and the run ended before the poll saw it."""
         rows = read_metrics(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).exists() else []
         k = int(latest.read_text().removeprefix("iter_")) if latest.exists() else 0
         return k if 0 < k < 8 and len(rows) > k else 0
 
-    k = _wait_for(checkpointed_and_logged_past_it, proc, 240, "a checkpoint before the last step", poll_s=0.02)
+    def frozen_at_a_checkpoint() -> int:
+        """The driver (which writes metrics.jsonl, `latest` and the prune) stopped with SIGSTOP where
+        checkpointed_and_logged_past_it holds and keep_last's prune of that commit is done; the kill then lands in
+        exactly the state read here, not in whatever the run reached between a poll and the kill (2026-11-28: an
+        asynchronous save's commit can come just before the next save starts, and a kill after the poll found
+        iter_0000004 begun beside iter_0000002). Otherwise the driver goes on and the poll goes on."""
+        if not checkpointed_and_logged_past_it():
+            return 0
+        os.kill(proc.pid, signal.SIGSTOP)
+        k = checkpointed_and_logged_past_it()
+        if k and all(int(p.name[5:]) >= k for p in ckpts.glob("iter_*")):
+            return k
+        os.kill(proc.pid, signal.SIGCONT)
+        return 0
+
+    k = _wait_for(frozen_at_a_checkpoint, proc, 240, "a checkpoint before the last step", poll_s=0.02)
     children = descendants(proc.pid)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     killed_rows = read_metrics(run_dir / METRICS_FILE)
     assert not _wait_gone(children, 30), "processes outlived a SIGKILLed rlrun"
 
-    last = f"iter_{k:07d}"
-    assert sorted(p.name for p in (run_dir / "checkpoints").glob("iter_*")) == [last]
+    last, following = f"iter_{k:07d}", f"iter_{k + 2:07d}"
+    # keep_last=1 pruned every older checkpoint; the trainer may have begun writing the next one (an uncommitted dir:
+    # no driver.json, `latest` not moved), which the resume must not use and its own save of that step replaces
+    found = sorted(p.name for p in ckpts.glob("iter_*"))
+    assert found in ([last], [last, following]), found
+    assert not (ckpts / following / "driver.json").exists() and latest.read_text() == last
 
     resumed = _rlrun(tmp_path, keep, "run.resume=auto")
     out, _ = resumed.communicate(timeout=300)
