@@ -112,7 +112,9 @@ class _Impl:
         self.state = build_model(seed=seed).state_dict()
 
     def sync_buckets(self, bucket_bytes):
-        yield from W.buckets(list(self.state.items()), bucket_bytes)
+        for bucket in W.buckets(list(self.state.items()), bucket_bytes):
+            dist.barrier()  # a collective per bucket, as megatron's TP gather: a rank that skipped one hangs the others
+            yield bucket
 
 
 def _rank_main(rank: int, port: int, urls: list[str], gathered: dict, flattened: bool, out: mp.Queue,
@@ -133,7 +135,18 @@ def _rank_main(rank: int, port: int, urls: list[str], gathered: dict, flattened:
                 return real_post(url, path, body, timeout_s)
 
             engines_mod._post = post
-        if fail_at is not None:
+        if fail_at is not None and fail_at < 0:  # the engine fails this rank's request for bucket -fail_at
+            inner_post, sent = engines_mod._post, [0]
+
+            def failing_post(url, path, body, timeout_s=600.0):
+                if path == "/update_weights_from_tensor":
+                    sent[0] += 1
+                    if sent[0] == -fail_at:
+                        raise RuntimeError(f"engine refused bucket {-fail_at}")
+                return inner_post(url, path, body, timeout_s)
+
+            engines_mod._post = failing_post
+        elif fail_at is not None:
             real_payload, made = engines_mod._payload, [0]
 
             def payload(bucket, transport, load_format=None):
@@ -235,3 +248,16 @@ def test_a_rank_that_fails_leaves_no_one_waiting_and_the_sender_names_it(two):
     assert got[0][0] == "error" and "trainer rank(s) [1] made no payload for this bucket" in got[0][1]
     assert two.versions([url]) == before
     two.continue_generation()  # the failed push left the engines paused (half-replaced weights must not generate)
+
+
+def test_a_sender_whose_engine_fails_leaves_no_one_waiting(two):
+    """The engine fails the sender's request for bucket 2: the sender goes on taking the stream's buckets (a collective
+    here, as megatron's TP gather) and joining each one's exchange, so rank 1 finishes its push; the sender's error
+    names the bucket and the engine."""
+    g = _group(_gpus([0], [1]), _gpus([0, 1]))
+    url = two.urls[0]
+    roles = g._gathered(TRANSPORTS["tensor"], [url], [0], copies=2)
+    got = _push([url], roles, fail_at={0: -2}, tp_request=True)
+    assert got[1][0] == "ok" and got[1][1]["sources"] == {}
+    assert got[0][0] == "error" and "weight sync stuck at bucket 2" in got[0][1] and url in got[0][1]
+    two.continue_generation()

@@ -302,7 +302,10 @@ class TrainGroup:
         outs = [o for o in ray.get([a.push_weights.remote(urls, i == 0, how, role)
                                     for i, (a, role) in enumerate(zip(self.actors, roles))]) if o is not None]
         sources = {url: ranks for o in outs for url, ranks in o["sources"].items()}
-        return dict(outs[0], sources=sources, seconds=max(o["seconds"] for o in outs))
+        # bytes per engine and the push's seconds: the slowest sender's (rank 0 sends nothing when its engine is not
+        # pushed, e.g. a restarted engine's resync)
+        return dict(outs[0], sources=sources, bytes=max(o["bytes"] for o in outs),
+                    seconds=max(o["seconds"] for o in outs))
 
     def _gathered(self, kind: TransportKind, urls: list[str], engines: list[int] | None,
                   copies: int) -> list[dict] | None:
@@ -321,6 +324,11 @@ class TrainGroup:
                       f"(read across GPUs) instead of each engine getting its payloads from the ranks on its GPUs",
                       file=sys.stderr, flush=True)
             return None
+        if "gathered" not in self._said:
+            self._said.add("gathered")
+            print(f"[rlrun] weight sync {kind.name}: gathered per engine, each engine's TP ranks get the copies of the "
+                  f"trainer ranks on their GPUs: " + "; ".join(f"engine {e} <- ranks {list(r)} (sent by rank {r[0]})"
+                                                              for e, r in ranks.items()), file=sys.stderr, flush=True)
         pushed = set(engines)
         groups = [ranks[e] for e in sorted(ranks)]
         return [{"groups": groups,

@@ -182,10 +182,16 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
         return _push_buckets(urls, parts, version, transport, prepare, exchange, pool, resume, timeout_s,
                              flush_cache, load_format, end=lambda: exchange(None))
     except BaseException:
-        for _ in parts:  # the rest of the stream (a collective for megatron), each bucket's exchange and the end's
-            pass
-        for _ in range(taken[0] + 1 - exchange.calls):
+        # the others' order: bucket k taken (a collective for megatron: its TP gather), then its exchange; so first
+        # the exchange of a bucket taken but not exchanged, then each remaining bucket and its exchange, then the end
+        try:
+            for _ in range(taken[0] - exchange.calls):
+                exchange.join()
+            for _ in parts:
+                exchange.join()
             exchange.join()
+        except Exception:  # noqa: BLE001 - the group itself failed (a rank gone): the first error is the one to raise
+            pass
         raise
 
 
