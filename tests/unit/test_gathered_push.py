@@ -25,9 +25,10 @@ from rlrun.rollout.engines import group as engines_mod
 from rlrun.rollout.engines.group import local_engine_group
 from rlrun.rollout.process import free_port
 from rlrun.rollout.tiny_model import build_model, save_tiny_model
-from rlrun.rollout.transports.tensor import engine_ranks
 
 pytestmark = pytest.mark.timeout(180)
+# rlrun.rollout.transports.tensor.engine_ranks, through the registry (which imports the transports in its own order)
+engine_ranks = TRANSPORTS["tensor"].gathered
 
 
 def _gpus(*per_rank: list[int]) -> dict[int, list[tuple[int, int]]]:

@@ -33,8 +33,8 @@ def rules(cfg) -> Iterator[Problem]:
                       r.weight_sync)
     elif t.num_nodes > 1:
         spans = r.gpus_per_engine > t.gpus_per_node
-        yield Problem("rollout.weight_sync", f"weight_sync=tensor hands each engine CUDA IPC handles of the trainer's "
-                      f"memory on the engine's GPUs, which do not cross nodes, but train.num_nodes={t.num_nodes}"
+        yield Problem("rollout.weight_sync", f"weight_sync=tensor hands each engine the trainer's memory on its GPUs "
+                      f"through CUDA IPC, which does not cross nodes, but train.num_nodes={t.num_nodes}"
                       + ("; colocated engines spanning nodes need the feature rlrun lacks: slime gathers each "
                          "engine's per-GPU CUDA-IPC payloads from the trainer ranks on that engine's GPUs, on every "
                          "node (update_weight_from_tensor.py, _send_to_colocated_engine)" if spans else ""),
