@@ -97,8 +97,10 @@ def test_each_tp_rank_gets_the_copy_on_its_own_gpu(tmp_path):
     torch.cuda.empty_cache()
     engines = [SGLangEngine.from_config(cfg, rank=e, gpus=[2 * e, 2 * e + 1], log_dir=tmp_path,
                                         model_path=str(tmp_path / "init")) for e in range(world // 2)]
+    for engine in engines:  # the servers start at once, then each is waited for
+        engine.process.start()
     for engine in engines:
-        engine.start(timeout_s=600)
+        engine.process.wait_healthy(f"{engine.url}/health_generate", 600, interval_s=1.0)
     ctx = mp.get_context("spawn")
     go, out, procs = [ctx.Queue() for _ in range(world)], ctx.Queue(), []
     try:
@@ -140,7 +142,7 @@ def test_each_tp_rank_gets_the_copy_on_its_own_gpu(tmp_path):
         senders = [g[2 * e] for e in range(len(urls))]
         gathered_s = max(s["seconds"] for s in senders)
         nbytes = senders[0]["bytes"]
-        print(f"GATHERED tensor push, {world} trainer ranks -> {len(urls)} TP=2 engine(s), {nbytes / 1e9:.2f} GB per "
+        print(f"SGLANG gathered tensor push, {world} trainer ranks -> {len(urls)} TP=2 engine(s), {nbytes / 1e9:.2f} GB per "
               f"engine: gathered {gathered_s:.2f} s ({nbytes / gathered_s / 1e9:.1f} GB/s per engine), lead rank's "
               f"push {lead['seconds']:.2f} s ({nbytes / lead['seconds'] / 1e9:.1f} GB/s per engine, "
               f"{lead['seconds'] / gathered_s:.1f}x); log-prob gaps after the gathered push {[round(x, 4) for x in gaps]}")
