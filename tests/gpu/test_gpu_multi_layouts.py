@@ -141,3 +141,5 @@ def test_layout_runs_every_rollout_with_the_trainers_weights(layout, tmp_path):
           f"; plan: trainer {m['trainer_total']:.1f}, engine {m['engine_total']:.1f}, peak {m['peak']:.1f} "
           f"(offload train {plan['offload_train']}, rollout {plan['offload_rollout']})", flush=True)
     assert max(gaps) < MISMATCH_TOL, gaps
+    if plan["weight_sync"] == "tensor":  # colocated: each engine's TP ranks got the copies on their own GPUs
+        assert "gathered per engine" in log.read_text(), "the tensor push fell back to the lead rank's push"

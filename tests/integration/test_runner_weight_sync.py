@@ -116,6 +116,35 @@ def test_a_transport_registered_here_syncs_the_default_cpu_job(tmp_path, pushes)
     assert all(r["train/train_rollout_logp_abs_diff"] < 1e-5 for r in rows)  # fp32 on the CPU; measured ~1e-7
 
 
+@pytest.fixture
+def sources(monkeypatch):
+    """Each push's url -> the trainer ranks whose payloads that engine got (TrainGroup.push_weights' record)."""
+    seen, real = [], TrainGroup.push_weights
+
+    def push_weights(self, urls, **how):
+        out = real(self, urls, **how)
+        if urls:
+            seen.append(out["sources"])
+        return out
+
+    monkeypatch.setattr(TrainGroup, "push_weights", push_weights)
+    return seen
+
+
+def test_colocated_dp2_each_engine_gets_the_payload_of_the_rank_on_its_gpu(tmp_path, pushes, sources, capfd):
+    """DP=2 with two engines colocated (the torch backend, gloo; two hf engines): each engine is pushed by the trainer
+    rank on its own slot, from that rank's copy (gathered per engine: TransportKind.gathered), at once with the other;
+    every engine then holds exactly the trainer's weights."""
+    cfg, plan, run_dir, summary = _run(tmp_path, "train.gpus_per_node=2")
+    assert plan.weight_sync == "tensor" and plan.num_engines == 2 and plan.trainer_gpus == 2 and summary["steps"] == 2
+    _check(pushes, "tensor", [1, 2])
+    on = {(s.role, s.rank): s.gpu for s in plan.placement}
+    assert on == {("trainer", 0): 0, ("trainer", 1): 1, ("engine", 0): 0, ("engine", 1): 1}
+    # engine i (pushes list the urls in engine order) got rank i's payload: the rank on its slot
+    assert sources == [{url: [i] for i, url in enumerate(p["urls"])} for p in pushes]
+    assert "gathered per engine" in capfd.readouterr().err  # said once, in the run's log
+
+
 def _wait(what, until, timeout_s=90.0):
     deadline = time.monotonic() + timeout_s
     while not until():
@@ -123,7 +152,7 @@ def _wait(what, until, timeout_s=90.0):
         time.sleep(0.1)
 
 
-def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes, monkeypatch):
+def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes, sources, monkeypatch):
     """Two colocated engines (tensor transport). Rollout 1: engine 0 is killed before generating;
     the monitor restarts it and the trainer pushes it version 1, so every sample of the rollout
     carries version 1. Then engine 1 is killed while the trainer trains (rollout 1's block); its
@@ -167,3 +196,5 @@ def test_restarts_get_the_current_weights_and_never_newer_ones(tmp_path, pushes,
     assert state["pushes_before"] == 2 and not any(state["held"] in p["urls"] for p in pushes[:2])
     assert pushes[2]["version"] == 2 and sorted(pushes[2]["urls"]) == sorted([state["resynced"], state["held"]])
     assert state["workers"] == {state["resynced"], state["held"]}  # admitted after the sync
+    # gathered per engine: the restarted engine 0 alone got its payload from rank 0 (on its slot), rank 1 sent nothing
+    assert sources[pushes.index(resync[0])] == {state["resynced"]: [0]}

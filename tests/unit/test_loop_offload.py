@@ -62,7 +62,7 @@ class _Trainer:
         self.model.save_pretrained(path)
         return checksum(self.model.state_dict())
 
-    def push_weights(self, urls, **how):
+    def push_weights(self, urls, engines=None, **how):  # engines: each url's engine id (one engine here)
         self.calls.append(("trainer.push", _released(self.group)))
         return push_state(self.model.state_dict(), urls, device=torch.device("cpu"), **how)
 

@@ -157,14 +157,20 @@ class TransportKind:
     # "fingerprint": the trainer pushes from its memory and fingerprints what it sent (rlrun.rollout.weights);
     # "sha256": the trainer writes a file first (its sha256 is the check) and the engines load it
     check: str = "fingerprint"
-    # trainer end (runs on the lead trainer rank): (named, urls, version=, bucket_bytes=, prepare=, copies=,
-    # backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=, flattened=) -> bytes pushed per engine (named:
+    # trainer end (runs on the lead trainer rank; gathered: on the ranks on each engine's GPUs): (named, urls,
+    # version=, bucket_bytes=, prepare=, copies=, backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=,
+    # flattened=, and exchange= when gathered) -> bytes pushed per engine (named:
     # the state as a rlrun.rollout.weights.Buckets stream, each bucket made when it is asked for: W.as_buckets, then
     # prepare(bucket); keep: a dict the transport keeps across the rank's pushes, e.g. its process group; flattened:
     # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind); None: a file transport
     push: Callable[..., int] | None = None
     # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
     flattened: Callable[[Any], bool] = lambda kind: False
+    # a push gathered per engine from the trainer ranks on its GPUs: (trainer rank -> its plan slots, engine -> its
+    # slots, payloads per request) -> engine -> the trainer ranks in its TP order, its sender first, or None where a
+    # GPU of the engine holds no trainer rank (rlrun.rollout.transports.tensor.engine_ranks); the push then takes
+    # exchange= (rlrun.rollout.engines.group.push_tensors). None: the lead rank alone pushes to every engine
+    gathered: Callable[[dict, dict, int], dict] | None = None
     # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
     # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
     write: Callable[..., None] | None = None

@@ -6,11 +6,14 @@ gathers the results back in sample order.
 """
 from __future__ import annotations
 
+import sys
 import time
+from datetime import timedelta
 from typing import Callable
 
 import ray
 import torch
+import torch.distributed as dist
 
 from rlrun.config.kinds import BACKENDS, TRANSPORTS, TransportKind, resolve
 from rlrun.launch.env import runtime_env
@@ -30,7 +33,7 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
                version: int | str, bucket_bytes: int, engine_dtype: str | None, device: torch.device,
                backend: str = "gloo", copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True,
                timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None, flush_cache: bool = True,
-               keep: dict | None = None, flattened: bool = False, fp8: bool = False) -> dict:
+               keep: dict | None = None, flattened: bool = False, fp8: bool = False, exchange=None) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine and the push's seconds. No urls: only the fingerprint. `state`: a dict, or the
@@ -48,7 +51,8 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
     spec (TrainGroup sends the spec, so that a transport registered in the driver, by a plugin or a test, needs no
     import in the trainer's process). fp8 (rollout.fp8): each bucket is quantized on `device` as it is sent
     (rlrun.rollout.fp8.quantize_bucket: the linear weights as float8_e4m3fn plus their `_scale_inv`), and the
-    fingerprint and the bytes are those of what was sent.
+    fingerprint and the bytes are those of what was sent. exchange: this rank's part in a push gathered per engine
+    (TransportKind.gathered: _Exchange); `urls` are then the engines this rank posts to, none on the others.
     """
     fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
     if fp8:
@@ -70,7 +74,7 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
     named = W.Buckets(b for b in map(untied, stream) if b)
     t0, nbytes = time.perf_counter(), 0
     kind = transport if isinstance(transport, TransportKind) else TRANSPORTS[transport]
-    if not urls:
+    if not urls and exchange is None:
         for bucket in named.stream:
             prepare(bucket)
     elif kind.push is None:
@@ -80,8 +84,40 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
                            copies=copies, backend=backend, resume=resume, timeout_s=timeout_s,
                            engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep,
-                           flattened=flattened)
+                           flattened=flattened, **({"exchange": exchange} if exchange is not None else {}))
     return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
+
+
+class _Exchange:
+    """A rank's part in one engine's gathered push (rlrun.rollout.engines.group.Exchange): all_gather_object of
+    (rank, payload) over a gloo group of the trainer ranks on the engine's GPUs; the sender (the rank on its first GPU)
+    returns the payloads in the engine's TP order. One rank: no group, nothing to gather."""
+
+    def __init__(self, rank: int, ranks: tuple[int, ...], group):
+        self.rank, self.ranks, self.group, self.calls = rank, ranks, group, 0
+        self.sources: list[int] = []  # the ranks that wrote the payloads the sender posted (last bucket), TP order
+
+    def _gather(self, payload: str | None) -> list[tuple[int, str | None]]:
+        self.calls += 1
+        if self.group is None:
+            return [(self.rank, payload)]
+        out: list = [None] * len(self.ranks)
+        dist.all_gather_object(out, (self.rank, payload), group=self.group)
+        return out
+
+    def __call__(self, payload: str | None) -> list[str] | None:
+        got = dict(self._gather(payload))
+        if self.rank != self.ranks[0] or payload is None:
+            return None
+        missing = [r for r in self.ranks if got.get(r) is None]
+        if missing:
+            raise RuntimeError(f"trainer rank(s) {missing} made no payload for this bucket (their push failed: see "
+                               f"their error), so the engine's TP ranks on their GPUs ({self.ranks}) cannot get one")
+        self.sources = [r for r in self.ranks if r in got]
+        return [got[r] for r in self.ranks]
+
+    def join(self) -> None:
+        self._gather(None)
 
 
 class _Rank:
@@ -136,23 +172,56 @@ class _Rank:
         return W.checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
 
 
-    def push_weights(self, urls: list[str], lead: bool, how: dict) -> dict | None:
+    def push_weights(self, urls: list[str], lead: bool, how: dict, gathered: dict | None = None) -> dict | None:
         """sync_buckets on every rank (a collective for megatron: each bucket's TP gather); the lead rank pushes each
         bucket to the engines itself as it comes (push_state), so the tensors never pass through the driver. Every
         rank iterates the stream to its end, the lead too when its push fails: a rank that stopped early would leave
-        the others waiting in the next bucket's gather, and the failure must reach the driver, not hang it."""
+        the others waiting in the next bucket's gather, and the failure must reach the driver, not hang it.
+
+        gathered (TrainGroup._gathered: a push gathered per engine): "groups", every engine's trainer ranks in its TP
+        order; "mine", this rank's engine's when that engine is pushed now; "urls", the engines this rank sends to.
+        The ranks of a pushed engine each make their own payloads of each bucket and its sender posts them; the lead
+        rank of no pushed engine only fingerprints."""
         stream = self.impl.sync_buckets(how["bucket_bytes"])
-        if not lead:
+        exchange = None
+        if gathered is not None:
+            exchange = self._exchange(gathered["groups"], gathered["mine"], how["timeout_s"])
+            urls = gathered["urls"] if exchange is not None else []
+        if not lead and exchange is None:
             for _ in stream:
                 pass
             return None
         # what the transport keeps across this rank's pushes (the NCCL group: rebuilt only when the engines change)
         keep = self.transport_state.setdefault(how["transport"].name, {})
         try:
-            return push_state(W.Buckets(stream), urls, device=self.device, keep=keep, **how)
+            out = push_state(W.Buckets(stream), urls, device=self.device, keep=keep, exchange=exchange, **how)
         finally:
             for _ in stream:  # the rest of the gathers, so that the other ranks return (nothing left after a push)
                 pass
+        out["sources"] = {url: exchange.sources for url in urls} if exchange is not None else {}
+        return out
+
+    def _exchange(self, groups: list[tuple[int, ...]], mine: tuple[int, ...] | None,
+                  timeout_s: float) -> _Exchange | None:
+        """This rank's _Exchange for its engine (None: no engine of its is pushed). The gloo groups are made once per
+        set of engines' ranks, by every rank in the same order (torch's new_group is a collective of the default
+        group); bounded by twice the push's bound (a rank waits in a gather while the sender waits for its engines)."""
+        made = self.transport_state.setdefault("gathered", {})
+        key = tuple(groups)
+        if key not in made:
+            made[key] = {ranks: dist.new_group(list(ranks), backend="gloo", timeout=timedelta(seconds=2 * timeout_s))
+                         for ranks in groups if len(ranks) > 1}
+        return None if mine is None else _Exchange(self.rank, mine, made[key].get(mine))
+
+
+def _slots(placement, role: str) -> dict[int, list[tuple[int, int]]]:
+    """rank (trainer rank, engine id) of `role` -> its plan slots (node, gpu) in order: an engine's TP rank j on its
+    j-th (the engines' launch gives TP rank j the j-th GPU of the engine's bundles, which are in this order)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for s in placement:
+        if s.role == role:
+            out.setdefault(s.rank, []).append((s.node, s.gpu))
+    return {rank: sorted(v) for rank, v in sorted(out.items())}
 
 
 class TrainGroup:
@@ -162,6 +231,9 @@ class TrainGroup:
                              f"pp={plan.pp} cp={plan.cp}; use parallelism=tp1 or train.backend=megatron")
         self.world = plan.trainer_gpus
         self._cls = backend_class(cfg.train.backend)
+        # role -> rank -> its plan slots (node, gpu): colocated roles on one slot share its GPU (TransportKind.gathered)
+        self._slots = {role: _slots(plan.placement, role) for role in ("trainer", "engine")}
+        self._said: set[str] = set()  # log lines said once
         actor = ray.remote(_Rank)
         self.actors = []
         for rank in range(self.world):
@@ -209,15 +281,60 @@ class TrainGroup:
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
                      resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
-                     flush_cache: bool = True, flattened: bool = False, fp8: bool = False) -> dict:
+                     flush_cache: bool = True, flattened: bool = False, fp8: bool = False,
+                     engines: list[int] | None = None) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
-        seconds. Every rank takes part where the export is a collective. resume=False: the engines
+        seconds, and "sources": url -> the trainer ranks whose payloads it got (one per engine TP rank). Every rank
+        takes part where the export is a collective. resume=False: the engines
         stay paused after a tensor push (their KV cache is still released: rlrun.parts.offload). fp8: each bucket
-        is quantized on the lead rank's GPU as it is pushed (push_state)."""
-        how = dict(transport=TRANSPORTS[transport], version=version, bucket_bytes=bucket_bytes,
+        is quantized on the lead rank's GPU as it is pushed (push_state). engines: the engine id of each url; with a
+        transport gathered per engine (TransportKind.gathered), each engine's TP ranks get the payloads the trainer
+        ranks on their own GPUs made, posted by the engine's sender rank (_gathered), each sender pushing its engines
+        at once with the others; the fingerprint is rank 0's (every rank's copy is the same bytes)."""
+        kind = TRANSPORTS[transport]
+        how = dict(transport=kind, version=version, bucket_bytes=bucket_bytes,
                    engine_dtype=engine_dtype, backend=backend, copies=copies, tied=tied, resume=resume,
                    timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened, fp8=fp8)
-        return ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
+        roles = self._gathered(kind, urls, engines, copies)
+        if roles is None:
+            out = ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
+            return dict(out, sources={url: [0] * copies for url in urls})
+        outs = [o for o in ray.get([a.push_weights.remote(urls, i == 0, how, role)
+                                    for i, (a, role) in enumerate(zip(self.actors, roles))]) if o is not None]
+        sources = {url: ranks for o in outs for url, ranks in o["sources"].items()}
+        # bytes per engine and the push's seconds: the slowest sender's (rank 0 sends nothing when its engine is not
+        # pushed, e.g. a restarted engine's resync)
+        return dict(outs[0], sources=sources, bytes=max(o["bytes"] for o in outs),
+                    seconds=max(o["seconds"] for o in outs))
+
+    def _gathered(self, kind: TransportKind, urls: list[str], engines: list[int] | None,
+                  copies: int) -> list[dict] | None:
+        """Each rank's part in a push gathered per engine (_Rank.push_weights), or None for the lead rank's push:
+        the transport is not gathered, nothing is pushed, the urls' engines are not known, or a GPU of some engine
+        holds no trainer rank (said once)."""
+        if kind.gathered is None or not urls or engines is None:
+            return None
+        ranks = kind.gathered(self._slots["trainer"], self._slots["engine"], copies)
+        lost = [e for e, r in ranks.items() if r is None]
+        if lost or any(e not in ranks for e in engines):
+            if kind.name not in self._said:
+                self._said.add(kind.name)
+                print(f"[rlrun] weight sync {kind.name}: engine(s) {lost or sorted(set(engines) - set(ranks))} have a "
+                      f"GPU with no trainer rank on it, so trainer rank 0 sends its own copy to every engine's TP ranks "
+                      f"(read across GPUs) instead of each engine getting its payloads from the ranks on its GPUs",
+                      file=sys.stderr, flush=True)
+            return None
+        if "gathered" not in self._said:
+            self._said.add("gathered")
+            print(f"[rlrun] weight sync {kind.name}: gathered per engine, each engine's TP ranks get the copies of the "
+                  f"trainer ranks on their GPUs: " + "; ".join(f"engine {e} <- ranks {list(r)} (sent by rank {r[0]})"
+                                                              for e, r in ranks.items()), file=sys.stderr, flush=True)
+        pushed = set(engines)
+        groups = [ranks[e] for e in sorted(ranks)]
+        return [{"groups": groups,
+                 "mine": next((g for e, g in ranks.items() if rank in g and e in pushed), None),
+                 "urls": [url for url, e in zip(urls, engines) if ranks[e][0] == rank]}
+                for rank in range(self.world)]
 
     def _sync_ranks(self) -> list:
         return self.actors if self._cls.sync_is_collective else self.actors[:1]

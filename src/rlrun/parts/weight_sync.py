@@ -99,7 +99,10 @@ class WeightSync:
                 raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")
             self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
         else:
-            out = self.trainer.push_weights(urls, **self.push_args(version, resume))
+            # each url's engine id: a push gathered per engine gives its TP ranks the payloads of the trainer ranks on
+            # their own GPUs (TrainGroup.push_weights)
+            out = self.trainer.push_weights(urls, **self.push_args(version, resume),
+                                            engines=[self.engines.index_of(url) for url in urls])
             want = out["fingerprint"]
             # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
             self.last_metrics = self.transport.metrics(out["bytes"], out["seconds"])

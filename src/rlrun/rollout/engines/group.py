@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import requests
 
@@ -130,10 +130,24 @@ def _payload(bucket: list, transport: str, load_format: str | None = None) -> tu
 Prepare = Callable[[list], list]  # bucket -> bucket, run on each bucket before it is sent
 
 
+class Exchange(Protocol):
+    """A trainer rank's part in a push gathered per engine (rlrun.launch.train_group): each call is a collective over
+    the trainer ranks on one engine's GPUs, every one calling it once per bucket and once more at the end."""
+    calls: int  # collectives joined so far
+
+    def __call__(self, payload: str | None) -> list[str] | None:
+        """This rank's payload of a bucket (None: it failed, or the end) -> on the engine's sender the payloads in the
+        engine's TP order (it raises when one is missing), elsewhere None. Its end also tells every rank that the
+        sender's engines answered for the bucket before (the sender joins it only after their answers)."""
+
+    def join(self) -> None:
+        """The same collective with nothing to give or check (a failed rank's remaining calls)."""
+
+
 def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *,
                  transport: str = "ipc", bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
                  pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
-                 flush_cache: bool = True, load_format: str | None = None) -> int:
+                 flush_cache: bool = True, load_format: str | None = None, exchange: Exchange | None = None) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
     (in_place) and continue; returns the bytes pushed (per engine).
 
@@ -145,8 +159,48 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
     once the whole state is in. copies: payloads per request (SGLang wants one per TP rank).
     resume=False: the engines stay paused afterwards (see _paused). Each engine request is bounded by timeout_s
     (a timeout names the bucket and the engine). flush_cache=False: requests may be running (paused in place, the
-    async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler."""
-    parts = W.with_last(W.as_buckets(named, bucket_bytes))  # named: (name, tensor) pairs, or a W.Buckets stream
+    async loop): SGLang 0.5.16 flushes only a fully idle engine and asserts on failure, which kills its scheduler.
+
+    exchange (a push gathered per engine): the request's payloads are those the trainer ranks on the engine's GPUs
+    made of their own copies, one per TP rank (exchange), in place of `copies` times this rank's. Every such rank runs
+    this; the engine's sender with the engine's urls, the others with none. A rank keeps bucket i staged until the
+    exchange of bucket i + 1, which the sender joins only once its engines answered for bucket i (so at most two
+    buckets are staged on every rank). A rank that fails goes on joining its exchanges to the stream's end, so that
+    the others never wait on it, and then raises; the sender refuses a bucket one of whose payloads is missing."""
+    taken = [0]
+
+    def counted(items: Iterator) -> Iterator:
+        for item in items:
+            taken[0] += 1
+            yield item
+
+    parts = counted(W.with_last(W.as_buckets(named, bucket_bytes)))  # named: (name, tensor) pairs or a Buckets stream
+    if exchange is None:
+        return _push_buckets(urls, parts, version, transport, prepare, lambda payload: [payload] * copies, pool,
+                             resume, timeout_s, flush_cache, load_format)
+    try:
+        return _push_buckets(urls, parts, version, transport, prepare, exchange, pool, resume, timeout_s,
+                             flush_cache, load_format, end=lambda: exchange(None))
+    except BaseException:
+        # the others' order: bucket k taken (a collective for megatron: its TP gather), then its exchange; so first
+        # the exchange of a bucket taken but not exchanged, then each remaining bucket and its exchange, then the end
+        try:
+            for _ in range(taken[0] - exchange.calls):
+                exchange.join()
+            for _ in parts:
+                exchange.join()
+            exchange.join()
+        except Exception:  # noqa: BLE001 - the group itself failed (a rank gone): the first error is the one to raise
+            pass
+        raise
+
+
+def _push_buckets(urls: list[str], parts: Iterator, version: str, transport: str, prepare: Prepare | None,
+                  share: Callable[[str], list[str] | None], pool: ThreadPoolExecutor | None, resume: bool,
+                  timeout_s: float, flush_cache: bool, load_format: str | None,
+                  end: Callable[[], object] = lambda: None) -> int:
+    """push_tensors' loop over (bucket, last) `parts`: share(payload) -> the request's payloads (None: this rank posts
+    none); end() after the last bucket's answers."""
     how = f"{transport} push" + (f", load_format={load_format}" if load_format else "")
 
     def stage(item: tuple[list, bool] | None) -> tuple[list, bool, str, list] | None:
@@ -159,18 +213,24 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
     nbytes, i = 0, 0
     with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
         staged = stage(next(parts, None))
+        payloads = share(staged[2]) if staged is not None else None
         while staged is not None:
-            bucket, last, payload, keepalive = staged
-            body = api.update_weights_from_tensor_body([payload] * copies, version if last else None,
-                                                       load_format=load_format, flush_cache=last and flush_cache)
-            posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
+            bucket, last, _, keepalive = staged
+            posts = {}
+            if payloads is not None:
+                body = api.update_weights_from_tensor_body(payloads, version if last else None,
+                                                           load_format=load_format, flush_cache=last and flush_cache)
+                posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             try:
                 staged = None if last else stage(next(parts))  # while the engines load bucket i
             finally:  # even when staging failed: the engines may still be reading bucket i
                 _bounded(lambda: None, timeout_s, f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
                                                   f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
+            # the engines answered for bucket i: the next one's payloads (gathered: its exchange is what tells the
+            # other ranks that bucket i may go), or the end
+            payloads = end() if staged is None else share(staged[2])
             nbytes, i = nbytes + _nbytes(bucket), i + 1
-            del keepalive, bucket, payload  # every engine has copied it: free it
+            del keepalive, bucket  # every engine has copied it: free it
             if transport == "ipc":
                 W.release_sent()  # ... for real: torch holds sent CUDA blocks until collected
     return nbytes
@@ -215,6 +275,7 @@ class EngineGroup:
         self._held: set[int] = set()  # restarted while deferring: out of the router until sync()
         self._down: set[int] = set()  # found dead by the monitor, not replaced yet: pushes skip them
         self._joining: dict[str, object] = {}  # url -> a restarted engine getting its weights before it joins
+        self._joining_at: dict[str, int] = {}  # url -> that engine's id
         self._lock = threading.RLock()  # weight pushes and replacements never interleave
         self._stop = threading.Event()
         self._monitor = threading.Thread(target=self._watch, name="engine-monitor", daemon=True)
@@ -223,6 +284,12 @@ class EngineGroup:
     @property
     def urls(self) -> list[str]:
         return [e.url for e in self.engines]
+
+    def index_of(self, url: str) -> int:
+        """The engine id (its place in the plan) of the engine at `url`, a restarted one getting its weights too."""
+        if url in self._joining_at:
+            return self._joining_at[url]
+        return self.urls.index(url)
 
     def start(self, register_timeout_s: float = 60.0) -> "EngineGroup":
         for url in self.urls:
@@ -417,7 +484,7 @@ class EngineGroup:
                 self._failures[i] = 0
                 self.restarts += 1
                 return
-            self._joining[new.url] = new
+            self._joining[new.url], self._joining_at[new.url] = new, i
             try:
                 if self.resync is not None:
                     self.resync(new.url)
@@ -431,6 +498,7 @@ class EngineGroup:
                 raise
             finally:
                 self._joining.pop(new.url, None)
+                self._joining_at.pop(new.url, None)
             self.engines[i] = new
             self._down.discard(i)
             self._failures[i] = 0
