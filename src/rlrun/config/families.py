@@ -63,11 +63,11 @@ FAMILIES: dict[str, Family] = {
     # split llama names, so only the torch backend (transformers' Phi3ForCausalLM) builds it
     "phi3": Family("phi3", ("torch",), {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False},
                    hf_config="Phi3Config"),
-    # MLA + MoE; planned and exported (memory, parameter counts, slime flags) for megatron, trained by
-    # neither backend yet (train/megatron/model.py refuses MLA): rlrun validate / run refuse it
+    # MLA + MoE (DeepSeek-V3/R1, Moonlight, Kimi-K2): megatron-core's MLASelfAttention and sigmoid router with the
+    # expert bias (rlrun.train.megatron.model); transformers' DeepseekV3Config gives the random-init weights' shapes
+    # (the torch backend does not train it: its MoE/MLA layers are not wired there)
     "deepseek_v3": Family("deepseek_v3", ("megatron",), {"qk_layernorm": True, "post_norms": False},
-                          moe=True, mla=True, trained_by=(),
-                          why_not="multi-latent attention (model.mla) is not built by rlrun's megatron model"),
+                          moe=True, mla=True, hf_config="DeepseekV3Config", interleaved_rope=False),
 }
 NAMES = tuple(FAMILIES)
 BY_MODEL_TYPE = {f.model_type: name for name, f in FAMILIES.items()}

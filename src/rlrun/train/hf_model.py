@@ -42,6 +42,19 @@ def hf_config(model) -> transformers.PretrainedConfig:
         kw.update(num_experts=moe.num_experts, num_experts_per_tok=moe.top_k,
                   moe_intermediate_size=moe.expert_ffn_hidden_size, norm_topk_prob=True,
                   mlp_only_layers=list(range(moe.first_k_dense)))
+    if model.family == "deepseek_v3":
+        moe, mla = model.moe, model.mla
+        if model.rope_scaling_factor != 1.0:  # YaRN, DeepSeek-V3's published values besides the factor
+            rope = {"rope_type": "yarn", "rope_theta": float(model.rotary_base), "factor": float(model.rope_scaling_factor),
+                    "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                    "mscale_all_dim": 1.0}
+        kw.update(rope_parameters=rope, n_routed_experts=moe.num_experts, num_experts_per_tok=moe.top_k,
+                  moe_intermediate_size=moe.expert_ffn_hidden_size, first_k_dense_replace=moe.first_k_dense,
+                  n_shared_experts=moe.shared_expert_ffn_hidden_size // moe.expert_ffn_hidden_size,
+                  n_group=moe.n_group, topk_group=moe.topk_group, norm_topk_prob=True,
+                  q_lora_rank=mla.q_lora_rank, kv_lora_rank=mla.kv_lora_rank, qk_nope_head_dim=mla.qk_nope_head_dim,
+                  qk_rope_head_dim=mla.qk_rope_head_dim, v_head_dim=mla.v_head_dim,
+                  head_dim=mla.qk_rope_head_dim)  # transformers' DeepseekV3: head_dim is the rope part
     return cls(**kw)
 
 

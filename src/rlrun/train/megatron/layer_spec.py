@@ -12,6 +12,8 @@ from megatron.core.models.gpt.gpt_layer_specs import get_mlp_module_spec_for_bac
 from megatron.core.transformer.attention import SelfAttention, SelfAttentionSubmodules
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer import multi_latent_attention as _mla_module
+from megatron.core.transformer.multi_latent_attention import MLASelfAttention, MLASelfAttentionSubmodules
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules, \
@@ -38,6 +40,32 @@ class RlrunSpecProvider(LocalSpecProvider):
         return SDPAttention
 
 
+def _attention(config, backend, norm) -> ModuleSpec:
+    """Self-attention: grouped-query (one fused linear_qkv) or, for model.mla, megatron-core's multi-latent attention
+    with the submodules of its local spec (get_gpt_layer_local_spec(multi_latent_attention=True)): the q and kv
+    down projections, their RMSNorms (q_layernorm, kv_layernorm: HF's q_a_layernorm, kv_a_layernorm; model.
+    qk_layernorm) and the up projections, all megatron-core's column-parallel linears."""
+    qk_norm = norm if config.qk_layernorm else IdentityOp
+    if config.multi_latent_attention:
+        # Without Transformer Engine megatron-core stands a MagicMock in for `te`, its TE classes import as mocks and
+        # multi_latent_attention's HAVE_TE (set by that import succeeding) stays True: MLA's constructor then runs
+        # isinstance(linear_proj, <mock>) and raises. Its flag follows the extension's own HAVE_TE instead.
+        from megatron.core.extensions import transformer_engine as te_ext
+        if not te_ext.HAVE_TE:
+            _mla_module.HAVE_TE = False
+        linear = backend.column_parallel_linear()
+        return ModuleSpec(module=MLASelfAttention, params={"attn_mask_type": AttnMaskType.causal},
+                          submodules=MLASelfAttentionSubmodules(
+                              linear_q_proj=linear, linear_q_down_proj=linear, linear_q_up_proj=linear,
+                              linear_kv_down_proj=linear, linear_kv_up_proj=linear,
+                              core_attention=backend.core_attention(), linear_proj=backend.row_parallel_linear(),
+                              q_layernorm=qk_norm, kv_layernorm=qk_norm))
+    return ModuleSpec(module=SelfAttention, params={"attn_mask_type": AttnMaskType.causal},
+                      submodules=SelfAttentionSubmodules(
+                          linear_qkv=backend.column_parallel_linear(), core_attention=backend.core_attention(),
+                          linear_proj=backend.row_parallel_linear(), q_layernorm=qk_norm, k_layernorm=qk_norm))
+
+
 def _layer_spec(config, moe: bool, post_norms: bool) -> ModuleSpec:
     if moe and post_norms:
         raise ValueError("model.post_norms with MoE layers is not implemented in the megatron layer spec")
@@ -47,13 +75,7 @@ def _layer_spec(config, moe: bool, post_norms: bool) -> ModuleSpec:
                                           moe_grouped_gemm=False)
     return ModuleSpec(module=TransformerLayer, submodules=TransformerLayerSubmodules(
         input_layernorm=norm,
-        self_attention=ModuleSpec(module=SelfAttention, params={"attn_mask_type": AttnMaskType.causal},
-                                  submodules=SelfAttentionSubmodules(
-                                      linear_qkv=backend.column_parallel_linear(),
-                                      core_attention=backend.core_attention(),
-                                      linear_proj=backend.row_parallel_linear(),
-                                      q_layernorm=norm if config.qk_layernorm else IdentityOp,
-                                      k_layernorm=norm if config.qk_layernorm else IdentityOp)),
+        self_attention=_attention(config, backend, norm),
         self_attn_bda=get_bias_dropout_add,
         pre_mlp_layernorm=norm,
         mlp=mlp,

@@ -29,12 +29,11 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
     fusion switches when given; None = inference/verification use, nothing recomputed). routing_replay:
     every MoE router gets megatron-core's RouterReplay (rollout.routing_replay; rlrun.train.megatron.routing)."""
     from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
 
     if model.family not in _INTERLEAVED_ROPE:
         raise ValueError(f"model.family={model.family!r} is not built by the megatron backend yet; "
                          f"supported: {', '.join(_INTERLEAVED_ROPE)}")
-    if model.mla is not None:
-        raise ValueError("model.mla: multi-latent attention is not built by the megatron backend yet")
     if not model.swiglu:
         raise ValueError("model.swiglu=false: only gated-SiLU MLPs are mapped (every supported family uses them)")
     kw = dict(
@@ -58,17 +57,11 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
         gradient_accumulation_fusion=False,
     )
     if model.moe is not None:
-        moe = model.moe
-        if moe.router != "softmax":
-            raise ValueError(f"model.moe.router={moe.router!r}: only the softmax (Qwen3-MoE) router is mapped")
-        kw.update(num_moe_experts=moe.num_experts, moe_router_topk=moe.top_k, moe_ffn_hidden_size=moe.expert_ffn_hidden_size,
-                  # Qwen3-MoE: softmax over all experts, top-k, renormalise (norm_topk_prob) ==
-                  # megatron's softmax over the top-k logits (moe_router_pre_softmax=False).
-                  moe_router_pre_softmax=False, moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
-                  moe_router_dtype="fp32", moe_grouped_gemm=False,
-                  expert_tensor_parallel_size=1,  # experts whole on each rank (slime: --expert-tensor-parallel-size 1)
-                  moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size or None,
-                  moe_enable_routing_replay=routing_replay)
+        kw.update(_moe_kwargs(model.moe, routing_replay))
+    cls = TransformerConfig
+    if model.mla is not None:
+        cls = MLATransformerConfig
+        kw.update(_mla_kwargs(model))
     if train is not None:
         rc = train.recompute
         kw.update(recompute_granularity=rc.granularity, recompute_method=rc.method, recompute_num_layers=rc.num_layers)
@@ -77,14 +70,55 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
         kw["gradient_accumulation_fusion"] = bool(train.gradient_accumulation_fusion)
         # train.megatron: megatron-core's own fields, unchanged (validated by passthrough.check_config); they
         # replace the constants above (e.g. moe_token_dispatcher_type, moe_router_load_balancing_type)
-        kw.update(passthrough.to_core("TransformerConfig", train.megatron))
-    config = TransformerConfig(**kw)
+        kw.update(passthrough.to_core(cls.__name__, train.megatron))
+    config = cls(**kw)
     # Set after validation, which would ask for Transformer Engine's kernels: rope without host
     # syncs (rope.py) and the SwiGLU kernel (kernels.py) fill the "fused" slots instead.
     rope.install(config)
     if not TORCH_COMPILE_FUSIONS and kernels.install_swiglu():
         config.bias_activation_fusion = True
     return config
+
+
+def _moe_kwargs(moe, routing_replay: bool) -> dict:
+    kw = dict(num_moe_experts=moe.num_experts, moe_router_topk=moe.top_k, moe_ffn_hidden_size=moe.expert_ffn_hidden_size,
+              moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, moe_router_dtype="fp32",
+              moe_grouped_gemm=False,
+              expert_tensor_parallel_size=1,  # experts whole on each rank (slime: --expert-tensor-parallel-size 1)
+              moe_shared_expert_intermediate_size=moe.shared_expert_ffn_hidden_size or None,
+              moe_enable_routing_replay=routing_replay)
+    if moe.router == "softmax":
+        # Qwen3-MoE: softmax over all experts, top-k, renormalise (norm_topk_prob) ==
+        # megatron's softmax over the top-k logits (moe_router_pre_softmax=False).
+        kw.update(moe_router_pre_softmax=False)
+    else:
+        # DeepSeek-V3 (noaux_tc): sigmoid scores; experts picked by score + e_score_correction_bias (megatron-core's
+        # expert_bias buffer, loaded from the checkpoint), in the top `topk_group` of `n_group` groups ranked by the
+        # sum of their top-(top_k / topk_group) scores (HF: top-2; model_rules.check refuses another ratio); weights
+        # = the picked sigmoid scores renormalised (norm_topk_prob), times routed_scaling_factor
+        # (train.megatron.moe_router_topk_scaling_factor). The bias stays the checkpoint's (update rate 0, as
+        # slime's scripts run it) unless train.megatron.moe_router_bias_update_rate says otherwise.
+        kw.update(moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+                  moe_router_bias_update_rate=0.0)
+        if moe.n_group > 1:
+            kw.update(moe_router_num_groups=moe.n_group, moe_router_group_topk=moe.topk_group)
+    return kw
+
+
+def _mla_kwargs(model) -> dict:
+    """megatron-core's MLATransformerConfig fields from model.mla (DeepSeek-V3's q_lora_rank, kv_lora_rank,
+    qk_nope_head_dim, qk_rope_head_dim, v_head_dim) and the rope: YaRN where model.rope_scaling_factor != 1 (its
+    mscale, mscale_all_dim, original_max_position_embeddings, beta_fast/slow: train.megatron, megatron-core's
+    defaults otherwise; model_rules.check compares them with the checkpoint's config.json)."""
+    a = model.mla
+    if model.rotary_percent != 1.0:
+        raise ValueError("model.rotary_percent != 1 with model.mla: MLA ropes the qk_rope_head_dim part whole")
+    yarn = model.rope_scaling_factor != 1.0
+    return dict(multi_latent_attention=True, q_lora_rank=a.q_lora_rank, kv_lora_rank=a.kv_lora_rank,
+                qk_head_dim=a.qk_nope_head_dim, qk_pos_emb_head_dim=a.qk_rope_head_dim, v_head_dim=a.v_head_dim,
+                # megatron-core's MLA rope de-interleaves the rope half as HF's DeepSeek-V3 does (rope_interleave)
+                rotary_interleaved=False, rope_type="yarn" if yarn else "rope", rotary_base=model.rotary_base,
+                rotary_percent=1.0, rotary_scaling_factor=model.rope_scaling_factor)
 
 
 def init_parallel(parallelism, seed: int, moe: bool = False) -> None:
@@ -126,6 +160,7 @@ def build_gpt(model, config, *, vp_stage=None):
         vocab_size=model.vocab_size, max_sequence_length=model.max_position_embeddings,
         pre_process=parallel_state.is_pipeline_first_stage(), post_process=parallel_state.is_pipeline_last_stage(),
         share_embeddings_and_output_weights=model.tie_word_embeddings, parallel_output=True,
+        # MLA builds its own (YaRN) rope inside the attention; GPTModel's rope is skipped for it
         position_embedding_type="rope", rotary_percent=model.rotary_percent, rotary_base=int(model.rotary_base),
         rope_scaling=model.rope_scaling_factor != 1.0, rope_scaling_factor=model.rope_scaling_factor,
     )

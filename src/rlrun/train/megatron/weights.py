@@ -1,4 +1,4 @@
-"""Hugging Face <-> Megatron parameter mapping for Qwen3, Llama 3.x, GLM-4 and Qwen3-MoE.
+"""Hugging Face <-> Megatron parameter mapping for Qwen3, Llama 3.x, GLM-4, Qwen3-MoE and DeepSeek-V3 (MLA).
 
 Written here rather than taken from mbridge: mbridge 0.15.1 builds its models with the Transformer
 Engine layer spec only (its names, e.g. `linear_qkv.layer_norm_weight`, are TE's fused-norm names)
@@ -35,16 +35,37 @@ _ONE_TO_ONE = {
     "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
     "mlp.linear_fc2.weight": "mlp.down_proj.weight",
     "mlp.linear_fc2.post_norm.weight": "post_mlp_layernorm.weight",
+    # DeepSeek-V3: shared experts (megatron-core's SharedExpertMLP, TP-split like a dense MLP) and the router's
+    # score-correction bias (megatron-core's expert_bias buffer, fp32 as in the checkpoint)
+    "mlp.shared_experts.linear_fc2.weight": "mlp.shared_experts.down_proj.weight",
+    "mlp.router.expert_bias": "mlp.gate.e_score_correction_bias",
 }
+# Multi-latent attention (model.mla; megatron-core's MLASelfAttention in its local spec): one HF tensor each, the
+# same layout (q_b_proj and kv_b_proj rows per head [nope | rope] and [k nope | v]; kv_a_proj_with_mqa [latent | rope])
+_MLA = {
+    "self_attention.linear_q_proj.weight": "self_attn.q_proj.weight",            # q_lora_rank null
+    "self_attention.linear_q_down_proj.weight": "self_attn.q_a_proj.weight",
+    "self_attention.q_layernorm.weight": "self_attn.q_a_layernorm.weight",
+    "self_attention.linear_q_up_proj.weight": "self_attn.q_b_proj.weight",
+    "self_attention.linear_kv_down_proj.weight": "self_attn.kv_a_proj_with_mqa.weight",
+    "self_attention.kv_layernorm.weight": "self_attn.kv_a_layernorm.weight",
+    "self_attention.linear_kv_up_proj.weight": "self_attn.kv_b_proj.weight",
+}
+# Megatron buffers that are HF weights (named_parameters misses them)
+_BUFFERS = ("mlp.router.expert_bias",)
 _GLOBAL = {
     "embedding.word_embeddings.weight": "model.embed_tokens.weight",
     "decoder.final_layernorm.weight": "model.norm.weight",
     "output_layer.weight": "lm_head.weight",
 }
 # Column-parallel (split along output rows) and row-parallel (split along input columns) params.
+# MLA's down projections are megatron-core's column-parallel linears too (their outputs gathered over TP).
 _COLUMN = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias", "mlp.linear_fc1.weight",
-           "embedding.word_embeddings.weight", "output_layer.weight")
-_ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
+           "mlp.shared_experts.linear_fc1.weight", "embedding.word_embeddings.weight", "output_layer.weight",
+           *(k for k in _MLA if "linear" in k))
+_ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight", "mlp.shared_experts.linear_fc2.weight")
+# [gate; up] fused linear_fc1: each TP rank holds [gate_r; up_r]
+_GATE_UP = ("mlp.linear_fc1.weight", "mlp.shared_experts.linear_fc1.weight")
 
 
 # ---------------------------------------------------------------- 1. names and layouts
@@ -75,6 +96,8 @@ def hf_names(model, name: str, layer_offset: int = 0, expert_offset: int = 0) ->
         raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
     layer, suffix = int(m.group(1)) + layer_offset, m.group(2)
     pre = f"model.layers.{layer}."
+    if getattr(model, "mla", None) is not None and suffix in _MLA:
+        return [pre + _MLA[suffix]]
     if suffix in _ONE_TO_ONE:
         return [pre + _ONE_TO_ONE[suffix]]
     if suffix == "mlp.router.weight":
@@ -87,6 +110,8 @@ def hf_names(model, name: str, layer_offset: int = 0, expert_offset: int = 0) ->
     if suffix.startswith("self_attention.linear_qkv."):
         kind = suffix.rsplit(".", 1)[1]
         return [f"{pre}self_attn.{p}_proj.{kind}" for p in "qkv"]
+    if suffix == "mlp.shared_experts.linear_fc1.weight":
+        return [pre + "mlp.shared_experts.gate_proj.weight", pre + "mlp.shared_experts.up_proj.weight"]
     if suffix == "mlp.linear_fc1.weight":
         # GLM-4 stores gate and up fused already, in the same [gate; up] order as Megatron.
         return [pre + "mlp.gate_up_proj.weight"] if model.family == "glm4" else \
@@ -132,7 +157,7 @@ def tp_shard(name: str, full: torch.Tensor, rank: int, size: int) -> torch.Tenso
     dim = _split_dim(name)
     if dim is None or size == 1:
         return full
-    if name.endswith("mlp.linear_fc1.weight"):
+    if name.endswith(_GATE_UP):
         gate, up = full.chunk(2, dim=0)
         return torch.cat([gate.chunk(size, 0)[rank], up.chunk(size, 0)[rank]], dim=0)
     if full.shape[dim] % size:
@@ -145,21 +170,30 @@ def tp_unshard(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
     dim = _split_dim(name)
     if dim is None or len(shards) == 1:
         return shards[0]
-    if name.endswith("mlp.linear_fc1.weight"):
+    if name.endswith(_GATE_UP):
         halves = [s.chunk(2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves], dim=0)
     return torch.cat(shards, dim=dim)
 
 
 # ---------------------------------------------------------------- 3. whole models
-def _local_params(gpt) -> Iterator[tuple[str, torch.nn.Parameter]]:
-    """Named parameters of a GPTModel, unwrapped from DDP/Float16 wrappers ('module.' prefixes); LoRA adapters
-    (model.lora) left out: they have no HF tensor of their own."""
+def _local_params(gpt) -> Iterator[tuple[str, torch.Tensor]]:
+    """Named parameters of a GPTModel, unwrapped from DDP/Float16 wrappers ('module.' prefixes), and the buffers
+    that are HF weights (_BUFFERS: the MoE router's expert_bias); LoRA adapters (model.lora) left out: they have no
+    HF tensor of their own."""
     while hasattr(gpt, "module"):
         gpt = gpt.module
     for name, p in gpt.named_parameters():
         if f".{ADAPTER_MODULE}." not in name:
             yield name, p
+    for name, b in gpt.named_buffers():
+        if b is not None and name.endswith(_BUFFERS):
+            yield name, b
+
+
+def hf_tensor_count(gpt) -> int:
+    """The number of local tensors load_hf fills (parameters and the _BUFFERS)."""
+    return sum(1 for _ in _local_params(gpt))
 
 
 def _tp():
@@ -234,7 +268,8 @@ def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None,
             continue  # HF keeps a tied lm_head as embed_tokens only
         t = p.detach() if weight is None else weight(name, p)
         for hf_name, x in gathered_hf(model, name, t, layer_offset):
-            x = x if dtype is None else x.to(dtype)
+            # a buffer keeps its dtype (the fp32 expert bias: rounded to bf16 it would pick other experts)
+            x = x if dtype is None or name.endswith(_BUFFERS) else x.to(dtype)
             nbytes = x.numel() * x.element_size()
             if bucket and used + nbytes > bucket_bytes:
                 yield bucket

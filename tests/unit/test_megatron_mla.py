@@ -1,0 +1,140 @@
+"""DeepSeek-V3 (multi-latent attention + sigmoid-routed MoE with shared experts) on the megatron backend, on the CPU
+with a real megatron-core (0.16.1 where MEGATRON_CORE_PATH names it; skipped without one): a tiny random-init
+transformers DeepseekV3ForCausalLM loaded into rlrun's GPTModel (rlrun.train.megatron.weights.load_hf), its logits
+against transformers', and every tensor exported back (export_hf) bit-exactly. The bf16 log-probs on the GPU and TP
+sharding are tests/gpu/test_megatron_parity.py's (test_mla_logprobs_match_transformers)."""
+import os
+import sys
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+from rlrun.train.megatron.weights import hf_names, to_hf, to_megatron, tp_shard, tp_unshard
+
+MOE = NS(num_experts=8, top_k=4, expert_ffn_hidden_size=16, shared_expert_ffn_hidden_size=32, first_k_dense=1,
+         router="sigmoid", n_group=4, topk_group=2)
+MLA = NS(q_lora_rank=24, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=12, v_head_dim=10)
+SCALING = 2.5  # HF routed_scaling_factor = train.megatron.moe_router_topk_scaling_factor
+
+
+def tiny(**over):
+    d = dict(family="deepseek_v3", num_layers=3, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
+             num_query_groups=4, head_dim=10, vocab_size=64, rotary_base=10000.0, rotary_percent=1.0,
+             rope_scaling_factor=4.0, max_position_embeddings=256, norm_epsilon=1e-6, tie_word_embeddings=False,
+             qk_layernorm=True, add_qkv_bias=False, swiglu=True, post_norms=False, moe=MOE, mla=MLA)
+    return NS(**(d | over))
+
+
+def test_mla_names_map_one_to_one_and_split_over_tp_like_column_linears():
+    m = tiny()
+    pre = "decoder.layers.2.self_attention."
+    assert hf_names(m, pre + "linear_q_down_proj.weight") == ["model.layers.2.self_attn.q_a_proj.weight"]
+    assert hf_names(m, pre + "q_layernorm.weight") == ["model.layers.2.self_attn.q_a_layernorm.weight"]
+    assert hf_names(m, pre + "linear_kv_down_proj.weight", layer_offset=3) == [
+        "model.layers.5.self_attn.kv_a_proj_with_mqa.weight"]
+    assert hf_names(m, pre + "kv_layernorm.weight") == ["model.layers.2.self_attn.kv_a_layernorm.weight"]
+    assert hf_names(m, pre + "linear_kv_up_proj.weight") == ["model.layers.2.self_attn.kv_b_proj.weight"]
+    assert hf_names(m, pre + "linear_q_proj.weight") == ["model.layers.2.self_attn.q_proj.weight"]
+    # the same Megatron name is Qwen3's q_norm without MLA
+    assert hf_names(tiny(mla=None, family="qwen3"), pre + "q_layernorm.weight") == [
+        "model.layers.2.self_attn.q_norm.weight"]
+    assert hf_names(m, "decoder.layers.1.mlp.router.expert_bias") == ["model.layers.1.mlp.gate.e_score_correction_bias"]
+    assert hf_names(m, "decoder.layers.1.mlp.shared_experts.linear_fc1.weight") == [
+        "model.layers.1.mlp.shared_experts.gate_proj.weight", "model.layers.1.mlp.shared_experts.up_proj.weight"]
+    # kv_b_proj: rows per head; TP 2 gives heads 0-1 and 2-3 (4 heads x (12 + 10) rows)
+    up = torch.arange(88.)[:, None]
+    assert tp_shard(pre + "linear_kv_up_proj.weight", up, 1, 2).flatten().tolist() == list(range(44, 88))
+    # shared experts' [gate; up] splits each half, as the dense linear_fc1
+    fc1 = torch.arange(8.)[:, None]
+    name = "decoder.layers.1.mlp.shared_experts.linear_fc1.weight"
+    shards = [tp_shard(name, fc1, r, 2) for r in range(2)]
+    assert [s.flatten().tolist() for s in shards] == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert torch.equal(tp_unshard(name, shards), fc1)
+    assert tp_shard("decoder.layers.1.mlp.router.expert_bias", torch.ones(8), 1, 2).shape == (8,)  # replicated
+    gate, upw = torch.zeros(4, 2), torch.ones(4, 2)
+    full = to_megatron(m, name, [gate, upw])
+    assert [n for n, _ in to_hf(m, name, full)] == hf_names(m, name)
+
+
+@pytest.fixture
+def megatron_cpu(monkeypatch):
+    """megatron-core on the CPU: a one-rank gloo group. MLA's rope and the router's expert-bias buffers ask
+    torch.cuda.current_device() for their device whatever use_cpu_initialization says; the double answers "cpu"
+    (the GPU test builds them on the device)."""
+    extra = os.environ.get("MEGATRON_CORE_PATH")
+    if extra:
+        sys.path.insert(0, extra)
+    try:
+        pytest.importorskip("megatron.core")
+        from megatron.core import parallel_state, utils
+        from packaging.version import Version
+        if utils.get_te_version() is None:
+            utils._te_version = Version("0.0.0")
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+        from megatron.core.transformer.moe import moe_utils
+        if not hasattr(moe_utils, "te_general_gemm"):  # 0.16.1 leaves it undefined without TE (0.19.2 sets None)
+            monkeypatch.setattr(moe_utils, "te_general_gemm", None, raising=False)
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", "29617")
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+        yield
+        parallel_state.destroy_model_parallel()
+        torch.distributed.destroy_process_group()
+    finally:
+        if extra:
+            sys.path.remove(extra)
+
+
+def _hf(model):
+    from transformers import AutoModelForCausalLM
+
+    from rlrun.train.hf_model import checkpoint_names, hf_config
+    cfg = hf_config(model)
+    cfg.routed_scaling_factor = SCALING
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").eval()
+    with torch.no_grad():  # random-init leaves the bias at 0; a real checkpoint's moves the routing
+        for layer in hf.model.layers[MOE.first_k_dense:]:
+            layer.mlp.gate.e_score_correction_bias.uniform_(-0.5, 0.5)
+            layer.mlp.gate.weight.normal_(0, 0.5)
+    return hf, checkpoint_names(hf.state_dict())
+
+
+def _megatron(model):
+    from rlrun.train.megatron import model as mm
+    from rlrun.train.megatron.weights import hf_tensor_count, load_hf
+    par = NS(tp=1, pp=1, cp=1, ep=1, sequence_parallel=False)
+    mm.init_parallel(par, seed=0, moe=True)
+    cfg = mm.transformer_config(model, par, dtype=torch.float32, cpu_init=True)
+    # what train.megatron carries for DeepSeek-V3 (conf/model/deepseek-v3.yaml; slime's --mscale-all-dim,
+    # --moe-router-topk-scaling-factor); the all-gather dispatcher: the all-to-all one makes a CUDA stream
+    cfg.mscale_all_dim, cfg.moe_router_topk_scaling_factor, cfg.moe_token_dispatcher_type = 1.0, SCALING, "allgather"
+    gpt = mm.build_gpt(model, cfg)
+    return gpt, load_hf, hf_tensor_count
+
+
+def test_deepseek_v3_loads_matches_transformers_and_exports_bit_exactly(megatron_cpu):
+    from rlrun.train.megatron.weights import export_hf
+    model = tiny()
+    hf, sd = _hf(model)
+    gpt, load_hf, count = _megatron(model)
+    n = load_hf(gpt, model, lambda k: sd[k])
+    assert n == count(gpt)  # every Megatron tensor (with the routers' expert_bias buffers) filled from HF
+    exported = dict(kv for bucket in export_hf(gpt, model, bucket_bytes=4096) for kv in bucket)
+    assert exported.keys() == sd.keys()
+    for k, t in sd.items():
+        assert torch.equal(exported[k], t), k
+
+    torch.manual_seed(1)
+    tokens = torch.randint(0, model.vocab_size, (2, 24))
+    pos = torch.arange(24)[None].expand(2, -1)
+    gpt.eval()
+    with torch.no_grad():
+        ours = gpt(input_ids=tokens, position_ids=pos, attention_mask=None)  # [b, s, vocab]
+        theirs = hf(input_ids=tokens).logits
+    # fp32 on both sides: only the order of the sums differs (MLA's up projections, the experts' weighted sum).
+    # |logits| ~ 1 after 3 layers; fp32's 6e-8 relative rounding over ~10^2 sums per value stays below 1e-5.
+    assert ours.shape == theirs.shape
+    assert float((ours - theirs).abs().max()) < 1e-5, float((ours - theirs).abs().max())
