@@ -57,20 +57,24 @@ def hf_causal_lm(model, dtype, seed=0):
     return transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
 
 
-def megatron_from_hf(model, hf, par, dtype, cpu_init=False):
-    """Megatron GPTModel with `hf`'s weights, in eval mode."""
+def megatron_from_hf(model, hf, par, dtype, cpu_init=False, core: dict | None = None):
+    """Megatron GPTModel with `hf`'s weights, in eval mode. core: megatron-core config fields a train.megatron
+    would carry (DeepSeek-V3's routed scaling factor and YaRN mscale: conf/model/deepseek-v3.yaml)."""
     from rlrun.train.megatron import model as mm
     from rlrun.train.megatron.weights import load_hf
 
     mm.init_parallel(par, seed=0, moe=getattr(model, "moe", None) is not None)
     cfg = mm.transformer_config(model, par, dtype=dtype, cpu_init=cpu_init)
+    for k, v in (core or {}).items():
+        setattr(cfg, k, v)
     gpt = mm.build_gpt(model, cfg)
     if not cpu_init:
         gpt = gpt.cuda()
     from rlrun.train.hf_model import checkpoint_names
+    from rlrun.train.megatron.weights import hf_tensor_count
     sd = checkpoint_names(hf.state_dict())
     n = load_hf(gpt, model, lambda k: sd[k])
-    assert n == len(list(gpt.parameters())), "every Megatron parameter must come from the HF model"
+    assert n == hf_tensor_count(gpt), "every Megatron parameter (and router expert bias) must come from the HF model"
     return gpt.eval()
 
 

@@ -65,7 +65,7 @@ TOO_BIG_FOR_ONE_NODE = ({("deepseek-v3", hw) for hw in GPUS} | {("qwen3-235b-a22
 
 def _refused(model: str, algo: str, hw: str) -> str | None:
     """The combinations refused by a rule (the text it must give), else None: PPO's critic is built by the torch
-    backend only (GPU hardware defaults to megatron); deepseek-v3 (MLA) by neither, and hardware=cpu means the
+    backend only (GPU hardware defaults to megatron); deepseek-v3 (MLA) by megatron only, and hardware=cpu means the
     torch backend; models too big for one node (TOO_BIG_FOR_ONE_NODE; phi-3-mini's torch backend with PPO's critic
     holds 2 x 16 B/param = 113 GiB of state per H100) are valid configs that validate and run refuse for memory
     (_memory_refused)."""

@@ -138,3 +138,39 @@ def test_deepseek_v3_loads_matches_transformers_and_exports_bit_exactly(megatron
     # |logits| ~ 1 after 3 layers; fp32's 6e-8 relative rounding over ~10^2 sums per value stays below 1e-5.
     assert ours.shape == theirs.shape
     assert float((ours - theirs).abs().max()) < 1e-5, float((ours - theirs).abs().max())
+
+
+DSV3 = ["model=deepseek-v3", "hardware=h100", "train.backend=megatron", "checks.memory_fit=warn",
+        "train.num_nodes=4", "cluster.num_nodes=4"]
+
+
+def _problems(overrides):
+    from rlrun.config import load
+    from rlrun.config.errors import ConfigError
+    try:
+        load(overrides)
+    except ConfigError as exc:
+        return {p.path: p for p in exc.problems}
+    return {}
+
+
+def test_deepseek_v3_validates_for_the_megatron_backend_and_refuses_what_it_computes_otherwise(tmp_path):
+    assert "model.family" not in _problems(DSV3)  # trained by the megatron backend now
+    # megatron-core ranks groups by their top-(top_k / topk_group) scores, HF DeepSeek-V3 by the top 2
+    bad = _problems([*DSV3, "model.moe.top_k=4"])
+    assert "model.moe.topk_group" in bad and "top 1 scores" in bad["model.moe.topk_group"].message
+    assert "train.megatron.moe_router_enable_expert_bias" in _problems(
+        [*DSV3, "+train.megatron.moe_router_enable_expert_bias=false"])
+    # the MLA shape is model.mla's, not a second copy in train.megatron
+    assert "train.megatron.kv_lora_rank" in _problems([*DSV3, "+train.megatron.kv_lora_rank=256"])
+    # a checkpoint's config.json: routed_scaling_factor and YaRN's mscale must be what megatron-core uses
+    import json
+    from transformers import DeepseekV3Config
+    hf = DeepseekV3Config(routed_scaling_factor=2.827, rope_scaling={
+        "type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+        "beta_fast": 32, "beta_slow": 1}).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    got = _problems([*DSV3, f"checkpoint.hf={tmp_path}"])
+    assert got["train.megatron.moe_router_topk_scaling_factor"].fix == "set train.megatron.moe_router_topk_scaling_factor=2.827"
+    assert got["train.megatron.mscale_all_dim"].fix == "set train.megatron.mscale_all_dim=0.707"
+    assert "train.megatron.mscale" not in got

@@ -32,6 +32,11 @@ TYPED_FIELDS = {
     "moe_shared_expert_intermediate_size": "model.moe.shared_expert_ffn_hidden_size",
     "moe_router_score_function": "model.moe.router", "moe_router_num_groups": "model.moe.n_group",
     "moe_router_group_topk": "model.moe.topk_group", "multi_latent_attention": "model.mla",
+    "q_lora_rank": "model.mla.q_lora_rank", "kv_lora_rank": "model.mla.kv_lora_rank",
+    "qk_head_dim": "model.mla.qk_nope_head_dim", "qk_pos_emb_head_dim": "model.mla.qk_rope_head_dim",
+    "v_head_dim": "model.mla.v_head_dim", "rope_type": "model.rope_scaling_factor (1: rope, else yarn)",
+    "rotary_scaling_factor": "model.rope_scaling_factor", "rotary_base": "model.rotary_base",
+    "rotary_percent": "model.rotary_percent",
     "tensor_model_parallel_size": "parallelism.tp",
     "expert_tensor_parallel_size": "(rlrun runs experts whole on each rank: ETP 1, as slime's scripts)", "pipeline_model_parallel_size": "parallelism.pp",
     "context_parallel_size": "parallelism.cp", "expert_model_parallel_size": "parallelism.ep",
@@ -233,10 +238,13 @@ def offload_fraction(mapping: dict[str, Any]) -> float:
 def check_config(cfg) -> list[Problem]:
     """check_megatron_mapping + what megatron-core (or Megatron-LM, whose flags slime passes) would refuse on the
     GPU, or what rlrun's backend cannot combine with it; each on its train.megatron key."""
+    from rlrun.train.megatron import model_rules
+
     m = dict(cfg.train.megatron)
+    problems = list(model_rules.check(cfg, lambda f: _literal(schema()["fields"][f]["default"])))
     if not m:  # sets nothing: nothing to check (and the 120 KB snapshot is not read: `rlrun plan` stays fast)
-        return []
-    problems = check_megatron_mapping(m)
+        return problems
+    problems += check_megatron_mapping(m)
     if problems:
         return problems
     p = "train.megatron."
