@@ -96,7 +96,7 @@ def _hf(model):
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").eval()
     with torch.no_grad():  # random-init leaves the bias at 0; a real checkpoint's moves the routing
-        for layer in hf.model.layers[MOE.first_k_dense:]:
+        for layer in hf.model.layers[model.moe.first_k_dense:]:
             layer.mlp.gate.e_score_correction_bias.uniform_(-0.5, 0.5)
             layer.mlp.gate.weight.normal_(0, 0.5)
     return hf, checkpoint_names(hf.state_dict())
@@ -115,9 +115,16 @@ def _megatron(model):
     return gpt, load_hf, hf_tensor_count
 
 
-def test_deepseek_v3_loads_matches_transformers_and_exports_bit_exactly(megatron_cpu):
+# DeepSeek-V3/R1 and Kimi-K2: q LoRA, group-limited routing, YaRN; Moonlight: q_proj without LoRA (and so no q norm),
+# one group, plain rope
+SHAPES = {"deepseek": {}, "moonlight": dict(mla=NS(**(vars(MLA) | {"q_lora_rank": None})), rope_scaling_factor=1.0,
+                                           moe=NS(**(vars(MOE) | {"n_group": 1, "topk_group": 1})))}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_deepseek_v3_loads_matches_transformers_and_exports_bit_exactly(megatron_cpu, shape):
     from rlrun.train.megatron.weights import export_hf
-    model = tiny()
+    model = tiny(**SHAPES[shape])
     hf, sd = _hf(model)
     gpt, load_hf, count = _megatron(model)
     n = load_hf(gpt, model, lambda k: sd[k])
@@ -138,6 +145,61 @@ def test_deepseek_v3_loads_matches_transformers_and_exports_bit_exactly(megatron
     # |logits| ~ 1 after 3 layers; fp32's 6e-8 relative rounding over ~10^2 sums per value stays below 1e-5.
     assert ours.shape == theirs.shape
     assert float((ours - theirs).abs().max()) < 1e-5, float((ours - theirs).abs().max())
+
+
+def _tp2_rank(rank: int, port: int, out) -> None:
+    """One of two gloo ranks at TP=2 with sequence parallelism (megatron-core runs MoE with TP > 1 only under SP):
+    the column-split down projections, the per-head up projections, the row-split o_proj and shared experts."""
+    import contextlib
+
+    torch.cuda.current_device = lambda: "cpu"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2)
+    from megatron.core import utils
+    from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+    from megatron.core.tensor_parallel import random as mrandom
+    from megatron.core.transformer.moe import moe_utils
+    from packaging.version import Version
+    if utils.get_te_version() is None:
+        utils._te_version = Version("0.0.0")
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+    # the embedding forks the CUDA RNG tracker for its dropout (0 here): nothing to fork on the CPU
+    mrandom.CudaRNGStatesTracker.fork = contextlib.contextmanager(lambda self, name=None: (yield))
+    from rlrun.train.megatron import model as mm
+    from rlrun.train.megatron.weights import export_hf, load_hf
+
+    model = tiny()
+    hf, sd = _hf(model)
+    par = NS(tp=2, pp=1, cp=1, ep=1, sequence_parallel=True)
+    mm.init_parallel(par, seed=0, moe=True)
+    cfg = mm.transformer_config(model, par, dtype=torch.float32, cpu_init=True)
+    cfg.mscale_all_dim, cfg.moe_router_topk_scaling_factor, cfg.moe_token_dispatcher_type = 1.0, SCALING, "allgather"
+    gpt = mm.build_gpt(model, cfg)
+    load_hf(gpt, model, lambda k: sd[k])
+    shard = gpt.decoder.layers[2].self_attention.linear_kv_up_proj.weight.shape  # 2 of the 4 heads' (12 + 10) rows
+    got = {k: v for b in export_hf(gpt, model, bucket_bytes=4096) for k, v in b}
+    exact = set(got) == set(sd) and all(torch.equal(got[k], sd[k]) for k in sd)
+    torch.manual_seed(1)
+    tokens = torch.randint(0, model.vocab_size, (2, 24))
+    gpt.eval()
+    with torch.no_grad():
+        ours = gather_from_tensor_model_parallel_region(
+            gpt(input_ids=tokens, position_ids=torch.arange(24)[None].expand(2, -1), attention_mask=None))
+        theirs = hf(input_ids=tokens).logits
+    out.put((rank, tuple(shard), exact, float((ours - theirs).abs().max())))
+    torch.distributed.destroy_process_group()
+
+
+def test_tp2_with_sequence_parallelism_shards_mla_and_matches(megatron_cpu):
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    mp.spawn(_tp2_rank, args=(29671, out), nprocs=2)
+    results = sorted(out.get(timeout=60) for _ in range(2))
+    for rank, shard, exact, err in results:
+        assert shard == (44, 16) and exact, (rank, shard, exact)
+        assert err < 1e-5, (rank, err)  # as the one-rank test: fp32, only the order of sums differs
 
 
 DSV3 = ["model=deepseek-v3", "hardware=h100", "train.backend=megatron", "checks.memory_fit=warn",

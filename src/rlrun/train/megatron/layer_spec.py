@@ -40,6 +40,19 @@ class RlrunSpecProvider(LocalSpecProvider):
         return SDPAttention
 
 
+class SpecifiedMLASelfAttention(MLASelfAttention):
+    """megatron-core's MLASelfAttention building exactly the norms and linears its spec names. megatron-core >= 0.19
+    re-resolves them from config.qk_layernorm (QKNormConfigResolver): with q_lora_rank null it wants a q norm fused
+    into linear_q_proj (Transformer Engine's layer-norm linear, which the local spec lacks; HF's DeepSeek-V3 without
+    q LoRA, e.g. Moonlight, has no q norm at all) and refuses an explicit one. The spec below already says what HF's
+    model has; 0.16 has no such hook and builds the spec as given."""
+
+    def _resolve_qk_norm_config(self, submodules):
+        return dict(linear_q_proj=submodules.linear_q_proj, linear_q_up_proj=submodules.linear_q_up_proj,
+                    linear_kv_up_proj=submodules.linear_kv_up_proj, q_layernorm=submodules.q_layernorm,
+                    kv_layernorm=submodules.kv_layernorm)
+
+
 def _attention(config, backend, norm) -> ModuleSpec:
     """Self-attention: grouped-query (one fused linear_qkv) or, for model.mla, megatron-core's multi-latent attention
     with the submodules of its local spec (get_gpt_layer_local_spec(multi_latent_attention=True)): the q and kv
@@ -54,12 +67,14 @@ def _attention(config, backend, norm) -> ModuleSpec:
         if not te_ext.HAVE_TE:
             _mla_module.HAVE_TE = False
         linear = backend.column_parallel_linear()
-        return ModuleSpec(module=MLASelfAttention, params={"attn_mask_type": AttnMaskType.causal},
+        return ModuleSpec(module=SpecifiedMLASelfAttention, params={"attn_mask_type": AttnMaskType.causal},
                           submodules=MLASelfAttentionSubmodules(
                               linear_q_proj=linear, linear_q_down_proj=linear, linear_q_up_proj=linear,
                               linear_kv_down_proj=linear, linear_kv_up_proj=linear,
                               core_attention=backend.core_attention(), linear_proj=backend.row_parallel_linear(),
-                              q_layernorm=qk_norm, kv_layernorm=qk_norm))
+                              # no q LoRA: no q norm (HF's q_proj reads the layer's normed input)
+                              q_layernorm=qk_norm if config.q_lora_rank is not None else IdentityOp,
+                              kv_layernorm=qk_norm))
     return ModuleSpec(module=SelfAttention, params={"attn_mask_type": AttnMaskType.causal},
                       submodules=SelfAttentionSubmodules(
                           linear_qkv=backend.column_parallel_linear(), core_attention=backend.core_attention(),
