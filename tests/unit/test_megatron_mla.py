@@ -1,8 +1,9 @@
 """DeepSeek-V3 (multi-latent attention + sigmoid-routed MoE with shared experts) on the megatron backend, on the CPU
 with a real megatron-core (0.16.1 where MEGATRON_CORE_PATH names it; skipped without one): a tiny random-init
 transformers DeepseekV3ForCausalLM loaded into rlrun's GPTModel (rlrun.train.megatron.weights.load_hf), its logits
-against transformers', and every tensor exported back (export_hf) bit-exactly. The bf16 log-probs on the GPU and TP
-sharding are tests/gpu/test_megatron_parity.py's (test_mla_logprobs_match_transformers)."""
+against transformers', and every tensor exported back (export_hf) bit-exactly, on one rank and at TP=2 with sequence
+parallelism (two gloo processes). megatron-core 0.19.2 (the GPU image's) and bf16 log-probs, packed THD and the
+backward are tests/gpu/test_gpu_megatron_mla.py's."""
 import os
 import sys
 from types import SimpleNamespace as NS

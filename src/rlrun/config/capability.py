@@ -1,6 +1,6 @@
 """What rlrun's own runner cannot run yet, in configs that are valid jobs otherwise (slime runs them, and
-`rlrun plan`, `diff` and `export slime` work on them): e.g. deepseek-v3's multi-latent attention, which
-neither trainer backend builds, or a memory estimate above the GPU's (the job needs more or larger GPUs).
+`rlrun plan`, `diff` and `export slime` work on them): e.g. a model family a backend plans but does not train
+(Family.trained_by), or a memory estimate above the GPU's (the job needs more or larger GPUs).
 `rlrun validate` and `rlrun run` (and every point of a sweep) report these
 as problems before Ray starts; `rlrun plan` prints them as notes. A check is a small function
 RunConfig -> Problems, registered with @check, so that a new limitation (or a lifted one) touches this
