@@ -134,3 +134,69 @@ def test_cache_aware_policy_keeps_a_prompt_on_one_engine(engines, tmp_path):
             assert r.status_code == 200
         after = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
         assert sorted(a - b for a, b in zip(after, before)) == [0, 6]
+
+
+class _PausedSGLang:
+    """An HTTP worker that answers as a paused SGLang 0.5.16 does: /health (a generating probe, waiting on the pause)
+    does not answer within the router's probe timeout, /model_info answers at once. Records every path asked."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                hits.append(self.path)
+                if self.path == "/health":
+                    time.sleep(8)  # the router's probe times out first (--health-check-timeout-secs 5)
+                body = b'{"model_path": "m", "is_generation": true}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def test_the_router_and_the_monitor_probe_the_engine_kinds_liveness_path(tmp_path):
+    """SGLang's /health generates under the lock its pause waits on (and waits out a pause): rlrun's router and
+    engine monitor probe EngineKind.probe_path instead (/model_info for SGLang), and the real sglang-router does."""
+    from types import SimpleNamespace
+
+    from rlrun.config.kinds import ENGINES
+    from rlrun.rollout.engines.http import HTTPEngine
+    from rlrun.rollout.engines.sglang.engine import RaySGLangEngine, SGLangEngine
+    from rlrun.rollout.routers.protocol import run_router
+
+    assert SGLangEngine.probe_path == RaySGLangEngine.probe_path == ENGINES["sglang"].probe_path == "/model_info"
+    rollout = SimpleNamespace(engine="sglang", router=SimpleNamespace(kind="sglang_router", policy="round_robin",
+                                                                      host="127.0.0.1", port=None, request_timeout_s=60))
+    router = run_router(rollout, tmp_path)
+    assert router.flags[router.flags.index("--health-check-endpoint") + 1] == "/model_info"
+    worker = _PausedSGLang()
+    try:
+        probe = HTTPEngine()
+        probe.url, probe.probe_path = worker.url, SGLangEngine.probe_path
+        assert probe.healthy(timeout_s=2) and worker.hits == ["/model_info"]
+        with Router(policy="round_robin", log_dir=tmp_path, health_check_interval_s=1,
+                    health_check_endpoint="/model_info") as front:
+            front.add_worker(worker.url)
+            assert set(front.workers()) == {worker.url}
+            registered = len(worker.hits)  # the router asks /health once when it registers a worker (0.3.2)
+            time.sleep(3.5)  # three probe rounds of the router
+            assert set(front.workers()) == {worker.url}
+        probes = worker.hits[registered:]
+        assert "/health" not in probes and probes.count("/model_info") >= 3, worker.hits
+    finally:
+        worker.stop()

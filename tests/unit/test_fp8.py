@@ -3,6 +3,7 @@ e4m3's 3 mantissa bits give (module docstring of rlrun.rollout.fp8), one scale p
 names an FP8 engine loads (slime's quantizer_fp8.py list, `weight_scale_inv`)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlrun.rollout.fp8 import E4M3_MAX, dequantize_blockwise, quantize_blockwise, quantize_named, quantizes
@@ -313,3 +314,86 @@ def test_the_preflight_finds_room_for_the_fp8_copy_of_a_bf16_checkpoint(tmp_path
         problems = list(pf.quantized_checkpoint(quantized, None))
         assert [p.path for p in problems] == ["checkpoint.hf"] and "quant_method='fp8'" in problems[0].message
         assert list(pf.fp8_engine_init(quantized, None)) == []  # reported once, by quantized_checkpoint
+
+
+@pytest.mark.parametrize("flattened", [False, True], ids=["per_tensor", "flattened_bucket"])
+def test_the_fp8_push_hands_the_engine_the_fp8_dir_s_tensors_through_the_tensor_transport(tmp_path, flattened):
+    """SGLang's checkpoint load and its /update_weights_from_tensor end in the same model.load_weights (0.5.16:
+    srt/model_loader/loader.py DefaultModelLoader.load_weights_and_postprocess; srt/model_executor/
+    model_runner_components/weight_updater.py update_weights_from_tensor), and on Hopper the load's extra
+    Fp8LinearMethod.process_weights_after_loading leaves block-FP8 weights and float32 scales as loaded (docs/rollout.md
+    "FP8 weights for the rollout"), so a push is right when it hands load_weights what the FP8 dir holds. Here the
+    whole push runs as a run's does, over the real tensor transport (shared memory on the CPU where CUDA IPC on a
+    GPU) in both of its forms: one handle per tensor (what SGLang gets today: EngineKind.flattened_ipc is off for it)
+    and SGLang's flattened_bucket, to a stand-in engine that records each request and reads each payload as the hf
+    engine does (rlrun.rollout.weights.deserialize_named_tensors: for a flattened bucket the slicing of SGLang's
+    FlattenedTensorBucket.reconstruct_tensors). What it receives equals write_fp8_dir's safetensors name for name,
+    dtype, shape and byte; the requests come as pause (in place) -> one update per bucket -> continue, the last update
+    alone carrying the version and the cache flush. The stand-in replaces SGLang, which needs a GPU; the real engine
+    takes the same push in tests/gpu/test_sglang_fp8.py, which compares SGLang's own checksums of its parameters
+    before and after it."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from safetensors.torch import load_file
+
+    from rlrun.launch.train_group import push_state
+    from rlrun.rollout import weights as W
+    from rlrun.rollout.fp8 import write_fp8_dir
+    from rlrun.train.hf_model import build_causal_lm
+
+    cfg = _fp8_cfg()
+    model = build_causal_lm(cfg.model, None, 11, dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "bf16")
+    want = load_file(f"{write_fp8_dir(tmp_path / 'bf16', tmp_path / 'fp8')}/model.safetensors")
+    calls, got = [], {}
+
+    class Engine(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+            if self.path == "/update_weights_from_tensor":
+                (payload,) = body.pop("serialized_named_tensors")  # one TP rank: one payload
+                names = []
+                for name, t in W.deserialize_named_tensors(payload, body["load_format"]):
+                    assert name not in got, f"{name} sent twice"
+                    got[name] = t.clone()  # the sender frees the buffer once the engines answered
+                    names.append(name)
+                body["names"] = names
+            calls.append((self.path, body))
+            data = json.dumps({"success": True, "message": "Success"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        state = {n: t.detach() for n, t in model.state_dict().items()}
+        bucket_bytes = 96 << 10  # several buckets (~0.5 MB of bf16 weights)
+        out = push_state(state, [f"http://127.0.0.1:{server.server_address[1]}"], transport="tensor", version="3",
+                         bucket_bytes=bucket_bytes, engine_dtype=None, device=torch.device("cpu"),
+                         tied=("lm_head.weight",), flattened=flattened, fp8=True)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sorted(got) == sorted(want)  # the dir holds no lm_head (tied): the push sends none either
+    for name, t in want.items():
+        assert got[name].dtype == t.dtype and got[name].shape == t.shape, name
+        assert torch.equal(got[name].contiguous().view(torch.uint8), t.contiguous().view(torch.uint8)), name
+    assert {t.dtype for t in want.values()} == {torch.float8_e4m3fn, torch.float32, torch.bfloat16}
+    paths = [p for p, _ in calls]
+    updates = [b for p, b in calls if p == "/update_weights_from_tensor"]
+    assert len(updates) >= 3 and paths == ["/pause_generation", *["/update_weights_from_tensor"] * len(updates),
+                                           "/continue_generation"]
+    assert calls[0][1]["mode"] == "in_place"
+    assert all(b["load_format"] == (W.FLATTENED_BUCKET if flattened else None) for b in updates)
+    assert [(b["weight_version"], b["flush_cache"]) for b in updates] == [(None, False)] * (len(updates) - 1) + [("3", True)]
+    for b in updates:  # each weight travels with its scale, in one load_weights call
+        assert all(n.removesuffix("_scale_inv") in b["names"] for n in b["names"])
+    assert out["bytes"] == sum(t.numel() * t.element_size() for t in want.values())

@@ -109,6 +109,7 @@ def test_a_router_kind_offers_its_own_policies(tmp_path):
         assert run_router(cfg.rollout, tmp_path) == "router"
         assert versions()["toy-router-dist"] is None  # recorded, not installed
     assert built == [{"policy": "nearest", "host": "127.0.0.1", "port": None, "request_timeout_s": 600.0,
+                      "health_check_endpoint": "/health",  # the hf engine's EngineKind.probe_path
                       "log_dir": tmp_path}]  # hardware=cpu's router timeout (conf/hardware/cpu.yaml)
 
 

@@ -253,6 +253,11 @@ class EngineKind:
     # serves block-wise FP8 (e4m3, 128 x 128 scales) linear weights, loaded from an FP8 checkpoint or a push
     # through rlrun.rollout.fp8 (rollout.fp8)
     fp8: bool = False
+    # the path the router and rlrun's engine monitor poll for liveness: it answers at once, paused or not, and holds
+    # nothing a pause waits for. SGLang 0.5.16's /health generates a token under the lock its abort-mode pause
+    # polls once a second (http_server.health_generate, tokenizer_manager.pause_generation), so a probe in flight
+    # cost the colocated offload 1.0 s in 6 of 10 steps, and a probe of a paused engine waits 20 s, then fails
+    probe_path: str = "/health"
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))

@@ -48,7 +48,8 @@ class Offload:
                 if lend:
                     # release needs idle engines (SGLang asserts it). Requests the rollout no longer waits for are
                     # aborted and waited out first, at the drain's 50 ms poll: SGLang's abort-mode pause re-checks
-                    # for in-flight requests only once a second (tokenizer_manager.pause_generation), which cost
+                    # for in-flight requests only once a second (tokenizer_manager.pause_generation; the engines'
+                    # liveness probes must not hold its lock either: EngineKind.probe_path), which cost
                     # 1.0 s in most steps (2026-11-28, docs/benchmarks.md). That settle is bounded by the second it
                     # saves (something still sending, e.g. a custom rollout's stray requests, is stopped by the pause
                     # itself); the drain after the pause is the bounded one that must end idle.

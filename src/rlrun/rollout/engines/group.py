@@ -7,7 +7,7 @@ The group calls each engine's control plane; it compares no kind.
 An engine that dies and is restarted from the base checkpoint is brought to the current weights
 before the router sends it traffic again:
 
-    dead (process gone, or /health failing `failure_threshold` times in a row)
+    dead (process gone, or its kind's probe_path failing `failure_threshold` times in a row)
       -> DELETE it from the router -> restart(i) (a callable from the runner) -> push current
          weights -> POST /workers -> back in rotation
 "Push current weights" is the group's `resync(url)` callback when the runner set one (the trainer

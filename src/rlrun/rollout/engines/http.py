@@ -43,10 +43,11 @@ class HTTPEngine:
     """RolloutEngine's methods for an engine at `self.url` speaking SGLang's HTTP API; a subclass adds
     alive() and stop() (its process or Ray actor)."""
     url: str
+    probe_path = "/health"  # the kind's EngineKind.probe_path (a liveness probe that no pause waits on)
 
     def healthy(self, timeout_s: float = H.HEALTH_TIMEOUT_S) -> bool:
         try:
-            return requests.get(f"{self.url}/health", timeout=timeout_s).status_code == 200
+            return requests.get(f"{self.url}{self.probe_path}", timeout=timeout_s).status_code == 200
         except requests.RequestException:
             return False
 

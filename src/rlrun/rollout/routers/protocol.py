@@ -3,8 +3,10 @@
 A router kind (its package: rlrun.config.kinds.RouterKind) has a pure spec.py registering its RouterKind,
 whose `factory` ("module:function") builds one, not started:
 
-    factory(*, policy, log_dir, host="127.0.0.1", port=None, request_timeout_s=600.0, **options) -> RolloutRouter
-        policy: one of the kind's RouterKind.policies; port None: a free one, picked by the router
+    factory(*, policy, log_dir, host="127.0.0.1", port=None, request_timeout_s=600.0, health_check_endpoint="/health",
+            **options) -> RolloutRouter
+        policy: one of the kind's RouterKind.policies; port None: a free one, picked by the router;
+        health_check_endpoint: the path it probes each engine at (the engine kind's EngineKind.probe_path)
 
 Pure: no torch, no ray (the kind's launcher is imported only when a run builds its router)."""
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from rlrun.config.kinds import ROUTERS, resolve
+from rlrun.config.kinds import ENGINES, ROUTERS, resolve
 
 
 @runtime_checkable
@@ -34,7 +36,7 @@ def build_router(kind: str, **options: Any) -> RolloutRouter:
 
 
 def run_router(rollout_cfg: Any, log_dir: str | Path) -> RolloutRouter:
-    """The run's router (rollout.router), not started."""
+    """The run's router (rollout.router) in front of engines of kind rollout.engine, not started."""
     r = rollout_cfg.router
     return build_router(r.kind, policy=r.policy, host=r.host, port=r.port, request_timeout_s=r.request_timeout_s,
-                 log_dir=log_dir)
+                        health_check_endpoint=ENGINES[rollout_cfg.engine].probe_path, log_dir=log_dir)

@@ -29,6 +29,7 @@ from pathlib import Path
 from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.process import ServerProcess, free_port, free_port_range
 from rlrun.rollout.engines.sglang.args import EngineSlot, server_args, to_argv
+from rlrun.rollout.engines.sglang.spec import SPEC
 
 LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 # Consecutive free ports reserved at node 0's --dist-init-addr: SGLang's TCP store binds the port itself and
@@ -51,6 +52,7 @@ def pick_dist_init_addr(node_ip: str, dp_size: int = 1) -> str:
 
 
 class SGLangEngine(HTTPEngine):
+    probe_path = SPEC.probe_path
     def __init__(self, args: dict, *, log_dir: str | Path, env: dict[str, str] | None = None,
                  launcher: tuple[str, ...] = LAUNCHER):
         self.args = dict(args)
@@ -124,6 +126,7 @@ class SGLangEngineActor:
 
 
 class RaySGLangEngine(HTTPEngine):
+    probe_path = SPEC.probe_path
     """What EngineGroup drives (.url, .alive(), .stop()) around the SGLangEngineActor(s) of one engine.
 
         parts = placement.engine_parts(i)   # the engine's bundles, one group per node

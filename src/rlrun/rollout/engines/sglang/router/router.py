@@ -2,7 +2,7 @@
 launcher (a RolloutRouter, rlrun.rollout.routers.protocol; its spec: spec.py).
 
 Flags checked with `sglang-router launch --help` (0.3.2): --host --port --worker-urls --policy
---request-timeout-secs --health-check-interval-secs --health-failure-threshold
+--request-timeout-secs --health-check-interval-secs --health-failure-threshold --health-check-endpoint
 --prometheus-port ... Workers are added/removed at runtime through POST /workers {"url": ...}
 (answers 202: registration runs in the background, after the router's own /health probe of the
 worker) and DELETE /workers/{worker_id}; GET /workers lists {"workers": [{"id", "url", ...}]}.
@@ -26,7 +26,7 @@ POLICIES = SPEC.policies
 class Router:
     def __init__(self, *, policy: str = "round_robin", host: str = "127.0.0.1", port: int | None = None,
                  request_timeout_s: float = 600.0, health_check_interval_s: int = 5,
-                 health_failure_threshold: int = 2, retry_max_retries: int = 3,
+                 health_failure_threshold: int = 2, retry_max_retries: int = 3, health_check_endpoint: str = "/health",
                  log_dir: str | Path = "/tmp/rlrun-router", worker_urls: list[str] | None = None):
         if policy not in POLICIES:
             raise ValueError(f"rollout.router.policy={policy!r} unknown; sglang-router 0.3.2 offers {POLICIES}")
@@ -39,6 +39,9 @@ class Router:
             "--health-check-interval-secs", str(int(health_check_interval_s)),
             "--health-failure-threshold", str(int(health_failure_threshold)),
             "--health-success-threshold", "1",
+            # the engines' liveness probe (EngineKind.probe_path): the default /health of SGLang generates a token
+            # under the lock a pause waits on, and fails while an engine is paused (a colocated run's training)
+            "--health-check-endpoint", health_check_endpoint,
             "--retry-max-retries", str(int(retry_max_retries)),
             "--retry-initial-backoff-ms", "50", "--retry-max-backoff-ms", "1000",
             # A burst of failed requests would open the circuits of healthy engines too (503 for
