@@ -5,8 +5,8 @@ shrunk (the family's structure kept: 1 dense layer then MoE, q LoRA, top_k = 2 x
 Tolerances: fp32 logits 1e-5 relative L2 (same math, other kernels; the CPU test measures 6e-8 absolute); bf16 2e-2
 (bf16 activations through 3 layers; a wrong mapping, rope or routing gives O(1): the CPU test's scaling factor left at
 1 gives 3% of the logits' size); per-token log-probs in bf16 within 0.05 nats mean absolute (rounding of bf16
-logits of magnitude ~1 over a 512-token vocabulary). Packed THD (varlen flash attention with v padded to the q/k
-width) vs each sequence alone: 2e-2."""
+logits of magnitude ~1 over a 512-token vocabulary). Packed THD (varlen flash attention; megatron-core 0.19 pads v
+to the q/k width for it) vs each sequence alone: 2e-2."""
 import pytest
 import torch
 import yaml

@@ -136,11 +136,7 @@ class SDPAttention(MegatronModule):
                 else:  # older varlen kernels want equal head counts
                     rep = q.shape[1] // k.shape[1]
                     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            dv = v.shape[-1]
-            if dv != q.shape[-1]:  # MLA: v heads narrower than q/k (128 vs 192); the flash kernel wants one width
-                v = F.pad(v, (0, q.shape[-1] - dv))
-            out = self._varlen(q, k, v, cu_q.int(), cu_k.int(), int(psp.max_seqlen_q), int(psp.max_seqlen_kv), **kw)
-            return out[..., :dv]
+            return self._varlen(q, k, v, cu_q.int(), cu_k.int(), int(psp.max_seqlen_q), int(psp.max_seqlen_kv), **kw)
         # Reference path (fp32 checks, CPU): one SDPA call per packed sequence.
         bounds = cu_q.tolist()
         outs = []
