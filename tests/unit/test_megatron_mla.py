@@ -237,3 +237,19 @@ def test_deepseek_v3_validates_for_the_megatron_backend_and_refuses_what_it_comp
     assert got["train.megatron.moe_router_topk_scaling_factor"].fix == "set train.megatron.moe_router_topk_scaling_factor=2.827"
     assert got["train.megatron.mscale_all_dim"].fix == "set train.megatron.mscale_all_dim=0.707"
     assert "train.megatron.mscale" not in got
+
+
+def test_the_deepseek_v3_profile_builds_megatron_cores_mla_config(megatron_cpu):
+    """conf/model/deepseek-v3.yaml as the backend turns it into megatron-core's config (with train.*, so train.megatron's
+    fields pass through): every MLA, YaRN and router value of DeepSeek-V3's config.json arrives."""
+    from rlrun.config import load
+    from rlrun.train.megatron import model as mm
+    cfg = load(DSV3)
+    tc = mm.transformer_config(cfg.model, cfg.parallelism, cfg.train, cpu_init=True)
+    assert type(tc).__name__ == "MLATransformerConfig"
+    assert (tc.q_lora_rank, tc.kv_lora_rank, tc.qk_head_dim, tc.qk_pos_emb_head_dim, tc.v_head_dim) == (1536, 512, 128, 64, 128)
+    assert (tc.rope_type, tc.rotary_scaling_factor, tc.rotary_base, tc.mscale, tc.mscale_all_dim,
+            tc.original_max_position_embeddings, tc.rotary_interleaved) == ("yarn", 40.0, 10000.0, 1.0, 1.0, 4096, False)
+    assert (tc.moe_router_score_function, tc.moe_router_enable_expert_bias, tc.moe_router_bias_update_rate,
+            tc.moe_router_num_groups, tc.moe_router_group_topk, tc.moe_router_topk, tc.moe_router_topk_scaling_factor,
+            tc.moe_shared_expert_intermediate_size) == ("sigmoid", True, 0.0, 8, 4, 8, 2.5, 2048)
