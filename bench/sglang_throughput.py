@@ -1,13 +1,15 @@
 """Rollout throughput with a real SGLang engine: SGLang alone vs rlrun's path (client -> router -> engine).
 
-    python bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --new 256 --repeat 3
+    python bench/sglang_throughput.py --model qwen3-0.6b --prompts 8 --n 8 --new 256 --repeat 3
 (on the lent GPU with the kit staged: tools/device/sglang.sh). One engine is started by rlrun's own
 launch code (SGLangEngine with rollout.sglang's kernels), the real sglang-router in front of it. The
-same work is sent two ways, alternately, --repeat times each:
-  sglang   one batched POST /generate of all prompts straight to the engine (as the kit and
+same work, --prompts GRPO groups of --n samples, is sent two ways, alternately, --repeat times each:
+  sglang   one batched POST /generate of all prompts x n straight to the engine (as the kit and
            sglang.bench_offline_throughput measure SGLang alone)
-  rlrun    one request per sample through rlrun's RolloutClient (max_concurrency = prompts) and the
-           router, with return_logprob (what a rollout asks for)
+  rlrun    RolloutClient.generate per sample through the router (max_concurrency = prompts x n), with
+           return_logprob and the per-sample seed a rollout gives it: where the engine samples without the
+           seed (EngineKind.seeded) the client sends none and a group goes as one batched request, as in a rollout
+--n 1 --prompts 64 is the earlier form of the bench (64 different prompts, one request each).
 Every request generates exactly --new tokens (ignore_eos, T=1). Prints one JSON line per way: median
 tokens/s and rlrun / sglang. Random-init weights of the model's shape, the toy tokenizer (vocab 64).
 --fp8: the engine serves the block-wise FP8 dir rollout.fp8 writes (rlrun.runner.write_engine_init_dir), for an
@@ -49,24 +51,26 @@ def alone(url: str, prompts: list[list[int]], new: int) -> tuple[float, int]:
     return time.perf_counter() - t0, sum(len(o["output_ids"]) for o in r.json())
 
 
-async def through_rlrun(url: str, prompts: list[list[int]], new: int) -> tuple[float, int]:
-    from rlrun.rollout.client import RolloutClient
+async def through_rlrun(url: str, prompts: list[list[int]], new: int, seeded: bool) -> tuple[float, int, int]:
+    """(seconds, tokens, batched requests) of one sample per entry of `prompts` (a group's prompt repeated n times)
+    through RolloutClient.generate, all started together as a rollout starts them."""
+    from rlrun.rollout.client import RolloutClient, Sampling
 
-    async with RolloutClient(url, max_concurrency=len(prompts), request_timeout_s=600) as client:
-        async def one(ids):
-            out = await client.post("/generate", {"input_ids": ids, "return_logprob": True, "sampling_params": {
-                "max_new_tokens": new, "temperature": 1.0, "ignore_eos": True}})
-            return len(out["output_ids"])
+    sampling = Sampling(max_new_tokens=new, temperature=1.0, ignore_eos=True)
+    async with RolloutClient(url, max_concurrency=len(prompts), request_timeout_s=600, seeded=seeded) as client:
+        async def one(ids, seed):
+            return len((await client.generate(input_ids=ids, sampling=sampling, seed=seed))["output_ids"])
 
         t0 = time.perf_counter()
-        counts = await asyncio.gather(*(one(p) for p in prompts))
-        return time.perf_counter() - t0, sum(counts)
+        counts = await asyncio.gather(*(one(p, 1000 + i) for i, p in enumerate(prompts)))
+        return time.perf_counter() - t0, sum(counts), client.batches
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen3-0.6b")
-    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=8, help="GRPO groups")
+    p.add_argument("--n", type=int, default=8, help="samples per prompt")
     p.add_argument("--new", type=int, default=256)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--fp8", action="store_true", help="serve block-wise FP8 weights (rollout.fp8)")
@@ -75,6 +79,7 @@ def main() -> None:
                                                    "cuda_graph_backend_prefill=disabled"])
     a = p.parse_args()
     from rlrun.config import load
+    from rlrun.config.kinds import ENGINES
     from rlrun.rollout.routers.protocol import run_router
     from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
@@ -91,20 +96,25 @@ def main() -> None:
     router = run_router(cfg.rollout, tmp).start()
     try:
         router.add_worker(engine.url)
-        prompts = _prompts(a.prompts)
+        prompts = [p for p in _prompts(a.prompts) for _ in range(a.n)]  # each group's prompt n times
+        seeded = ENGINES["sglang"].seeded(cfg.rollout.args_of())
         alone(engine.url, prompts[:8], 16)  # warm-up (first batches compile kernels)
-        asyncio.run(through_rlrun(router.url, prompts[:8], 16))
+        asyncio.run(through_rlrun(router.url, prompts[:8], 16, seeded))
         runs: dict[str, list[float]] = {"sglang": [], "rlrun": []}
+        batches = 0
         for _ in range(a.repeat):
             for way in runs:
-                dt, toks = alone(engine.url, prompts, a.new) if way == "sglang" else \
-                    asyncio.run(through_rlrun(router.url, prompts, a.new))
-                assert toks == a.prompts * a.new, (way, toks)
+                if way == "sglang":
+                    dt, toks = alone(engine.url, prompts, a.new)
+                else:
+                    dt, toks, batches = asyncio.run(through_rlrun(router.url, prompts, a.new, seeded))
+                assert toks == len(prompts) * a.new, (way, toks)
                 runs[way].append(toks / dt)
         med = {way: statistics.median(v) for way, v in runs.items()}
         for way, v in runs.items():
-            print(json.dumps({"way": way, "model": a.model, "fp8": a.fp8, "prompts": a.prompts, "new_tokens": a.new,
-                              "tokens_per_s": [round(x) for x in v], "median": round(med[way])}))
+            print(json.dumps({"way": way, "model": a.model, "fp8": a.fp8, "prompts": a.prompts, "n": a.n,
+                              "new_tokens": a.new, "tokens_per_s": [round(x) for x in v], "median": round(med[way]),
+                              **({"batched_requests": batches, "seeded": seeded} if way == "rlrun" else {})}))
         print(json.dumps({"rlrun_over_sglang": round(med["rlrun"] / med["sglang"], 3)}))
     finally:
         router.stop()

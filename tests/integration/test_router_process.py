@@ -200,3 +200,27 @@ def test_the_router_and_the_monitor_probe_the_engine_kinds_liveness_path(tmp_pat
         assert "/health" not in probes and probes.count("/model_info") >= 3, worker.hits
     finally:
         worker.stop()
+
+
+def test_a_groups_batched_generate_goes_through_the_router_whole(engines, tmp_path):
+    """RolloutClient sends a GRPO group as one /generate in SGLang's list form: the real router forwards it whole to
+    one engine and answers one output per sample, in order."""
+    import asyncio
+
+    from rlrun.rollout.client import RolloutClient, Sampling
+
+    async def go(url):
+        async with RolloutClient(url) as client:
+            outs = await asyncio.gather(*(client.generate(input_ids=[3, 4, 5], sampling=Sampling(max_new_tokens=3),
+                                                          seed=None) for i in range(4)))
+            return outs, client.batches
+
+    with Router(policy="cache_aware", log_dir=tmp_path) as router:
+        for url in engines:
+            router.add_worker(url)
+        before = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
+        outs, batches = asyncio.run(go(router.url))
+        after = [requests.get(f"{u}/server_info").json()["num_requests"] for u in engines]
+    assert batches == 1 and len(outs) == 4 and len({o["meta_info"]["id"] for o in outs}) == 4
+    assert all(1 <= len(o["output_ids"]) <= 3 for o in outs)
+    assert sorted(a - b for a, b in zip(after, before)) == [0, 4]  # the group on one engine

@@ -196,3 +196,81 @@ def test_retry_window_is_derived_from_the_engine_health_checks_and_validated():
     assert load(["rollout.retry_window_s=5"]).rollout.retry_window_s == 5.0
     with pytest.raises(ConfigError, match="rollout.retry_window_s"):
         load(["rollout.retry_window_s=0"])
+
+
+def test_a_groups_samples_go_as_one_batched_request_where_the_engine_ignores_seeds(url):
+    """seeded=False (EngineKind.seeded: SGLang without deterministic inference samples without the seed): no seed is
+    sent, a group's samples are one request in SGLang's list form, each caller gets its own sample, and other prompts
+    go in their own batches; seeded=True (the hf engine): each sample goes alone with its seed."""
+    prompts = [[3, 4], [5, 6, 7], [8]]
+
+    def samples():
+        return [Sample(prompt="", prompt_tokens=list(p), group_id=g) for g, p in enumerate(prompts) for _ in range(4)]
+
+    async def go(seeded: bool):
+        got = samples()
+        async with RolloutClient(url, max_concurrency=64, seeded=seeded) as client:
+            await client.generate_batch(got, Sampling(max_new_tokens=6), seeds=list(range(100, 112)))
+            return got, client.batches
+
+    def served():
+        return requests.get(f"{url}/server_info", timeout=5).json()["num_requests"]
+
+    before = served()
+    batched, n_batches = run(go(seeded=False))
+    middle = served()
+    single, n_single = run(go(seeded=True))
+    assert (n_batches, n_single) == (3, 0) and middle - before == 12 and served() - middle == 12
+    for group in (batched[:4], batched[4:8], batched[8:]):
+        assert len({tuple(s.response_tokens) for s in group}) > 1  # each row sampled on its own
+        assert all(1 <= len(s.response_tokens) == len(s.rollout_logprobs) <= 6 for s in group)
+    again, _ = run(go(seeded=True))
+    assert [s.response_tokens for s in again] == [s.response_tokens for s in single]  # seeds kept where they count
+
+
+def test_a_failed_batch_fails_each_of_its_callers(url):
+    async def go():
+        async with RolloutClient(url, max_retries=0, seeded=False) as client:
+            bad = Sampling(max_new_tokens=-1)  # the engine answers 400 for the whole batch
+            return await asyncio.gather(*(client.generate(input_ids=[3, 4], sampling=bad, seed=i) for i in range(3)),
+                                        return_exceptions=True), client.batches
+
+    errors, batches = run(go())
+    assert batches == 1 and all(isinstance(e, RolloutError) and "rejected" in str(e) for e in errors)
+
+
+def test_concurrency_slots_count_samples_and_a_batch_takes_its_slots_at_once():
+    from rlrun.rollout.client import _Slots
+
+    async def go():
+        slots, order = _Slots(3), []
+
+        async def hold(name: str, k: int, s: float):
+            got = await slots.acquire(k)
+            order.append((name, "in", slots.free))
+            await asyncio.sleep(s)
+            order.append((name, "out"))
+            await slots.release(got)
+
+        # a takes 2 of 3; b (2) must wait for a; c (5) is capped at the 3 slots there are and waits for both
+        await asyncio.gather(hold("a", 2, 0.05), hold("b", 2, 0.01), hold("c", 5, 0.01))
+        return order, slots.free
+
+    order, free = run(go())
+    assert order == [("a", "in", 1), ("a", "out"), ("b", "in", 1), ("b", "out"), ("c", "in", 0), ("c", "out")]
+    assert free == 3
+
+
+def test_the_client_sends_seeds_only_to_engines_that_sample_with_them():
+    """EngineKind.seeded: the hf engine samples each request with its sampling_seed; SGLang 0.5.16 only under
+    enable_deterministic_inference (sampling_batch_info.py), so an SGLang rollout sends none and batches its groups."""
+    from rlrun.config import load
+    from rlrun.config.kinds import ENGINES
+
+    assert ENGINES["hf"].seeded({}) is True
+    assert ENGINES["sglang"].seeded({}) is False and ENGINES["sglang"].seeded({"enable_deterministic_inference": True})
+    cases = {(): True, ("hardware=h100", "rollout.engine=sglang"): False,
+             ("hardware=h100", "rollout.engine=sglang", "+rollout.sglang.enable_deterministic_inference=true"): True}
+    for overrides, seeded in cases.items():
+        client = RolloutClient.from_config("http://x", load(list(overrides)).rollout)
+        assert client.seeded is seeded, overrides

@@ -25,7 +25,7 @@
 #   async2     the copy task disaggregated + async on 2 GPUs, default weight sync (NCCL): reward and phases  ~300 s
 #   sync2      the same job synchronous, SYNC_ROLLOUTS rollouts (default 60): the sync vs async step time  ~200 s
 #              (ASYNC_ROLLOUTS, default 150, and ASYNC_EXTRA, e.g. rollout.max_staleness=1, for async2 only)
-#   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine       ~150 s
+#   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine, GRPO groups and single  ~300 s
 #   fp8        issue 36: tests/gpu/test_sglang_fp8.py: SGLang on rlrun's FP8 dir, the quantizing push, log-probs vs
 #              transformers bf16 (the mismatch FP8 adds)                                     ~120 s
 #   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b), bf16 then --fp8: tokens/s of both   ~2 x 200 s
@@ -128,13 +128,17 @@ for item in $ITEMS; do
     hfstep) run hfstep 240 "${RLRUN[@]}" experiment=copy-grpo-h100 rollout.engine=hf \
               rollout.num_rollout=6 run.name=copy-hf run.output_dir=/tmp/runs
             summary copy-hf ;;
-    throughput) run throughput 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --new 256 --repeat 3
-                grep -E '^\{' "$OUT/throughput.log" | tee -a "$RES" ;;
+    throughput) # GRPO groups (8 prompts x 8 samples: a group is one batched request), then the earlier form (64
+                # different prompts, one request each); one engine start each
+                run throughput 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 8 --n 8 --new 256 --repeat 3
+                run throughput_single 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --n 1 \
+                  --new 256 --repeat 3
+                grep -hE '^\{' "$OUT/throughput.log" "$OUT/throughput_single.log" | tee -a "$RES" ;;
     fp8) run fp8 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_fp8.py
          grep -E '^SGLANG|passed|failed' "$OUT/fp8.log" | tee -a "$RES" ;;
     fp8bench) for f in "" --fp8; do
            run "fp8bench${f:+_fp8}" 280 python3 bench/sglang_throughput.py --model "${FP8_MODEL:-qwen3-4b}" --prompts 64 \
-             --new 256 --repeat 3 $f
+             --n 1 --new 256 --repeat 3 $f
            grep -E '^\{' "$OUT/fp8bench${f:+_fp8}.log" | tee -a "$RES"
          done ;;
     gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu

@@ -258,6 +258,12 @@ class EngineKind:
     # polls once a second (http_server.health_generate, tokenizer_manager.pause_generation), so a probe in flight
     # cost the colocated offload 1.0 s in 6 of 10 steps, and a probe of a paused engine waits 20 s, then fails
     probe_path: str = "/health"
+    # args dict (rollout.<args_key>) -> whether a request's sampling_seed decides its tokens. Where it does not, rlrun
+    # sends no seed, so the n samples of a group are the same request and go as one batched /generate
+    # (rlrun.rollout.client); where it does, each sample goes alone with its own seed (sglang-router 0.3.2 takes one
+    # sampling_params per request). SGLang 0.5.16 samples with the seed only under enable_deterministic_inference
+    # (sampling_batch_info.py: sampling_seed is None otherwise)
+    seeded: Callable[[dict], bool] = lambda args: True
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("static_pool", "per_sequence"))

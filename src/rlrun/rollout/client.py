@@ -11,11 +11,18 @@ spent AND `retry_window_s` has passed since its first failure. The window (rollo
 derived from the engine health checks: rlrun.config.engine_health.engine_loss_s) outlasts the removal
 of a dead engine from the router, however few retries the count allows, so the requests of a lost
 engine (or node) are retried elsewhere instead of failing the rollout.
+
+Identical requests made in one turn of the event loop (a GRPO group: its n samples start together, with no seed
+where the engine's sampling ignores one: EngineKind.seeded) go as one batched /generate (SGLang's list form of the
+prompt, one sampling_params; sglang-router 0.3.2 forwards it whole to one engine, so the group shares its prefix
+cache, and refuses a list of rids or of sampling_params) and each caller gets its own answer. A request with its own
+seed goes alone. A batch of n takes n of the max_concurrency slots.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import time
 import uuid
@@ -24,6 +31,7 @@ from typing import Any, Callable, Iterable
 
 import aiohttp
 
+from rlrun.config.kinds import ENGINES
 from rlrun.rollout import api
 
 from rlrun.data import Status
@@ -68,12 +76,91 @@ class Sampling:
         return out
 
 
+class _Slots:
+    """max_concurrency as samples in flight: acquire(k) takes k slots at once (a batch of k samples), so that
+    batches never hold part of what they need while waiting for the rest (k is capped at the total)."""
+
+    def __init__(self, total: int):
+        self.total, self.free = total, total
+        self._cond = asyncio.Condition()
+
+    async def acquire(self, k: int) -> int:
+        k = min(k, self.total)
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= k)
+            self.free -= k
+        return k
+
+    async def release(self, k: int) -> None:
+        async with self._cond:
+            self.free += k
+            self._cond.notify_all()
+
+
+class _Coalescer:
+    """Collects the /generate bodies of one event-loop turn that are the same but for their rid and sends each set
+    as one batched body through `send(body, url, n)` (a single body when alone); every caller awaits its own answer
+    (a failed batch fails each of its callers with the same error)."""
+
+    def __init__(self, send: Callable[[dict, Any, int], Any]):
+        self.send = send
+        self.pending: dict[tuple, tuple[Any, list[tuple[dict, asyncio.Future]]]] = {}
+        self.batches = 0  # batched requests sent (more than one sample; a test hook)
+
+    @staticmethod
+    def _key(body: dict, url) -> tuple:
+        return json.dumps({k: v for k, v in body.items() if k != "rid"}, sort_keys=True), url is None
+
+    async def request(self, body: dict, url) -> Any:
+        """url: as RolloutClient.post takes it (None: the router); requests to the same kind of target combine."""
+        loop = asyncio.get_running_loop()
+        if not self.pending:
+            loop.call_soon(self._flush)
+        fut = loop.create_future()
+        self.pending.setdefault(self._key(body, url), (url, []))[1].append((body, fut))
+        return await fut
+
+    def _flush(self) -> None:
+        pending, self.pending = self.pending, {}
+        for url, items in pending.values():
+            asyncio.ensure_future(self._send(items, url))
+
+    async def _send(self, items: list[tuple[dict, asyncio.Future]], url) -> None:
+        futures = [f for _b, f in items]
+        try:
+            if len(items) == 1:
+                answers = [await self.send(items[0][0], url, 1)]
+            else:
+                self.batches += 1
+                first = items[0][0]
+                body = {k: v for k, v in first.items() if k not in ("rid", "sampling_params", "input_ids", "text")}
+                prompt = "input_ids" if "input_ids" in first else "text"
+                body[prompt] = [b[prompt] for b, _f in items]
+                body["sampling_params"] = first["sampling_params"]
+                answers = await self.send(body, url, len(items))
+                if not isinstance(answers, list) or len(answers) != len(items):
+                    raise RolloutError(f"a batched /generate of {len(items)} samples got "
+                                       f"{len(answers) if isinstance(answers, list) else type(answers).__name__} "
+                                       "answers; the engine must answer SGLang's list form with one answer per item")
+        except BaseException as exc:  # noqa: BLE001 - each caller gets the batch's error
+            for f in futures:
+                if not f.done():
+                    f.set_exception(exc)
+            return
+        for f, answer in zip(futures, answers):
+            if not f.done():
+                f.set_result(answer)
+
+
 class RolloutClient:
     def __init__(self, url: str, *, max_concurrency: int = 64, request_timeout_s: float = 300.0,
                  max_retries: int = 5, retry_window_s: float = 0.0, backoff_s: float = 0.25,
                  max_backoff_s: float = 4.0, routing_shape: tuple[int, int] | None = None,
-                 engine_urls: Callable[[], list[str]] | None = None):
+                 engine_urls: Callable[[], list[str]] | None = None, seeded: bool = True):
         self.url = url.rstrip("/")
+        # the engines sample with a request's sampling_seed (EngineKind.seeded); False: seeds are not sent, and a
+        # group's requests are the same and go batched
+        self.seeded = seeded
         # (num_layers, top_k): every /generate asks for the routed experts (return_routed_experts), which
         # RoutedExperts holds in that shape (rollout.routing_replay; routing_shape(cfg)); None: not asked
         self.routing_shape = routing_shape
@@ -87,15 +174,17 @@ class RolloutClient:
         self.retry_window_s = retry_window_s  # retried at least this long after the first failure
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.retries = 0  # total retries performed (a metric and a test hook)
-        self._sem: asyncio.Semaphore | None = None
+        self._slots: _Slots | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._batches = _Coalescer(lambda body, url, n: self.post("/generate", body, url=url, samples=n))
 
     @classmethod
     def from_config(cls, url: str, rollout_cfg, routing_shape: tuple[int, int] | None = None,
                     engine_urls: Callable[[], list[str]] | None = None) -> "RolloutClient":
         return cls(url, max_concurrency=rollout_cfg.max_concurrency,
                    request_timeout_s=rollout_cfg.request_timeout_s, max_retries=rollout_cfg.max_retries,
-                   retry_window_s=rollout_cfg.retry_window_s, routing_shape=routing_shape, engine_urls=engine_urls)
+                   retry_window_s=rollout_cfg.retry_window_s, routing_shape=routing_shape, engine_urls=engine_urls,
+                   seeded=ENGINES[rollout_cfg.engine].seeded(rollout_cfg.args_of() or {}))
 
     def _next_engine(self) -> str:
         urls = list(self.engine_urls())
@@ -105,7 +194,7 @@ class RolloutClient:
         return urls[self._turn % len(urls)]
 
     async def __aenter__(self) -> "RolloutClient":
-        self._sem = asyncio.Semaphore(self.max_concurrency)
+        self._slots = _Slots(self.max_concurrency)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.max_concurrency),
             timeout=aiohttp.ClientTimeout(total=self.request_timeout_s))
@@ -118,9 +207,16 @@ class RolloutClient:
     def _delay(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * (0.5 + random.random())
 
-    async def post(self, path: str, body: dict, *, url: str | Callable[[], str] | None = None) -> Any:
+    @property
+    def batches(self) -> int:
+        """Batched /generate requests sent so far (a group's samples together)."""
+        return self._batches.batches
+
+    async def post(self, path: str, body: dict, *, url: str | Callable[[], str] | None = None,
+                   samples: int = 1) -> Any:
         """POST with retries; returns the decoded JSON (or None for an empty 200). url: a base URL, or a
-        callable asked for one at every attempt (a retry may go elsewhere)."""
+        callable asked for one at every attempt (a retry may go elsewhere). samples: the concurrency slots it
+        takes (a batched /generate: one per sample)."""
         if self._session is None:
             raise RolloutError("RolloutClient used outside `async with RolloutClient(...)`")
         last, attempt, first_failure = "", 0, None
@@ -129,8 +225,9 @@ class RolloutClient:
                 self.retries += 1
                 await asyncio.sleep(self._delay(attempt - 1))
             target = f"{(url() if callable(url) else (url or self.url)).rstrip('/')}{path}"
+            held = await self._slots.acquire(samples)
             try:
-                async with self._sem, self._session.post(target, json=body) as resp:
+                async with self._session.post(target, json=body) as resp:
                     text = await resp.text()
                     if resp.status == 200:
                         return await resp.json(content_type=None) if text else None
@@ -139,6 +236,8 @@ class RolloutClient:
                         raise RolloutError(f"POST {target} rejected: {last}")
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
+            finally:
+                await self._slots.release(held)
             attempt += 1
             first_failure = first_failure if first_failure is not None else time.monotonic()
             waited = time.monotonic() - first_failure
@@ -150,7 +249,7 @@ class RolloutClient:
 
     async def generate(self, *, text: str | None = None, input_ids: list[int] | None = None,
                        sampling: Sampling, rid: str | None = None, seed: int | None = None) -> dict:
-        body = {"sampling_params": sampling.to_json(seed), "return_logprob": True,
+        body = {"sampling_params": sampling.to_json(seed if self.seeded else None), "return_logprob": True,
                 "rid": rid or uuid.uuid4().hex}
         direct = None
         if self.routing_shape is not None:  # every position's experts (routed_experts_start_len 0, as slime)
@@ -160,7 +259,7 @@ class RolloutClient:
             body["input_ids"] = list(input_ids)
         else:
             body["text"] = text
-        return await self.post("/generate", body, url=direct)
+        return await self._batches.request(body, direct)
 
     async def generate_group(self, prompt: str | list[int], n: int, sampling: Sampling) -> list[dict]:
         """n samples of one prompt (a GRPO group), as n concurrent requests."""

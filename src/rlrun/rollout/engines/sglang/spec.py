@@ -80,6 +80,7 @@ def _sglang_dp(r) -> Iterator[Problem]:
 SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", args_check=check_sglang_mapping,
                                    args_requires=requires, judge=True,
                                    prompt_logprobs=True, probe_path="/model_info",
+                                   seeded=lambda args: bool(args.get("enable_deterministic_inference")),
                                    rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
                                    # NCCL: verified on two GPUs (tests/gpu/test_sglang_nccl_sync.py); the flattened
                                    # CUDA-IPC form awaits tests/gpu/test_sglang_flattened_sync.py (docs/rollout.md)
