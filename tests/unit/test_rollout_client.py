@@ -250,7 +250,7 @@ def test_concurrency_slots_count_samples_and_a_batch_takes_its_slots_at_once():
             order.append((name, "in", slots.free))
             await asyncio.sleep(s)
             order.append((name, "out"))
-            await slots.release(got)
+            slots.release(got)
 
         # a takes 2 of 3; b (2) must wait for a; c (5) is capped at the 3 slots there are and waits for both
         await asyncio.gather(hold("a", 2, 0.05), hold("b", 2, 0.01), hold("c", 5, 0.01))
@@ -259,6 +259,21 @@ def test_concurrency_slots_count_samples_and_a_batch_takes_its_slots_at_once():
     order, free = run(go())
     assert order == [("a", "in", 1), ("a", "out"), ("b", "in", 1), ("b", "out"), ("c", "in", 0), ("c", "out")]
     assert free == 3
+
+    async def cancelled():  # a waiter cancelled before its turn leaves the queue; one granted and cancelled gives back
+        slots = _Slots(2)
+        await slots.acquire(2)
+        waiter = asyncio.ensure_future(slots.acquire(1))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        granted = asyncio.ensure_future(slots.acquire(2))
+        await asyncio.sleep(0)
+        slots.release(2)  # the cancelled waiter is skipped: the next one gets both
+        granted.cancel()  # granted, cancelled before it ran
+        await asyncio.gather(waiter, granted, return_exceptions=True)
+        return slots.free
+
+    assert run(cancelled()) == 2
 
 
 def test_the_client_sends_seeds_only_to_engines_that_sample_with_them():

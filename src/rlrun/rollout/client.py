@@ -21,6 +21,7 @@ seed goes alone. A batch of n takes n of the max_concurrency slots.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import random
@@ -78,23 +79,40 @@ class Sampling:
 
 class _Slots:
     """max_concurrency as samples in flight: acquire(k) takes k slots at once (a batch of k samples), so that
-    batches never hold part of what they need while waiting for the rest (k is capped at the total)."""
+    batches never hold part of what they need while waiting for the rest (k is capped at the total); waiters are
+    served in order (a big batch is not overtaken for ever by small ones). release() does not wait."""
 
     def __init__(self, total: int):
         self.total, self.free = total, total
-        self._cond = asyncio.Condition()
+        self._waiters: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
 
     async def acquire(self, k: int) -> int:
         k = min(k, self.total)
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.free >= k)
+        if not self._waiters and self.free >= k:
             self.free -= k
+            return k
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((k, fut))
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # granted, then cancelled before it ran: give them back
+                self.release(k)
+            raise
         return k
 
-    async def release(self, k: int) -> None:
-        async with self._cond:
-            self.free += k
-            self._cond.notify_all()
+    def release(self, k: int) -> None:
+        self.free += k
+        while self._waiters:
+            need, fut = self._waiters[0]
+            if fut.done():  # its caller was cancelled while waiting
+                self._waiters.popleft()
+            elif self.free >= need:
+                self._waiters.popleft()
+                self.free -= need
+                fut.set_result(None)
+            else:
+                break
 
 
 class _Coalescer:
@@ -105,6 +123,7 @@ class _Coalescer:
     def __init__(self, send: Callable[[dict, Any, int], Any]):
         self.send = send
         self.pending: dict[tuple, tuple[Any, list[tuple[dict, asyncio.Future]]]] = {}
+        self._sending: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
         self.batches = 0  # batched requests sent (more than one sample; a test hook)
 
     @staticmethod
@@ -123,7 +142,9 @@ class _Coalescer:
     def _flush(self) -> None:
         pending, self.pending = self.pending, {}
         for url, items in pending.values():
-            asyncio.ensure_future(self._send(items, url))
+            task = asyncio.ensure_future(self._send(items, url))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
     async def _send(self, items: list[tuple[dict, asyncio.Future]], url) -> None:
         futures = [f for _b, f in items]
@@ -142,7 +163,11 @@ class _Coalescer:
                     raise RolloutError(f"a batched /generate of {len(items)} samples got "
                                        f"{len(answers) if isinstance(answers, list) else type(answers).__name__} "
                                        "answers; the engine must answer SGLang's list form with one answer per item")
-        except BaseException as exc:  # noqa: BLE001 - each caller gets the batch's error
+        except asyncio.CancelledError:  # the loop is going down: so are its callers
+            for f in futures:
+                f.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - each caller gets the batch's error
             for f in futures:
                 if not f.done():
                     f.set_exception(exc)
@@ -237,7 +262,7 @@ class RolloutClient:
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             finally:
-                await self._slots.release(held)
+                self._slots.release(held)
             attempt += 1
             first_failure = first_failure if first_failure is not None else time.monotonic()
             waited = time.monotonic() - first_failure
