@@ -41,3 +41,16 @@ def test_plugins_import_no_torch_and_no_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
     assert all(p.startswith("rlrun.") for p in PLUGINS)
+
+
+def test_the_order_of_the_built_in_kinds_does_not_depend_on_which_module_was_imported_first():
+    """A spec module imported before the first discovery (a test, a plugin importing an engine's adapter) registers
+    its kind first; the registries still list the built-ins in discovery order (the order error messages, the
+    schema's choices and docs/CONTRACT.md show), then the others in registration order."""
+    code = ("import rlrun.rollout.transports.tensor, rlrun.rollout.engines.sglang.spec; "
+            "from rlrun.config.kinds import ENGINES, TRANSPORTS, EngineKind; "
+            "ENGINES.register(EngineKind('aaa_plugin', needs_gpu=False)); "
+            "print(ENGINES.names(), TRANSPORTS.names(), list(ENGINES)[:2])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == ("('hf', 'sglang', 'aaa_plugin') ('disk', 'distributed', 'tensor') ['hf', 'sglang']"), \
+        out.stdout + out.stderr

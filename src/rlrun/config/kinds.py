@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -22,21 +23,32 @@ K = TypeVar("K")
 
 
 class Kinds(Generic[K]):
-    """Name -> spec, in registration order. `what` is the config key that names a kind (for errors)."""
+    """Name -> spec: the built-in kinds in discovery order (plugin_modules(), whichever module was imported first),
+    then the others (plugins, tests) in registration order. `what` is the config key that names a kind (for
+    errors)."""
 
     def __init__(self, what: str):
         self.what = what
         self._specs: dict[str, K] = {}
+        self._by: dict[str, str] = {}  # name -> the module that registered it
 
     def register(self, spec: K) -> K:
         name = spec.name  # type: ignore[attr-defined]
         if name in self._specs:
             raise ValueError(f"{self.what}: kind {name!r} is registered twice")
         self._specs[name] = spec
+        self._by[name] = sys._getframe(1).f_globals.get("__name__", "")
         return spec
 
     def unregister(self, name: str) -> None:
         self._specs.pop(name, None)
+        self._by.pop(name, None)
+
+    def _ordered(self) -> dict[str, K]:
+        discover()
+        seq = {name: i for i, name in enumerate(self._specs)}
+        rank = {name: _PLUGIN_RANK.get(self._by.get(name, ""), len(_PLUGIN_RANK)) for name in self._specs}
+        return {name: self._specs[name] for name in sorted(self._specs, key=lambda n: (rank[n], seq[n]))}
 
     @contextmanager
     def registered(self, spec: K) -> Iterator[K]:
@@ -48,35 +60,31 @@ class Kinds(Generic[K]):
             self.unregister(spec.name)  # type: ignore[attr-defined]
 
     def names(self) -> tuple[str, ...]:
-        discover()
-        return tuple(self._specs)
+        return tuple(self._ordered())
 
     def __getitem__(self, name: str) -> K:
         discover()
         try:
             return self._specs[name]
         except KeyError:
-            raise ValueError(f"{self.what}={name!r} is unknown; use one of {', '.join(self._specs)}") from None
+            raise ValueError(f"{self.what}={name!r} is unknown; use one of {', '.join(self.names())}") from None
 
     def __contains__(self, name: object) -> bool:
         discover()
         return name in self._specs
 
     def __iter__(self) -> Iterator[str]:
-        discover()
-        return iter(self._specs)
+        return iter(self._ordered())
 
     def __len__(self) -> int:
         discover()
         return len(self._specs)
 
     def items(self):
-        discover()
-        return self._specs.items()
+        return self._ordered().items()
 
     def values(self):
-        discover()
-        return self._specs.values()
+        return self._ordered().values()
 
 
 # ---- discovery -------------------------------------------------------------------------------------------
@@ -95,6 +103,7 @@ PLUGINS: list[str] = [
     "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.config.reward_rules", "rlrun.agent.rules",
 ]
 _discovered: list[bool] = [False]
+_PLUGIN_RANK: dict[str, int] = {}  # plugin module -> its place in discovery (Registry's order of the built-ins)
 
 
 def plugin_modules() -> list[str]:
@@ -116,7 +125,9 @@ def discover() -> None:
     if _discovered[0]:
         return
     _discovered[0] = True
-    for name in plugin_modules():
+    modules = plugin_modules()
+    _PLUGIN_RANK.update({name: i for i, name in enumerate(modules)})
+    for name in modules:
         importlib.import_module(name)
 
 

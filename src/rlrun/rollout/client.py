@@ -162,7 +162,7 @@ class _Coalescer:
                 if not isinstance(answers, list) or len(answers) != len(items):
                     raise RolloutError(f"a batched /generate of {len(items)} samples got "
                                        f"{len(answers) if isinstance(answers, list) else type(answers).__name__} "
-                                       "answers; the engine must answer SGLang's list form with one answer per item")
+                                       "answers; the engine must answer a batched /generate with one answer per item")
         except asyncio.CancelledError:  # the loop is going down: so are its callers
             for f in futures:
                 f.cancel()
