@@ -86,7 +86,8 @@ def _rank_main(rank: int, world: int, port: int, path: str, urls: list[str], rol
 
 def test_each_tp_rank_gets_the_copy_on_its_own_gpu(tmp_path):
     from rlrun.config.kinds import ENGINES, TRANSPORTS
-    from rlrun.launch.train_group import TrainGroup, _slots
+    from rlrun.config.plan import slots_by_rank
+    from rlrun.launch.train_group import TrainGroup
     from rlrun.rollout.engines.sglang.engine import SGLangEngine
     from rlrun.rollout.process import free_port
 
@@ -109,7 +110,7 @@ def test_each_tp_rank_gets_the_copy_on_its_own_gpu(tmp_path):
                  for g in range(world) for role, rank in (("trainer", g), ("engine", g // 2))]
         group = object.__new__(TrainGroup)
         group.world, group._said = world, set()
-        group._slots = {role: _slots(slots, role) for role in ("trainer", "engine")}
+        group._slots = {role: slots_by_rank(slots, role) for role in ("trainer", "engine")}
         roles = group._gathered(TRANSPORTS["tensor"], urls, list(range(len(urls))), copies=2)
         assert [r["mine"] for r in roles] == [(2 * (g // 2), 2 * (g // 2) + 1) for g in range(world)]
         how = dict(bucket_bytes=cfg.rollout.weight_sync_bucket_mb << 20, engine_dtype=None, backend="gloo",

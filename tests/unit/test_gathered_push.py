@@ -262,3 +262,20 @@ def test_a_sender_whose_engine_fails_leaves_no_one_waiting(two):
     assert got[1][0] == "ok" and got[1][1]["sources"] == {}
     assert got[0][0] == "error" and "weight sync stuck at bucket 2" in got[0][1] and url in got[0][1]
     two.continue_generation()
+
+
+def test_the_plan_says_how_a_push_reaches_each_engine():
+    """rlrun plan shows the route TrainGroup takes at run time (TransportKind.gathered over the plan's slots): the 4B
+    colocated layout's two TP=2 engines each get the copies of the two trainer ranks on their GPUs; NCCL has no
+    such choice."""
+    from rlrun.config import load
+    from rlrun.config.plan import make_plan
+    from rlrun.config.render import summary_lines
+
+    base = ["hardware=h100", "model=qwen3-4b", "train.backend=megatron", "rollout.engine=sglang"]
+    plan = make_plan(load(base + ["train.gpus_per_node=4", "parallelism.tp=2", "rollout.gpus_per_engine=2"]))
+    assert plan.weight_sync == "tensor"
+    assert plan.weight_sync_route == "gathered per engine: engine 0 <- ranks 0,1; engine 1 <- ranks 2,3"
+    assert "gathered per engine: engine 0 <- ranks 0,1" in summary_lines(plan)[2]
+    nccl = make_plan(load(base + ["train.gpus_per_node=2", "train.colocate=false", "rollout.num_gpus=2"]))
+    assert nccl.weight_sync == "distributed" and nccl.weight_sync_route == ""

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from rlrun.config.cost import predict
 from rlrun.config.hfcheck import hf_note
-from rlrun.config.kinds import ENGINES, auto_transport, needs_rollout, use_reward_model, use_teacher_engines
+from rlrun.config.kinds import ENGINES, TRANSPORTS, auto_transport, needs_rollout, use_reward_model, use_teacher_engines
 from rlrun.config.memory import engine_fraction, estimate, lean_state_hint
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
@@ -78,6 +78,9 @@ class Plan:
     fits: bool = True
     memory: dict[str, Any] = field(default_factory=dict)        # the full estimate (rlrun.config.memory.Memory)
     choices: dict[str, Any] = field(default_factory=dict)
+    # how a push reaches the engines' TP ranks (weight_sync_route: gathered per engine from the trainer ranks on its
+    # GPUs, or the lead rank's copy to all); "" where the transport has no such choice
+    weight_sync_route: str = ""
     notes: list[str] = field(default_factory=list)
     cost: dict[str, Any] = field(default_factory=dict)          # predicted time and cost (rlrun.config.cost)
     # train.megatron: megatron-core fields handed to the trainer's config objects unchanged
@@ -179,6 +182,34 @@ def teacher_slots(cfg: RunConfig) -> list[Slot]:
 def nodes_per_engine(slots: list[Slot]) -> int:
     """How many nodes engine 0 spans (every engine spans as many: the layout rules see to it)."""
     return len({s.node for s in slots if s.role == "engine" and s.rank == 0}) or 1
+
+
+def slots_by_rank(placement: list[Slot], role: str) -> dict[int, list[tuple[int, int]]]:
+    """rank (trainer rank, engine id) of `role` -> its plan slots (node, gpu) in order: an engine's TP rank j on its
+    j-th (the engines' launch gives TP rank j the j-th GPU of the engine's bundles, which are in this order)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for s in placement:
+        if s.role == role:
+            out.setdefault(s.rank, []).append((s.node, s.gpu))
+    return {rank: sorted(v) for rank, v in sorted(out.items())}
+
+
+def weight_sync_route(cfg: RunConfig, placement: list[Slot], transport: str) -> str:
+    """What `rlrun plan` says of a transport gathered per engine (TransportKind.gathered, as TrainGroup decides at run
+    time): which trainer ranks' copies each engine's TP ranks get, or that the lead rank sends its copy to every engine
+    because some engine GPU holds no trainer rank. "" for a transport without that choice, or no engines."""
+    kind = TRANSPORTS[transport]
+    engines = slots_by_rank(placement, "engine")
+    if kind.gathered is None or not engines:
+        return ""
+    copies = cfg.rollout.gpus_per_engine if ENGINES[cfg.rollout.engine].sharded_weights else 1
+    ranks = kind.gathered(slots_by_rank(placement, "trainer"), engines, copies)
+    lost = sorted(e for e, r in ranks.items() if r is None)
+    if lost:
+        return (f"from trainer rank 0 to every engine (engine(s) {', '.join(map(str, lost[:4]))}"
+                f"{' ...' if len(lost) > 4 else ''} have a GPU with no trainer rank)")
+    shown = [f"engine {e} <- ranks {','.join(map(str, r))}" for e, r in list(ranks.items())[:3]]
+    return "gathered per engine: " + "; ".join(shown) + ("; ..." if len(ranks) > 3 else "")
 
 
 def weight_sync(cfg: RunConfig) -> str:
@@ -288,6 +319,7 @@ def make_plan(cfg: RunConfig, choices: dict[str, Any] | None = None) -> Plan:
         fits=mem.fits, memory=mem.to_dict(), choices=dict(choices or {}), notes=notes, cost=cost,
         backend_config=dict(cfg.train.megatron), reward_engines=cfg.reward.model.num_engines if rm else 0,
         reward_gpus=0 if not rm or cfg.reward.model.colocate else cfg.reward.model.num_engines * cfg.reward.model.gpus_per_engine,
+        weight_sync_route=weight_sync_route(cfg, placement, weight_sync(cfg)) if engines else "",
         teacher_engines=cfg.algo.distill.served.num_engines if served else 0,
         teacher_gpus=0 if not served or cfg.algo.distill.served.colocate
         else cfg.algo.distill.served.num_engines * cfg.algo.distill.served.gpus_per_engine,

@@ -18,7 +18,7 @@ def summary_lines(plan: Plan) -> list[str]:
         f"rollout: {plan.num_engines} engine(s) x {plan.gpus_per_engine} GPU(s)"
         + (f" on {plan.nodes_per_engine} nodes each (one server process per node)" if plan.nodes_per_engine > 1 else "")
         + f"; weight sync: {plan.weight_sync} "
-        f"(buckets of {plan.weight_sync_bucket_mb} MB)"
+        f"(buckets of {plan.weight_sync_bucket_mb} MB{'; ' + plan.weight_sync_route if plan.weight_sync_route else ''})"
         + (f"; engine pool {plan.engine_fraction:g} of a GPU ({plan.engine_fraction_why})" if plan.engine_fraction_why
            else ""),
         f"batch: {plan.prompts_per_rollout} prompts x {n} samples = {plan.samples_per_rollout} = "

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from rlrun.config.kinds import BACKENDS, TRANSPORTS, TransportKind, resolve
+from rlrun.config.plan import slots_by_rank
 from rlrun.launch.env import runtime_env
 from rlrun.launch.placement import Placement
 from rlrun.rollout import weights as W
@@ -214,16 +215,6 @@ class _Rank:
         return None if mine is None else _Exchange(self.rank, mine, made[key].get(mine))
 
 
-def _slots(placement, role: str) -> dict[int, list[tuple[int, int]]]:
-    """rank (trainer rank, engine id) of `role` -> its plan slots (node, gpu) in order: an engine's TP rank j on its
-    j-th (the engines' launch gives TP rank j the j-th GPU of the engine's bundles, which are in this order)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    for s in placement:
-        if s.role == role:
-            out.setdefault(s.rank, []).append((s.node, s.gpu))
-    return {rank: sorted(v) for rank, v in sorted(out.items())}
-
-
 class TrainGroup:
     def __init__(self, cfg, plan, placement: Placement, env: dict[str, str], run_dir: str | None = None):
         if plan.tp * plan.pp * plan.cp != 1 and not BACKENDS[cfg.train.backend].model_parallel:
@@ -232,7 +223,7 @@ class TrainGroup:
         self.world = plan.trainer_gpus
         self._cls = backend_class(cfg.train.backend)
         # role -> rank -> its plan slots (node, gpu): colocated roles on one slot share its GPU (TransportKind.gathered)
-        self._slots = {role: _slots(plan.placement, role) for role in ("trainer", "engine")}
+        self._slots = {role: slots_by_rank(plan.placement, role) for role in ("trainer", "engine")}
         self._said: set[str] = set()  # log lines said once
         actor = ray.remote(_Rank)
         self.actors = []
