@@ -82,7 +82,8 @@ def test_weight_sync_auto_and_explicit_choices(overrides, transport):
     plan = make_plan(load(overrides))
     assert plan.weight_sync == transport and plan.weight_sync_bucket_mb == 512
     assert plan.to_dict()["weight_sync"] == transport  # `rlrun plan --json`
-    assert f"weight sync: {transport} (buckets of 512 MB)" in summary_lines(plan)[2]
+    route = "; gathered per engine: engine 0 <- ranks 0" if transport == "tensor" else ""  # one rank, one engine
+    assert f"weight sync: {transport} (buckets of 512 MB{route})" in summary_lines(plan)[2]
 
 
 @pytest.mark.parametrize("overrides, words", [
