@@ -68,13 +68,24 @@ def pytest_xdist_make_scheduler(config, log):
     return GpuTestsTogether(config, log)
 
 
-@pytest.fixture(scope="module")
-def hf_engine_group(tmp_path_factory):
-    """One hf engine process (the tiny model, seed 0) behind a real sglang-router, for a test module."""
+def _hf_engines(tmp_path_factory, n: int):
+    """n hf engine processes (the tiny model, seed 0) behind a real sglang-router: a generator for a module fixture."""
     from rlrun.rollout.engines.group import local_engine_group
     from rlrun.rollout.tiny_model import save_tiny_model
 
     tmp = tmp_path_factory.mktemp("engine")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 1, router="sglang_router", log_dir=tmp / "logs",
+    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), n, router="sglang_router", log_dir=tmp / "logs",
                             health_interval_s=5, startup_timeout_s=60) as grp:
         yield grp
+
+
+@pytest.fixture(scope="module")
+def hf_engine_group(tmp_path_factory):
+    """One hf engine process (the tiny model, seed 0) behind a real sglang-router, for a test module."""
+    yield from _hf_engines(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="module")
+def hf_engine_pair(tmp_path_factory):
+    """Two hf engine processes (the tiny model, seed 0) behind one real sglang-router, for a test module."""
+    yield from _hf_engines(tmp_path_factory, 2)

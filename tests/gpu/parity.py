@@ -85,6 +85,17 @@ def packed_params(lengths, device):
     return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=m, max_seqlen_kv=m)
 
 
+def packed_rel_err(gpt, hf, vocab_size: int, lens=(300, 17, 129, 64)) -> float:
+    """Relative L2 error of the megatron model's logits for a packed THD micro-batch of random sequences of `lens`
+    tokens (varlen attention, drawn from torch's current RNG) against transformers' logits of each sequence alone."""
+    seqs = [torch.randint(0, vocab_size, (n,), device="cuda") for n in lens]
+    pos = torch.cat([torch.arange(n, device="cuda") for n in lens])[None]
+    with torch.no_grad():
+        out = gpt(torch.cat(seqs)[None], pos, attention_mask=None, packed_seq_params=packed_params(list(lens), "cuda"))
+        ref = torch.cat([hf(s[None]).logits[0] for s in seqs])
+    return rel_err(out[0], ref)
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())

@@ -22,9 +22,8 @@ from rlrun.config.kinds import TRANSPORTS
 from rlrun.launch.train_group import TrainGroup, _Rank
 from rlrun.rollout import weights as W
 from rlrun.rollout.engines import group as engines_mod
-from rlrun.rollout.engines.group import local_engine_group
 from rlrun.rollout.process import free_port
-from rlrun.rollout.tiny_model import build_model, save_tiny_model
+from rlrun.rollout.tiny_model import build_model
 
 pytestmark = pytest.mark.timeout(180)
 # rlrun.rollout.transports.tensor.engine_ranks, through the registry (which imports the transports in its own order)
@@ -187,42 +186,34 @@ def _push(urls: list[str], roles: list[dict], flattened: bool = False, fail_at: 
     return got
 
 
-@pytest.fixture(scope="module")
-def two(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("engines")
-    with local_engine_group(save_tiny_model(tmp / "tiny", seed=0), 2, router="sglang_router", log_dir=tmp / "logs",
-                            health_interval_s=5, startup_timeout_s=60) as grp:
-        yield grp
-
-
 def _want(rank: int) -> str:
     return W.checksum(build_model(seed=SEEDS[rank]).state_dict())
 
 
 @pytest.mark.parametrize("flattened", [False, True])
 @pytest.mark.parametrize("trainer_gpus", [([0], [1]), ([1], [0])])
-def test_each_engine_gets_the_payload_of_the_rank_on_its_gpu(two, flattened, trainer_gpus):
+def test_each_engine_gets_the_payload_of_the_rank_on_its_gpu(hf_engine_pair, flattened, trainer_gpus):
     """DP=2 with two one-GPU engines: each rank is its engine's sender, both push at once; engine e ends with exactly
     the model of the rank the mapping names (a different one per rank here), and the version."""
     g = _group(_gpus(*trainer_gpus), _gpus([0], [1]))
-    roles = g._gathered(TRANSPORTS["tensor"], two.urls, [0, 1], copies=1)
-    got = _push(two.urls, roles, flattened)
+    roles = g._gathered(TRANSPORTS["tensor"], hf_engine_pair.urls, [0, 1], copies=1)
+    got = _push(hf_engine_pair.urls, roles, flattened)
     assert {r: s for r, (s, _, _) in got.items()} == {0: "ok", 1: "ok"}, got
     mapping = engine_ranks(g._slots["trainer"], g._slots["engine"], 1)
-    assert two.checksums() == {url: _want(mapping[e][0]) for e, url in enumerate(two.urls)}
-    assert set(two.versions().values()) == {"7"}
+    assert hf_engine_pair.checksums() == {url: _want(mapping[e][0]) for e, url in enumerate(hf_engine_pair.urls)}
+    assert set(hf_engine_pair.versions().values()) == {"7"}
     # each sender recorded whose payloads it posted: the rank on its engine's GPU
     assert {url: ranks for _, res, _ in got.values() for url, ranks in res["sources"].items()} == {
-        url: list(mapping[e]) for e, url in enumerate(two.urls)}
+        url: list(mapping[e]) for e, url in enumerate(hf_engine_pair.urls)}
     # every rank fingerprinted its own copy (rank 0's is what TrainGroup reports)
     assert got[0][1]["fingerprint"] == W.fingerprint(build_model(seed=SEEDS[0]).state_dict())
 
 
-def test_a_tp2_engine_s_request_carries_each_rank_s_payload_in_tp_order(two):
+def test_a_tp2_engine_s_request_carries_each_rank_s_payload_in_tp_order(hf_engine_pair):
     """One engine on GPUs 0, 1 with two TP ranks, trainer ranks on GPUs 1, 0: the request's payload j is the copy of
     the rank on the engine's GPU j (rank 1, then rank 0), posted by rank 1; rank 0 posts nothing."""
     g = _group(_gpus([1], [0]), _gpus([0, 1]))
-    url = two.urls[0]
+    url = hf_engine_pair.urls[0]
     roles = g._gathered(TRANSPORTS["tensor"], [url], [0], copies=2)
     assert [r["urls"] for r in roles] == [[], [url]]
     got = _push([url], roles, flattened=True, tp_request=True)
@@ -233,35 +224,36 @@ def test_a_tp2_engine_s_request_carries_each_rank_s_payload_in_tp_order(two):
     buckets = {r: [W.checksum(dict(b)) for b in W.buckets(list(state[r].items()), 16 << 10)] for r in (0, 1)}
     assert seen == [[a, b] for a, b in zip(buckets[1], buckets[0])]  # TP rank 0 <- rank 1, TP rank 1 <- rank 0
     assert got[1][1]["sources"] == {url: [1, 0]} and got[0][1]["sources"] == {}
-    assert two.checksums(urls=[url]) == {url: _want(1)}  # the forwarded TP rank 0 payload: rank 1's model
+    assert hf_engine_pair.checksums(urls=[url]) == {url: _want(1)}  # the forwarded TP rank 0 payload: rank 1's model
 
 
-def test_a_rank_that_fails_leaves_no_one_waiting_and_the_sender_names_it(two):
+def test_a_rank_that_fails_leaves_no_one_waiting_and_the_sender_names_it(hf_engine_pair):
     """Rank 1 (not the sender) fails to stage its second bucket: it goes on joining the exchanges to the stream's end
     and raises its own error; the sender refuses that bucket naming rank 1; neither waits for the other; the engine
     never gets the version."""
     g = _group(_gpus([0], [1]), _gpus([0, 1]))
-    url = two.urls[0]
-    before = two.versions([url])
+    url = hf_engine_pair.urls[0]
+    before = hf_engine_pair.versions([url])
     roles = g._gathered(TRANSPORTS["tensor"], [url], [0], copies=2)
     got = _push([url], roles, fail_at={1: 2}, tp_request=True)
     assert got[1][0] == "error" and "rank 1 could not stage bucket 2" in got[1][1]
     assert got[0][0] == "error" and "trainer rank(s) [1] made no payload for this bucket" in got[0][1]
-    assert two.versions([url]) == before
-    two.continue_generation()  # the failed push left the engines paused (half-replaced weights must not generate)
+    assert hf_engine_pair.versions([url]) == before
+    # the failed push left the engines paused (half-replaced weights must not generate)
+    hf_engine_pair.continue_generation()
 
 
-def test_a_sender_whose_engine_fails_leaves_no_one_waiting(two):
+def test_a_sender_whose_engine_fails_leaves_no_one_waiting(hf_engine_pair):
     """The engine fails the sender's request for bucket 2: the sender goes on taking the stream's buckets (a collective
     here, as megatron's TP gather) and joining each one's exchange, so rank 1 finishes its push; the sender's error
     names the bucket and the engine."""
     g = _group(_gpus([0], [1]), _gpus([0, 1]))
-    url = two.urls[0]
+    url = hf_engine_pair.urls[0]
     roles = g._gathered(TRANSPORTS["tensor"], [url], [0], copies=2)
     got = _push([url], roles, fail_at={0: -2}, tp_request=True)
     assert got[1][0] == "ok" and got[1][1]["sources"] == {}
     assert got[0][0] == "error" and "weight sync stuck at bucket 2" in got[0][1] and url in got[0][1]
-    two.continue_generation()
+    hf_engine_pair.continue_generation()
 
 
 def test_the_plan_says_how_a_push_reaches_each_engine():
