@@ -270,7 +270,7 @@ def _backend(gpt, model, enabled: bool):
     from rlrun.train.megatron_backend import MegatronBackend
     b = MegatronBackend.__new__(MegatronBackend)
     b.cfg = NS(model=model, train=NS(mtp=NS(enabled=enabled, loss_scaling_factor=0.3)))
-    b.model, b.tp_size, b.tp_group, b.tconfig = NS(module=gpt), 1, None, NS(sequence_parallel=False)  # DDP-like
+    b.model, b.tp_size, b.tp_group, b.tconfig = gpt, 1, None, NS(sequence_parallel=False)
     b.mtp_train = enabled
     return b
 
@@ -307,3 +307,104 @@ def test_mtp_training_moves_only_what_it_should(megatron_cpu, enabled):
         if n.startswith("mtp."):
             assert (p.grad is not None and p.grad.abs().sum() > 0) == enabled, n
             assert torch.equal(p.detach(), before[n]) != enabled, n
+
+
+def test_the_backends_train_step_path_adds_the_mtp_loss_on_a_packed_micro_batch(megatron_cpu, monkeypatch):
+    """The backend's forward/backward of a train step (MegatronBackend._forward_backward: megatron-core's schedule,
+    the output_processor hook, _policy_loss with the MTP term) on one packed micro-batch of two samples: the logged
+    train/mtp_loss is the hand computation of the MTP layer's loss on the loss-masked response tokens, and every MTP
+    weight gets a gradient. Needs megatron-core >= 0.19 (the hook the backend's forward uses)."""
+    import inspect
+
+    from megatron.core.models.gpt import GPTModel
+
+    from rlrun.algo import AlgoParams
+    from rlrun.config import load
+    from rlrun.train.base import TrainBatch
+    from rlrun.train.megatron.packing import pack
+    from rlrun.train.step_metrics import StepSums
+    if "output_processor" not in inspect.signature(GPTModel.forward).parameters:
+        pytest.skip("megatron-core < 0.19: no output_processor hook (run with MEGATRON_CORE_PATH at 0.19.2's source)")
+    zeros = torch.zeros  # megatron-core's schedule counts tokens in torch.zeros(..., device="cuda")
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: zeros(*a, **(k | {"device": "cpu"} if "device" in k else k)))
+    model = tiny("qwen2")
+    _, _, gpt = _loaded(model)
+    b = _backend(gpt, model, True)
+    b.params, b.dp_size, b.graphs, b.replay_routers = AlgoParams.from_config(load([])), 1, None, []
+    b.device, b.tp_rank = torch.device("cpu"), 0
+    g = torch.Generator().manual_seed(5)
+    tokens = [torch.randint(0, model.vocab_size, (n,), generator=g) for n in (11, 8)]
+    starts = [4, 3]  # prompts of 4 and 3 tokens
+    masks = [torch.tensor([1., 1, 0, 1, 1, 1, 1]), torch.tensor([1., 1, 1, 0, 1])]
+    batch = TrainBatch(tokens=tokens, response_start=starts, loss_mask=masks,
+                       advantages=[torch.ones(7), -torch.ones(5)])
+    mb = pack(batch.tokens, batch.response_start, [0, 1], 1, b.device)
+    mb.loss_inputs = b._loss_inputs(batch, mb, torch.tensor(2.0), torch.tensor(10.0))
+    gpt.train()
+    sums = StepSums(b.device)
+    with b._mtp_running():
+        b._forward_backward([mb], sums)
+    assert not gpt.mtp_run  # only inside the train step
+    for n, p in gpt.named_parameters():
+        if n.startswith("mtp."):
+            assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+    # by hand: the MTP hidden states of the packed row, the target of the response token at packed position p read
+    # at row p - 2 (inside its sample), -log softmax over the vocabulary, loss-masked, over the 10 masked tokens
+    with torch.no_grad():
+        gpt.mtp_run = True
+        _, (h,) = gpt(mb.tokens, mb.position_ids, attention_mask=None, packed_seq_params=mb.packed_seq_params())
+        gpt.mtp_run = False
+        logp = torch.log_softmax(h[:, 0] @ gpt.output_layer.weight.T, -1)
+    hand, off = 0.0, 0
+    for t, s, m in zip(tokens, starts, masks):
+        for j, p in enumerate(range(s, t.numel())):
+            if m[j] and p - 2 >= 0:
+                hand -= float(logp[off + p - 2, t[p]])
+        off += t.numel()
+    got = float(sums.sums["train/mtp_loss"])
+    assert abs(got - hand / 10) < 1e-5 * abs(hand / 10), (got, hand / 10)
+
+
+# ---------------------------------------------------------------- rlrun validate
+MIMO = ["model=qwen2.5-7b", "hardware=h100", "train.backend=megatron", "model.mtp_num_layers=1",
+        "checkpoint.hf=/nowhere/MiMo-7B-RL", "train.mtp.enabled=true"]
+
+
+def _problems(overrides):
+    from rlrun.config import load
+    from rlrun.config.errors import ConfigError
+    try:
+        load(overrides)
+    except ConfigError as exc:
+        return {p.path: p for p in exc.problems}
+    return {}
+
+
+def test_mtp_validates_on_the_megatron_backend_and_refuses_what_cannot_work(tmp_path):
+    assert _problems(MIMO) == {}
+    cfg_problem = _problems([*MIMO, "train.backend=torch", "parallelism=tp1"])["train.backend"]
+    assert "no multi-token prediction block" in cfg_problem.message and "train.backend=megatron" in cfg_problem.fix
+    assert "model.mtp_num_layers" in _problems([*MIMO, "model.family=llama", "model.add_qkv_bias=false"])
+    random = _problems([*MIMO, "checkpoint.hf=null", "checkpoint.random_init=true"])
+    assert "checkpoint.hf is null" in random["model.mtp_num_layers"].message
+    assert _problems(["model=qwen2.5-7b", "hardware=h100", "train.backend=megatron", "train.mtp.enabled=true",
+                      "checkpoint.hf=/nowhere/x"])["train.mtp.enabled"].fix.startswith("set model.mtp_num_layers")
+    assert "rollout.engine" in _problems([*MIMO, "rollout.engine=hf"])
+    graphs = [*MIMO, "train.cuda_graphs=true", "parallelism=tp1", "rollout.gpus_per_engine=1"]
+    assert "MTP training is not captured" in _problems(graphs)["train.cuda_graphs"].message
+    assert _problems([*graphs, "train.mtp.enabled=false"]) == {}
+    # the MTP settings are rlrun's typed keys, not a second copy in train.megatron
+    typed = _problems([*MIMO, "+train.megatron.mtp_num_layers=1", "+train.megatron.mtp_loss_scaling_factor=0.5"])
+    assert typed["train.megatron.mtp_num_layers"].fix.endswith("set model.mtp_num_layers instead")
+    assert typed["train.megatron.mtp_loss_scaling_factor"].fix.endswith("set train.mtp.loss_scaling_factor instead")
+    # a checkpoint whose config.json has fewer MTP layers than asked
+    import json
+    from rlrun.train.hf_model import hf_config
+    from rlrun.config import load
+    m = load(MIMO[:-1] + ["model.mtp_num_layers=0"]).model
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(m).to_dict()))
+    got = _problems([*MIMO, f"checkpoint.hf={tmp_path}"])
+    assert got.keys() == {"model.mtp_num_layers"} and "at most 0" in got["model.mtp_num_layers"].message
+    (tmp_path / "config.json").write_text(json.dumps(hf_config(m).to_dict() | {"num_nextn_predict_layers": 1}))
+    assert _problems([*MIMO, f"checkpoint.hf={tmp_path}"]) == {}

@@ -561,7 +561,7 @@ class MegatronBackend(TrainerBackend):
     def _mtp_running(self):
         """train.mtp.enabled: the actor's MTP block runs in the train step's forwards (only there: the log-prob
         forwards read the main head alone)."""
-        gpt = self.model.module
+        gpt = getattr(self.model, "module", self.model)  # under the DDP wrapper
         if not self.mtp_train or not getattr(gpt, "mtp_process", False):
             yield
             return

@@ -58,9 +58,10 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
     )
     if model.moe is not None:
         kw.update(_moe_kwargs(model.moe, routing_replay))
-    if model.mtp_num_layers:
+    mtp_layers = getattr(model, "mtp_num_layers", 0)  # a model section from before MTP (tests' shapes): none
+    if mtp_layers:
         # megatron-core's MTP block on the last pipeline stage (rlrun.train.megatron.mtp runs it and computes its loss)
-        kw.update(mtp_num_layers=model.mtp_num_layers,
+        kw.update(mtp_num_layers=mtp_layers,
                   mtp_loss_scaling_factor=train.mtp.loss_scaling_factor if train is not None else 0.1)
     cls = TransformerConfig
     if model.mla is not None:

@@ -112,7 +112,10 @@ def hf_names(model, name: str, layer_offset: int = 0, expert_offset: int = 0) ->
     m = _LAYER.match(name)
     if not m:
         raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
-    return _layer_names(model, int(m.group(1)) + layer_offset, m.group(2), expert_offset)
+    names = _layer_names(model, int(m.group(1)) + layer_offset, m.group(2), expert_offset)
+    if names is None:
+        raise KeyError(f"no HF mapping for Megatron parameter {name!r} (family {model.family})")
+    return names
 
 
 def _mtp_names(model, i: int, suffix: str, expert_offset: int) -> list[str]:
@@ -125,9 +128,9 @@ def _mtp_names(model, i: int, suffix: str, expert_offset: int) -> list[str]:
     if suffix in _MTP_OWN[style]:
         return [pre + _MTP_OWN[style][suffix]]
     inner = next((suffix[len(p):] for p in _MTP_LAYER if suffix.startswith(p)), None)
-    if inner is None:
-        raise KeyError(f"no HF mapping for MTP parameter {suffix!r} of layer {i}")
-    names = _layer_names(model, model.num_layers + i, inner, expert_offset)
+    names = None if inner is None else _layer_names(model, model.num_layers + i, inner, expert_offset)
+    if names is None:
+        raise KeyError(f"no HF mapping for Megatron parameter 'mtp.layers.{i}.{suffix}' (family {model.family})")
     return names if style == "nextn" else [pre + n.split(".", 3)[3] for n in names]
 
 
@@ -139,7 +142,8 @@ def _is_mimo_eh_proj(model, name: str) -> bool:
         FAMILIES[model.family].mtp_names == "mimo"
 
 
-def _layer_names(model, layer: int, suffix: str, expert_offset: int) -> list[str]:
+def _layer_names(model, layer: int, suffix: str, expert_offset: int) -> list[str] | None:
+    """HF names of decoder layer `layer`'s parameter `suffix`; None: it has none."""
     pre = f"model.layers.{layer}."
     if getattr(model, "mla", None) is not None and suffix in _MLA:
         return [pre + _MLA[suffix]]
@@ -161,7 +165,7 @@ def _layer_names(model, layer: int, suffix: str, expert_offset: int) -> list[str
         # GLM-4 stores gate and up fused already, in the same [gate; up] order as Megatron.
         return [pre + "mlp.gate_up_proj.weight"] if model.family == "glm4" else \
             [pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"]
-    raise KeyError(f"no HF mapping for Megatron parameter {name!r} (family {model.family})")
+    return None
 
 
 def to_megatron(model, name: str, hf: list[torch.Tensor]) -> torch.Tensor:
