@@ -391,6 +391,7 @@ def test_mtp_validates_on_the_megatron_backend_and_refuses_what_cannot_work(tmp_
     assert _problems(["model=qwen2.5-7b", "hardware=h100", "train.backend=megatron", "train.mtp.enabled=true",
                       "checkpoint.hf=/nowhere/x"])["train.mtp.enabled"].fix.startswith("set model.mtp_num_layers")
     assert "rollout.engine" in _problems([*MIMO, "rollout.engine=hf"])
+    assert "model.lora freezes" in _problems([*MIMO, "model.lora.rank=8"])["train.mtp.enabled"].message
     graphs = [*MIMO, "train.cuda_graphs=true", "parallelism=tp1", "rollout.gpus_per_engine=1"]
     assert "MTP training is not captured" in _problems(graphs)["train.cuda_graphs"].message
     assert _problems([*graphs, "train.mtp.enabled=false"]) == {}

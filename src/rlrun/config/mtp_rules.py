@@ -51,6 +51,11 @@ def mtp(cfg: RunConfig) -> Iterator[Problem]:
         yield Problem("train.cuda_graphs", "megatron-core's MTP block rolls each packed sequence on the host (its "
                       "cu_seqlens), which a captured micro-batch cannot replay; MTP training is not captured",
                       "set train.cuda_graphs=false, or train.mtp.enabled=false", True)
+    if t.mtp.enabled and m.lora.rank:
+        yield Problem("train.mtp.enabled", "model.lora freezes every base weight, the MTP layers' too (the adapters "
+                      "wrap the decoder's layers only): the MTP loss would train nothing of the MTP layers",
+                      "set train.mtp.enabled=false (the MTP layers stay as loaded and still sync), or model.lora.rank=0",
+                      True)
     layout = t.megatron.get("pipeline_model_parallel_layout")
     if layout is not None:
         yield Problem("train.megatron.pipeline_model_parallel_layout", "with MTP layers rlrun places them on the "
