@@ -82,7 +82,7 @@ r = [row["rollout/reward_mean"] for row in rows if "rollout/reward_mean" in row]
 print("rewards every 10th:", [round(x, 3) for x in r[::10]], "last:", round(r[-1], 3) if r else None)
 k = min(10, len(r) // 2) or 1
 print(f"first{k} {statistics.fmean(r[:k]):.3f} last{k} {statistics.fmean(r[-k:]):.3f} over {len(r)} rollouts")
-keys = sorted(k for k in rows[-1] if k.startswith(("time/", "perf/")))
+keys = sorted(k for k in rows[-1] if k.startswith(("time/", "perf/", "weight_sync/", "offload/")))
 print("means after the first rollout:", {k: round(statistics.fmean(row[k] for row in rows[1:] if k in row), 4)
                                          for k in keys})
 PY
