@@ -171,10 +171,11 @@ class TransportKind:
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank; gathered: on the ranks on each engine's GPUs): (named, urls,
     # version=, bucket_bytes=, prepare=, copies=, backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=,
-    # flattened=, and exchange= when gathered) -> bytes pushed per engine (named:
+    # flattened=, phases=, and exchange= when gathered) -> bytes pushed per engine (named:
     # the state as a rlrun.rollout.weights.Buckets stream, each bucket made when it is asked for: W.as_buckets, then
     # prepare(bucket); keep: a dict the transport keeps across the rank's pushes, e.g. its process group; flattened:
-    # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind); None: a file transport
+    # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind; phases: a dict the push
+    # adds its seconds per phase to, rlrun.rollout.engines.group.Phases); None: a file transport
     push: Callable[..., int] | None = None
     # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
     flattened: Callable[[Any], bool] = lambda kind: False
