@@ -35,7 +35,7 @@ def mtp(cfg: RunConfig) -> Iterator[Problem]:
     if not BACKENDS[t.backend].mtp:
         yield Problem("train.backend", f"the {t.backend} backend builds no multi-token prediction block: the "
                       f"{n} MTP layer(s) of model.mtp_num_layers would be neither loaded, trained nor synced to the "
-                      "engines (SGLang's EAGLE draft reads them)",
+                      "engines (a speculative-decoding draft reads them)",
                       f"set train.backend={_mtp_backends()}, or model.mtp_num_layers=0", t.backend)
     if not ENGINES[cfg.rollout.engine].mtp_weights:
         takes = ", ".join(e for e, spec in ENGINES.items() if spec.mtp_weights) or "none"
