@@ -251,6 +251,7 @@ def test_mtp_hidden_states_and_loss_match_an_independent_computation(megatron_cp
     # fp32, the same weights: only the order of the sums differs (SDPA vs megatron-core's attention path, the
     # fused qkv GEMM); |h'| ~ 1 after the final norm, fp32 rounding over ~10^2 sums stays below 1e-5
     err = float((ours[:T - 1, 0] - theirs).abs().max())
+    print(f"MTP hidden vs transformers max_abs={err:.2e}")
     assert err < 1e-5, err
 
     # the loss at response tokens 6..11 (main rows 5..10; MTP rows 4..9, targets x_6..x_11), token 8 masked out
