@@ -115,3 +115,28 @@ def test_a_fingerprint_only_push_reads_the_whole_stream():
     out = _rank(impl).push_weights([], True, how)
     assert impl.made == 3
     assert out["fingerprint"] == W.fingerprint({f"w{i}": torch.full((4,), float(i)) for i in range(3)})
+
+
+def test_a_push_to_engines_without_checksums_computes_no_fingerprint(monkeypatch):
+    """fingerprint=False (WeightSync: engines whose kind has no checksum endpoint, SGLang's) pushes the same bytes and
+    never fingerprints: its per-tensor reductions were most of a push's staging on the GPU."""
+    sent = []
+
+    def record(named, urls, *, bucket_bytes, prepare, **how):
+        for bucket in W.as_buckets(named, bucket_bytes):
+            sent.append([(n, t.clone()) for n, t in prepare(bucket)])
+        return sum(t.numel() * t.element_size() for b in sent for _, t in b)
+
+    def no_fingerprint(*a, **k):
+        raise AssertionError("fingerprinted")
+
+    how = dict(transport=TransportKind("recording", auto=lambda cfg: False, rules=lambda cfg: iter(()), push=record),
+               version=1, bucket_bytes=1, engine_dtype=None, backend="gloo")
+    out = _rank(_Impl(3)).push_weights(["http://engine"], True, how)
+    with_fp = [b for b in sent]
+    sent.clear()
+    monkeypatch.setattr(W.Fingerprint, "add", no_fingerprint)
+    out_none = _rank(_Impl(3)).push_weights(["http://engine"], True, {**how, "fingerprint": False})
+    assert out_none["fingerprint"] is None and out["fingerprint"] is not None
+    assert out_none["bytes"] == out["bytes"] == 3 * 4 * 4
+    assert [[(n, t.tolist()) for n, t in b] for b in sent] == [[(n, t.tolist()) for n, t in b] for b in with_fp]

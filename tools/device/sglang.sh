@@ -196,6 +196,7 @@ for item in $ITEMS; do
           name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_ | tr -c 'A-Za-z0-9_\n' '_')
           # the tests' own temp dirs under a known root, so their server logs (each SGLang engine's) come back in
           # one archive: an engine that never became healthy in a lane left nothing to read (2026-11-28, twice)
+          mkdir -p /tmp/pyt  # pytest makes --basetemp itself, not its parents
           run "py_$name" "${ITEM_LIMIT:-560}" python3 -m pytest -q -s -rs -p no:cacheprovider \
             --basetemp "/tmp/pyt/py_$name" "${files[@]}"
           find "/tmp/pyt/py_$name" -name '*.log' -size -20M 2>/dev/null | tar czf "$OUT/py_${name}_logs.tgz" -T - 2>/dev/null
