@@ -117,6 +117,9 @@ def rlrun_steps(run_dir: Path) -> dict[str, list[float]]:
     out["weight_sync_gb"] = [r.get("perf/weight_sync_gb", 0.0) for r in rows]
     out["reward_mean"] = [r["rollout/reward_mean"] for r in rows]
     out["keys"] = sorted({k for r in rows for k in r if k.startswith("time/")})  # type: ignore[assignment]
+    # the weight sync's and the offload's own parts (weight_sync/pause_s, offload/release_s, ...): where they go
+    out["parts"] = {k: [r.get(k, 0.0) for r in rows]  # type: ignore[assignment]
+                    for k in sorted({k for r in rows for k in r if k.startswith(("weight_sync/", "offload/"))})}
     return out
 
 
@@ -402,6 +405,9 @@ def main(argv: list[str]) -> dict:
         gb = median_window(rl["weight_sync_gb"])
         if gb:
             report.append(f"weight sync: {gb * 1e3:.2f} MB a push")
+        parts = {k: median_window(v) for k, v in rl["parts"].items()}
+        if parts:
+            report.append("parts, median ms: " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in parts.items()))
         report += ["", f"## TRL {result['trl_version']} GRPOTrainer"]
         report += table("TRL", tr, [label for label, _, key in PHASES if key])
         report += ["", "## rlrun / TRL"]
@@ -411,7 +417,8 @@ def main(argv: list[str]) -> dict:
         report += ["", "TRL settings: " + json.dumps(job["trl_settings"], default=str)]
         report += ["not matched:"] + [f"  - {x}" for x in not_matched(job["cfg"], a.trl_dtype, job["cuda"])]
         result["speed"] = {"run_dir": job["run_dir"], "steps": {"rlrun": len(rl["step"]), "trl": len(tr["step"])},
-                           "rlrun": {k: median_window(v) for k, v in rl.items() if k != "keys"},
+                           "rlrun": {k: median_window(v) for k, v in rl.items() if k not in ("keys", "parts")},
+                           "rlrun_parts": parts,
                            "trl": {k: median_window(v) for k, v in tr.items()}, "ratio": ratios,
                            "rlrun_wall_s": job["rlrun_wall_s"], "trl_wall_s": job["trl_wall_s"],
                            "trl_settings": job["trl_settings"], "same_prompts": job["same_prompts"]}

@@ -99,3 +99,16 @@ def packed_rel_err(gpt, hf, vocab_size: int, lens=(300, 17, 129, 64)) -> float:
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())
+
+
+def train_batch(vocab: int, seed: int = 0):
+    """A TrainBatch of 7 random samples (12-47 tokens, responses from token 3-9, all loss tokens, one advantage per
+    sample), the same for every backend test."""
+    from rlrun.train.base import TrainBatch
+    g = torch.Generator().manual_seed(seed)
+    lens = [int(x) for x in torch.randint(12, 48, (7,), generator=g)]
+    starts = [int(x) for x in torch.randint(3, 10, (7,), generator=g)]
+    tokens = [torch.randint(0, vocab, (n,), generator=g) for n in lens]
+    mask = [torch.ones(n - s) for n, s in zip(lens, starts)]
+    adv = [torch.full((n - s,), float(torch.randn(1, generator=g))) for n, s in zip(lens, starts)]
+    return TrainBatch(tokens=tokens, response_start=starts, loss_mask=mask, advantages=adv)

@@ -33,15 +33,7 @@ def backends(cfg):
     meg.shutdown()
 
 
-def _batch(vocab, seed=0):
-    from rlrun.train.base import TrainBatch
-    g = torch.Generator().manual_seed(seed)
-    lens = [int(x) for x in torch.randint(12, 48, (7,), generator=g)]
-    starts = [int(x) for x in torch.randint(3, 10, (7,), generator=g)]
-    tokens = [torch.randint(0, vocab, (n,), generator=g) for n in lens]
-    mask = [torch.ones(n - s) for n, s in zip(lens, starts)]
-    adv = [torch.full((n - s,), float(torch.randn(1, generator=g))) for n, s in zip(lens, starts)]
-    return TrainBatch(tokens=tokens, response_start=starts, loss_mask=mask, advantages=adv)
+_batch = P.train_batch
 
 
 def test_log_probs_match_torch_backend(backends, cfg):

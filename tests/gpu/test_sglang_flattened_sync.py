@@ -5,7 +5,9 @@ the engine one CUDA IPC handle per bucket (SGLang's load_format="flattened_bucke
 one. A random Qwen3-0.6B-shaped state (real vocab 151,936 unless RLRUN_FLAT_VOCAB says otherwise, bf16, 1.19 GB
 with the tied lm_head not sent) goes to an SGLang engine on the same GPU; the engine's log-probs then match
 transformers' on the pushed weights (LOGPROB_TOL, see test_sglang_engine), and the bandwidth of both forms is
-printed (the per-tensor form first, on other weights, so that only the flattened push can explain the match).
+printed (the per-tensor form first, on other weights, so that only the flattened push can explain the match), with
+each push's phases (rlrun.rollout.engines.group.Phases), for bucket sizes BUCKETS_MB, next to SGLang alone (one
+request of per-tensor handles, the way SGLang's docs push weights): where rlrun's push loses time against it.
 
 Run on the lent GPU with the kit staged (tools/device/sglang.sh, ITEMS=flat); skips where SGLang cannot be
 imported."""
@@ -25,6 +27,7 @@ pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 PUSHES = 3  # per form; the median is printed (the first push of a form also opens the engine's handles)
+BUCKETS_MB = (256, 512, 1024, 2048)  # the flattened form's bucket sizes measured (2048: the whole state in one bucket)
 
 
 def _cfg(tmp):
@@ -36,17 +39,42 @@ def _cfg(tmp):
                  "+rollout.sglang.attention_backend=triton", "+rollout.sglang.sampling_backend=pytorch"])
 
 
-def _push(cfg, url, model, version, flattened):
-    from rlrun.config.kinds import ENGINES
+def _push(url, model, version, flattened, bucket_mb):
     from rlrun.launch.train_group import push_state
 
     state = {n: p.detach() for n, p in model.state_dict().items()}
-    out = push_state(state, [url], transport="tensor", version=version,
-                     bucket_bytes=cfg.rollout.weight_sync_bucket_mb << 20, engine_dtype=None,
-                     device=torch.device("cuda", 0), copies=1, tied=("lm_head.weight",),
+    out = push_state(state, [url], transport="tensor", version=version, bucket_bytes=bucket_mb << 20,
+                     engine_dtype=None, device=torch.device("cuda", 0), copies=1, tied=("lm_head.weight",),
                      flattened=flattened)
     assert requests.get(f"{url}/model_info", timeout=30).json()["weight_version"] == version
-    return out["bytes"], out["seconds"]
+    return out
+
+
+def _sglang_alone(url, model):
+    """SGLang's own path as its docs use it: one /update_weights_from_tensor with a
+    CUDA IPC handle per tensor of the model's own storages; no pause, no fingerprint, no bucketing. The request's
+    seconds only (serialization before it)."""
+    from rlrun.rollout import api
+    from rlrun.rollout import weights as W
+
+    named = [(n, p.detach()) for n, p in model.state_dict().items() if n != "lm_head.weight"]
+    payload, keep = W.serialize_ipc(named)
+    body = api.update_weights_from_tensor_body([payload], "alone", flush_cache=True)
+    t0 = time.perf_counter()
+    requests.post(f"{url}/update_weights_from_tensor", json=body, timeout=120).raise_for_status()
+    seconds = time.perf_counter() - t0
+    del keep
+    return sum(t.numel() * t.element_size() for _, t in named), seconds
+
+
+def _line(what, runs):
+    """One printed row: the median push of `runs` (push_state results) with its phases."""
+    med = sorted(runs, key=lambda o: o["seconds"])[len(runs) // 2]
+    phases = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(med["phases"].items()))
+    every = ", ".join(f"{o['seconds']:.3f}" for o in runs)
+    print(f"SGLANG tensor push ({what}): {med['bytes'] / 1e9:.3f} GB in {med['seconds']:.3f} s median of {len(runs)} "
+          f"({med['bytes'] / med['seconds'] / 1e9:.1f} GB/s; all: {every} s; phases ms: {phases})")
+    return med["bytes"] / med["seconds"] / 1e9
 
 
 def test_flattened_ipc_push_of_a_qwen3_06b_state_matches_transformers(tmp_path):
@@ -58,17 +86,23 @@ def test_flattened_ipc_push_of_a_qwen3_06b_state_matches_transformers(tmp_path):
     engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp_path, model_path=str(tmp_path / "m0"))
     engine.start(timeout_s=420)
     try:
+        alone = _model(cfg, 3)
+        runs = [_sglang_alone(engine.url, alone) for _ in range(PUSHES)]
+        nbytes, seconds = runs[0][0], statistics.median(s for _, s in runs)
+        print(f"SGLANG tensor push (SGLang alone: one request, a handle per tensor): {nbytes / 1e9:.3f} GB in "
+              f"{seconds:.3f} s median of {PUSHES} ({nbytes / seconds / 1e9:.1f} GB/s)")
+        bucket = cfg.rollout.weight_sync_bucket_mb
+        model = _model(cfg, 2)
+        per_tensor = _line(f"per-tensor handles, bucket {bucket} MiB",
+                           [_push(engine.url, model, f"2.{k}", False, bucket) for k in range(PUSHES)])
         rates = {}
-        for flattened, seed in ((False, 2), (True, 1)):  # the flattened form last: the log-probs check it
-            model = _model(cfg, seed)
-            runs = [_push(cfg, engine.url, model, f"{seed}.{k}", flattened) for k in range(PUSHES)]
-            nbytes, seconds = runs[0][0], statistics.median(s for _, s in runs)
-            rates[flattened] = nbytes / seconds / 1e9
-            print(f"SGLANG tensor push ({'flattened_bucket' if flattened else 'per-tensor handles'}): "
-                  f"{nbytes / 1e9:.3f} GB in {seconds:.3f} s median of {PUSHES} ({rates[flattened]:.1f} GB/s; "
-                  f"all: {', '.join(f'{s:.3f}' for _, s in runs)} s; bucket {cfg.rollout.weight_sync_bucket_mb} MiB)")
+        model = _model(cfg, 1)  # the flattened form last, on other weights: only it can explain the match below
+        for mb in BUCKETS_MB:
+            rates[mb] = _line(f"flattened_bucket, bucket {mb} MiB",
+                              [_push(engine.url, model, f"1.{mb}.{k}", True, mb) for k in range(PUSHES)])
         gap, _ = _check_matches(engine.url, model)
-        print(f"SGLANG after the flattened push: max |logprob - transformers| = {gap:.4f}; flattened / per-tensor "
-              f"= {rates[True] / rates[False]:.1f}x")
+        print(f"SGLANG after the flattened push: max |logprob - transformers| = {gap:.4f}; flattened ({bucket} MiB, "
+              f"the default) / per-tensor = {rates[bucket] / per_tensor:.1f}x; best bucket "
+              f"{max(rates, key=rates.get)} MiB; SGLang alone {nbytes / seconds / 1e9:.1f} GB/s")
     finally:
         engine.stop()

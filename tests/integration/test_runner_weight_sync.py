@@ -84,6 +84,14 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
     speed = [r.get("perf/weight_sync_gb_per_s") for r in rows]
     assert all(r["time/weight_sync_s"] > 0 for r in rows)
     assert all(s > 0 for s in speed) if transport != "disk" else speed == [None, None]
+    # where each push's time went (rlrun.rollout.engines.group.Phases): disjoint parts of the push, so within the step's
+    # weight-sync phase
+    phases = {"tensor": {"pause", "stage", "exchange", "wait", "resume"},
+              "distributed": {"pause", "group", "stage", "broadcast", "resume"}}.get(transport, set())
+    for r in rows:
+        got = {k[len("weight_sync/"):-len("_s")] for k in r if k.startswith("weight_sync/")}
+        assert got == phases and all(r[f"weight_sync/{p}_s"] >= 0 for p in phases)
+        assert sum(r[f"weight_sync/{p}_s"] for p in phases) <= r["time/weight_sync_s"]
     print(f"\n{transport}: time/weight_sync_s {[round(r['time/weight_sync_s'], 4) for r in rows]}")
 
 
@@ -92,11 +100,11 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
 # picks it. TrainGroup sends the spec to the trainer's process, and Ray ships this module's functions by value
 # (the test module is not importable there; a plugin package would be).
 def _body_push(named, urls, *, version, bucket_bytes, prepare, copies=1, backend="gloo", resume=True,
-               timeout_s=180.0, engine_env=None, flush_cache=True, keep=None, flattened=False) -> int:
+               timeout_s=180.0, engine_env=None, flush_cache=True, keep=None, flattened=False, phases=None) -> int:
     from rlrun.rollout.engines.group import push_tensors
 
     return push_tensors(urls, named, version, transport="serialized", bucket_bytes=bucket_bytes, prepare=prepare,
-                        copies=copies, resume=resume, timeout_s=timeout_s, flush_cache=flush_cache)
+                        copies=copies, resume=resume, timeout_s=timeout_s, flush_cache=flush_cache, phases=phases)
 
 
 HTTP_BODY = TransportKind("http_body", auto=lambda cfg: False, rules=lambda cfg: iter(()), push=_body_push,

@@ -28,6 +28,8 @@
 #   throughput bench/sglang_throughput.py: SGLang alone vs client -> router -> engine, GRPO groups and single  ~300 s
 #   fp8        issue 36: tests/gpu/test_sglang_fp8.py: SGLang on rlrun's FP8 dir, the quantizing push, log-probs vs
 #              transformers bf16 (the mismatch FP8 adds)                                     ~120 s
+#   r3         issue 36: copy-grpo-h100 with model=tiny-moe, rollout.routing_replay true then false (R3_ROLLOUTS,
+#              default 12): train/train_rollout_logp_abs_diff with and without routing replay          ~2 x 150 s
 #   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b), bf16 then --fp8: tokens/s of both   ~2 x 200 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
@@ -82,7 +84,8 @@ r = [row["rollout/reward_mean"] for row in rows if "rollout/reward_mean" in row]
 print("rewards every 10th:", [round(x, 3) for x in r[::10]], "last:", round(r[-1], 3) if r else None)
 k = min(10, len(r) // 2) or 1
 print(f"first{k} {statistics.fmean(r[:k]):.3f} last{k} {statistics.fmean(r[-k:]):.3f} over {len(r)} rollouts")
-keys = sorted(k for k in rows[-1] if k.startswith(("time/", "perf/")))
+keys = sorted(k for k in rows[-1] if k.startswith(("time/", "perf/", "weight_sync/", "offload/", "train/train_rollout",
+                                                    "train/routing")))
 print("means after the first rollout:", {k: round(statistics.fmean(row[k] for row in rows[1:] if k in row), 4)
                                          for k in keys})
 PY
@@ -135,6 +138,13 @@ for item in $ITEMS; do
                 run throughput_single 300 python3 bench/sglang_throughput.py --model qwen3-0.6b --prompts 64 --n 1 \
                   --new 256 --repeat 3
                 grep -hE '^\{' "$OUT/throughput.log" "$OUT/throughput_single.log" | tee -a "$RES" ;;
+    r3)  # issue 36: rollout routing replay end to end, a small MoE (model=tiny-moe: Qwen3-MoE, 8 experts, top-2) through
+         # Megatron + SGLang colocated, replay on then off: the train vs rollout log-prob mismatch of each
+         for rr in true false; do
+           run "r3_$rr" 300 "${RLRUN[@]}" experiment=copy-grpo-h100 model=tiny-moe rollout.routing_replay=$rr \
+             rollout.num_rollout="${R3_ROLLOUTS:-12}" "${KIT_FAST[@]}" run.name="r3-$rr" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
+           summary "r3-$rr"
+         done ;;
     fp8) run fp8 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_fp8.py
          grep -E '^SGLANG|passed|failed' "$OUT/fp8.log" | tee -a "$RES" ;;
     fp8bench) for f in "" --fp8; do

@@ -34,6 +34,11 @@ class Family:
     # one: the names rlrun.rollout.fp8 quantizes for rollout.fp8 (a family with fused qkv_proj / gate_up_proj names,
     # phi3 and glm4's MLP, would be pushed in bf16 into the engine's FP8 parameters)
     fp8_names: bool = False
+    # how its HF checkpoints name multi-token prediction layers (model.mtp_num_layers; rlrun.train.megatron.weights):
+    # "nextn" = DeepSeek-V3's model.layers.{num_layers + i} with eh_proj / enorm / hnorm / shared_head.norm, "mimo" =
+    # MiMo's model.mtp_layers.{i} with input_proj / token_layernorm / hidden_layernorm / final_layernorm; None: its
+    # checkpoints carry none
+    mtp_names: str | None = None
 
     @property
     def hf_arch(self) -> str:
@@ -55,8 +60,9 @@ FAMILIES: dict[str, Family] = {
     "glm4": Family("glm4", BOTH, {"qk_layernorm": False, "post_norms": True}, hf_config="Glm4Config",
                    interleaved_rope=True),
     # Qwen2 / Qwen2.5: the llama layout with a bias on q/k/v (no attention_bias key in config.json)
+    # (MiMo-7B is this layout plus MiMo's MTP layers: slime imports it as Qwen2 with --mtp-num-layers)
     "qwen2": Family("qwen2", BOTH, {"qk_layernorm": False, "add_qkv_bias": True, "post_norms": False},
-                    hf_config="Qwen2Config", interleaved_rope=False, fp8_names=True),
+                    hf_config="Qwen2Config", interleaved_rope=False, fp8_names=True, mtp_names="mimo"),
     "mistral": Family("mistral", BOTH, {"qk_layernorm": False, "add_qkv_bias": False, "post_norms": False},
                       hf_config="MistralConfig", interleaved_rope=False, fp8_names=True),
     # Phi-3 stores q/k/v and gate/up fused (qkv_proj, gate_up_proj); rlrun's megatron mapping reads the
@@ -67,7 +73,8 @@ FAMILIES: dict[str, Family] = {
     # expert bias (rlrun.train.megatron.model); transformers' DeepseekV3Config gives the random-init weights' shapes
     # (the torch backend does not train it: its MoE/MLA layers are not wired there)
     "deepseek_v3": Family("deepseek_v3", ("megatron",), {"qk_layernorm": True, "post_norms": False},
-                          moe=True, mla=True, hf_config="DeepseekV3Config", interleaved_rope=False),
+                          moe=True, mla=True, hf_config="DeepseekV3Config", interleaved_rope=False,
+                          mtp_names="nextn"),
 }
 NAMES = tuple(FAMILIES)
 BY_MODEL_TYPE = {f.model_type: name for name, f in FAMILIES.items()}

@@ -90,13 +90,18 @@ FIELDS: dict[str, Callable[[dict], Any]] = {
     "mla.qk_rope_head_dim": lambda j: j.get("qk_rope_head_dim"),
     "mla.qk_nope_head_dim": lambda j: j.get("qk_nope_head_dim"),
     "mla.v_head_dim": lambda j: j.get("v_head_dim"),
+    # DeepSeek-V3, GLM-4.x-MoE and MiMo name them so; a checkpoint without the key has none
+    "mtp_num_layers": lambda j: j.get("num_nextn_predict_layers") or 0,
 }
 
 
 # Fields where the config may use less than the checkpoint has: a training max_position_embeddings below
 # config.json's only leaves the positions beyond it unused (slime trains with --seq-length / context
 # lengths below the checkpoint's; the weights do not depend on it). Above it is refused.
-AT_MOST = {"max_position_embeddings"}
+AT_MOST = {"max_position_embeddings", "mtp_num_layers"}  # MTP: fewer leaves the checkpoint's others unloaded
+
+
+_UNUSED = {"max_position_embeddings": "positions", "mtp_num_layers": "the checkpoint's other MTP layers"}
 
 
 def read_hf_config(path: str) -> Optional[dict]:
@@ -123,7 +128,8 @@ def compare(cfg: RunConfig, hf: dict, source: str) -> Iterator[Problem]:
         if field in AT_MOST and theirs is not None and ours <= theirs:
             continue
         if not _same(ours, theirs):
-            more = f" (at most {theirs!r}: a smaller value only leaves positions unused)" if field in AT_MOST else ""
+            more = f" (at most {theirs!r}: a smaller value only leaves {_UNUSED.get(field, 'them')} unused)" \
+                if field in AT_MOST else ""
             yield Problem(f"model.{field}", f"{ours!r} differs from {source} ({theirs!r}){more}",
                           f"set model.{field}={json.dumps(theirs)} or pick the model profile that matches "
                           "the checkpoint", {"config": ours, "hf": theirs})

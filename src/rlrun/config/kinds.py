@@ -100,7 +100,8 @@ PLUGINS: list[str] = [
     "rlrun.reward.spec",
     # rule modules (@RULES): config's own and the packages above it
     "rlrun.config.rules", "rlrun.config.layout_rules", "rlrun.config.hfcheck", "rlrun.config.debug_rules",
-    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.config.reward_rules", "rlrun.agent.rules",
+    "rlrun.config.check_rules", "rlrun.config.mode_rules", "rlrun.config.mtp_rules", "rlrun.config.reward_rules",
+    "rlrun.agent.rules",
 ]
 _discovered: list[bool] = [False]
 _PLUGIN_RANK: dict[str, int] = {}  # plugin module -> its place in discovery (Registry's order of the built-ins)
@@ -170,10 +171,11 @@ class TransportKind:
     check: str = "fingerprint"
     # trainer end (runs on the lead trainer rank; gathered: on the ranks on each engine's GPUs): (named, urls,
     # version=, bucket_bytes=, prepare=, copies=, backend=, resume=, timeout_s=, engine_env=, flush_cache=, keep=,
-    # flattened=, and exchange= when gathered) -> bytes pushed per engine (named:
+    # flattened=, phases=, and exchange= when gathered) -> bytes pushed per engine (named:
     # the state as a rlrun.rollout.weights.Buckets stream, each bucket made when it is asked for: W.as_buckets, then
     # prepare(bucket); keep: a dict the transport keeps across the rank's pushes, e.g. its process group; flattened:
-    # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind); None: a file transport
+    # the engines read a bucket as one buffer: TransportKind.flattened of the engine kind; phases: a dict the push
+    # adds its seconds per phase to, rlrun.rollout.engines.group.Phases); None: a file transport
     push: Callable[..., int] | None = None
     # whether an engine kind (EngineKind) reads this transport's pushes as flattened buckets
     flattened: Callable[[Any], bool] = lambda kind: False
@@ -264,6 +266,9 @@ class EngineKind:
     # serves block-wise FP8 (e4m3, 128 x 128 scales) linear weights, loaded from an FP8 checkpoint or a push
     # through rlrun.rollout.fp8 (rollout.fp8)
     fp8: bool = False
+    # takes a checkpoint's multi-token prediction layers in a push under their HF names (model.mtp_num_layers: SGLang
+    # loads the target model from the checkpoint and skips them, its EAGLE draft reads them); else a push of them fails
+    mtp_weights: bool = False
     # the path the router and rlrun's engine monitor poll for liveness: it answers at once, paused or not, and holds
     # nothing a pause waits for. SGLang 0.5.16's /health generates a token under the lock its abort-mode pause
     # polls once a second (http_server.health_generate, tokenizer_manager.pause_generation), so a probe in flight
@@ -349,6 +354,9 @@ class BackendKind:
     routing_replay: tuple[str, ...] = ()
     # "module:function"(cfg) -> Problems: what its routing replay cannot do with this config (rlrun validate)
     routing_replay_check: str = ""
+    # builds a checkpoint's multi-token prediction layers (model.mtp_num_layers), syncs them to the engines and
+    # trains them (train.mtp.enabled)
+    mtp: bool = False
 
     def __post_init__(self) -> None:
         _one_of(self, "memory", ("fp32", "sharded"))
@@ -375,6 +383,7 @@ BACKENDS.register(BackendKind("megatron", needs_gpu=True, model_parallel=True, c
                               # megatron-core 0.19.2's RouterReplay (rlrun/train/megatron/routing.py)
                               routing_replay=("qwen3_moe",),
                               routing_replay_check="rlrun.train.megatron.replay_rules:check",
+                              mtp=True,  # megatron-core's MultiTokenPredictionBlock (rlrun.train.megatron.model)
                               requires=(("megatron.core", "pip install 'rlrun[megatron]' (docs/megatron.md)"),)))
 
 

@@ -156,6 +156,10 @@ class ModelSection(Section):
     post_norms: bool
     moe: Optional[MoESection]
     mla: Optional[MLASection]
+    # multi-token prediction layers the checkpoint carries (config.json's num_nextn_predict_layers: DeepSeek-V3,
+    # GLM-4.x-MoE, MiMo): the megatron backend builds megatron-core's MTP block, loads them and syncs them to the
+    # engines (SGLang's EAGLE draft reads them); trained only with train.mtp.enabled. 0 = not modelled
+    mtp_num_layers: NonNegInt
     lora: LoraSection
 
 
@@ -185,6 +189,11 @@ class RecomputeSection(Section):
     num_layers: Optional[PosInt]
 
 
+class MTPSection(Section):
+    enabled: bool                 # the MTP layers' loss joins the RL loss (slime --enable-mtp-training); off: frozen
+    loss_scaling_factor: Annotated[float, Field(ge=0)]  # weight of the mean MTP loss (slime --mtp-loss-scaling-factor)
+
+
 class TrainSection(Section):
     backend: _kind(BACKENDS)  # type: ignore[valid-type]
     num_nodes: PosInt
@@ -205,6 +214,7 @@ class TrainSection(Section):
     cuda_graphs: bool                               # megatron: micro-batch fwd+loss+bwd as CUDA graphs
     calculate_per_token_loss: bool
     async_train: bool
+    mtp: MTPSection                                 # megatron: multi-token prediction training (model.mtp_num_layers)
     megatron: dict[str, Any]                        # megatron-core config fields, passed through (BackendKind.passthrough_check)
 
     @property

@@ -123,6 +123,11 @@ ROWS: tuple[Row, ...] = (
     Row("model.moe.n_group", "--moe-router-num-groups", "MODEL_ARGS", type=int, default=1, section="model.moe"),
     Row("model.moe.topk_group", "--moe-router-group-topk", "MODEL_ARGS", type=int, default=1,
         section="model.moe"),
+    # multi-token prediction: Megatron's --mtp-num-layers (None = none), slime's --enable-mtp-training and
+    # Megatron's --mtp-loss-scaling-factor (default 0.1); docs/megatron.md "Multi-token prediction"
+    Row("model.mtp_num_layers", "--mtp-num-layers", "MODEL_ARGS", type=int, default=0),
+    Row("train.mtp.enabled", "--enable-mtp-training", "MISC_ARGS", "true", default=False),
+    Row("train.mtp.loss_scaling_factor", "--mtp-loss-scaling-factor", "MISC_ARGS", type=float, default=0.1),
     Row("model.mla.q_lora_rank", "--q-lora-rank", "MODEL_ARGS", type=int, default=None, section="model.mla"),
     Row("model.mla.kv_lora_rank", "--kv-lora-rank", "MODEL_ARGS", type=int, default=512, section="model.mla",
         always=True),
@@ -555,7 +560,6 @@ NO_OP_FLAGS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 
 # The slime/Megatron feature a flag belongs to, where rlrun lacks that feature: a refusal names the feature.
 _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
-    "multi-token prediction (MTP)": ("--enable-mtp-training", "--mtp-num-layers", "--mtp-loss-scaling-factor"),
     "FP8 training": ("--fp8-format", "--fp8-recipe", "--transformer-impl"),
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),

@@ -37,7 +37,8 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
                keep: dict | None = None, flattened: bool = False, fp8: bool = False, exchange=None) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
-    the bytes pushed per engine and the push's seconds. No urls: only the fingerprint. `state`: a dict, or the
+    the bytes pushed per engine, the push's seconds and its seconds per phase ("phases": rlrun.rollout.engines.group
+    .Phases). No urls: only the fingerprint. `state`: a dict, or the
     backend's W.Buckets stream (TrainerBackend.sync_buckets: each bucket made on the GPU when it is pushed).
 
     Each bucket is moved to `device` (the rank's GPU: CUDA IPC handles / NCCL need device memory)
@@ -73,7 +74,7 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
 
     stream = state.stream if isinstance(state, W.Buckets) else W.buckets(list(state.items()), bucket_bytes)
     named = W.Buckets(b for b in map(untied, stream) if b)
-    t0, nbytes = time.perf_counter(), 0
+    t0, nbytes, phases = time.perf_counter(), 0, {}
     kind = transport if isinstance(transport, TransportKind) else TRANSPORTS[transport]
     if not urls and exchange is None:
         for bucket in named.stream:
@@ -85,8 +86,9 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
         nbytes = kind.push(named, urls, version=str(version), bucket_bytes=bucket_bytes, prepare=prepare,
                            copies=copies, backend=backend, resume=resume, timeout_s=timeout_s,
                            engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep,
-                           flattened=flattened, **({"exchange": exchange} if exchange is not None else {}))
-    return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0}
+                           flattened=flattened, phases=phases,
+                           **({"exchange": exchange} if exchange is not None else {}))
+    return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0, "phases": phases}
 
 
 class _Exchange:

@@ -106,6 +106,8 @@ class WeightSync:
             want = out["fingerprint"]
             # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
             self.last_metrics = self.transport.metrics(out["bytes"], out["seconds"])
+            if self.last_metrics:  # where the push's time went (rlrun.rollout.engines.group.Phases)
+                self.last_metrics.update({f"weight_sync/{k}_s": v for k, v in out.get("phases", {}).items()})
         self.verify(version, urls, want)
         self.synced = (version, want)
 

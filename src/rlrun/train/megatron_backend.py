@@ -132,6 +132,11 @@ class MegatronBackend(TrainerBackend):
         self.wgrad_kernel = wgrad.install(self.device) if self.tconfig.gradient_accumulation_fusion else None
         gpt = mm.build_gpt(cfg.model, self.tconfig).to(self.device)
         self._load_weights(gpt, cfg.checkpoint.hf)
+        # model.mtp_num_layers: megatron-core's MTP block (rlrun.train.megatron.mtp), loaded from the checkpoint and
+        # synced to the engines; trained with train.mtp.enabled, else frozen (out of the DDP and the optimizer)
+        self.mtp_train = bool(cfg.model.mtp_num_layers and cfg.train.mtp.enabled)
+        if cfg.model.mtp_num_layers and not self.mtp_train and getattr(gpt, "mtp_process", False):
+            gpt.mtp.requires_grad_(False)
         self.lora = bool(cfg.model.lora.rank)  # model.lora: adapters on the frozen base (rlrun.train.megatron.lora)
         if self.lora:  # before the DDP: it buckets (and the optimizer holds) the trainable parameters only
             from rlrun.train.megatron import lora
@@ -179,7 +184,7 @@ class MegatronBackend(TrainerBackend):
         self.tconfig.no_sync_func = self.model.no_sync
         self.ref = None
         if self.needs_ref:
-            self.ref = mm.build_gpt(cfg.model, self.tconfig).to(self.device).eval()
+            self.ref = mm.build_gpt(cfg.model, mm.without_mtp(self.tconfig)).to(self.device).eval()
             from rlrun.config.torch_dist import dist_checkpoint_dir, ref_weights
 
             ref_dir, note = ref_weights(cfg.checkpoint.ref, cfg.checkpoint.hf)
@@ -281,7 +286,7 @@ class MegatronBackend(TrainerBackend):
         from rlrun.config.torch_dist import dist_checkpoint_dir
         from rlrun.train.megatron import model as mm  # megatron-core: imported where used (the package docstring)
 
-        gpt = mm.build_gpt(self.cfg.model, self.tconfig).to(self.device).eval()
+        gpt = mm.build_gpt(self.cfg.model, mm.without_mtp(self.tconfig)).to(self.device).eval()
         if dist_checkpoint_dir(path):
             from rlrun.train.megatron.dist_ckpt import load_torch_dist
             load_torch_dist(gpt, path)
@@ -342,11 +347,15 @@ class MegatronBackend(TrainerBackend):
             group=self.tp_group if self.tp_size > 1 else None)
         return logp, entropy if entropy_grad else entropy.detach()
 
-    def _loss_inputs(self, batch: TrainBatch, mb, normalizer: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every tensor one micro-batch's forward and loss read, on the device (a CUDA graph's inputs)."""
+    def _loss_inputs(self, batch: TrainBatch, mb, normalizer: torch.Tensor,
+                     mtp_tokens: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Every tensor one micro-batch's forward and loss read, on the device (a CUDA graph's inputs). mtp_tokens:
+        the global batch's loss-masked tokens, the MTP loss's divisor (train.mtp.enabled)."""
         x = {"tokens": mb.tokens, "position_ids": mb.position_ids, "cu_seqlens": mb.cu_seqlens,
              "logit_rows": mb.logit_rows, "targets": mb.targets, "response_cu": mb.response_cu,
              "normalizer": normalizer}
+        if mtp_tokens is not None:
+            x["mtp_tokens"] = mtp_tokens
         rows = mb.logit_rows.numel()  # more than the response tokens after packing.bucket: pad rows get 0
         for name in ("loss_mask", "advantages", "old_logp", "ref_logp", "rollout_logp"):
             if getattr(batch, name) is not None:
@@ -355,13 +364,34 @@ class MegatronBackend(TrainerBackend):
         return x
 
     def _policy_loss(self, hidden, x: dict[str, torch.Tensor]):
-        """(loss, metric sums on the device) of one micro-batch from the last stage's hidden states."""
+        """(loss, metric sums on the device) of one micro-batch from the last stage's hidden states (with
+        train.mtp.enabled: (hidden states, the MTP layers' hidden states), rlrun.train.megatron.mtp)."""
+        mtp_hidden = None
+        if isinstance(hidden, tuple):
+            hidden, mtp_hidden = hidden
         logp, entropy = self._response_logp_entropy(self.model, hidden, x["logit_rows"], x["targets"],
                                                     entropy_grad=self.params.entropy_coef != 0)
         mask, ref, rollout = x["loss_mask"], x.get("ref_logp"), x.get("rollout_logp")
         loss, m = compute_loss(logp, x.get("old_logp"), ref, rollout, x["advantages"], mask, entropy, self.params,
                                cu_seqlens=x["response_cu"], normalizer=x["normalizer"])
-        return loss, policy_sums(m, logp, entropy, mask, rollout, ref)
+        sums = policy_sums(m, logp, entropy, mask, rollout, ref)
+        if mtp_hidden is not None:
+            loss, sums["train/mtp_loss"] = self._with_mtp_loss(loss, mtp_hidden, x)
+        return loss, sums
+
+    def _with_mtp_loss(self, loss, mtp_hidden, x: dict[str, torch.Tensor]):
+        """The RL loss plus train.mtp.loss_scaling_factor / model.mtp_num_layers x the MTP layers' losses (megatron-
+        core's weighting), and the metric: the sum over MTP layers of each one's mean loss on the loss-masked
+        response tokens (slime's train/mtp_loss)."""
+        from megatron.core import parallel_state as ps
+
+        from rlrun.train.megatron.mtp_loss import mtp_loss
+        weight = self._output_weight(self.model)
+        mtp, _ = mtp_loss(mtp_hidden, weight, x, vocab_start=ps.get_tensor_model_parallel_rank() * weight.shape[0],
+                          group=self.tp_group if self.tp_size > 1 else None, gather=self._hidden_for_output,
+                          token_count=x["mtp_tokens"])
+        factor = self.cfg.train.mtp.loss_scaling_factor / self.cfg.model.mtp_num_layers
+        return loss + factor * mtp, mtp.detach()
 
     def _micro_batch_fwd_bwd(self, x: dict[str, torch.Tensor], max_seqlen: int) -> dict[str, torch.Tensor]:
         """Forward, loss and backward of one micro-batch without megatron-core's schedule: what
@@ -482,13 +512,34 @@ class MegatronBackend(TrainerBackend):
         if self.graphs is not None:  # a few shapes, so that graphs replay (packing.bucket)
             from rlrun.train.megatron.packing import bucket
             mbs = [bucket(mb, self.bucket_tokens) for mb in mbs]
+        mtp_tokens = None
+        if self.mtp_train:  # the MTP loss's divisor: the loss-masked tokens of the global batch
+            mtp_tokens = torch.tensor(max(loss_normalizer(batch.loss_mask, True, self.device, dp_group), 1.0),
+                                      dtype=torch.float32, device=self.device)
         for mb in mbs:
-            mb.loss_inputs = self._loss_inputs(batch, mb, normalizer)
+            mb.loss_inputs = self._loss_inputs(batch, mb, normalizer, mtp_tokens)
         sums = StepSums(self.device)  # filled on the last pipeline stage, which computes the loss
         if offpolicy_masked is not None and self.is_last:
             sums.add("tok/offpolicy_masked", offpolicy_masked)
         self.model.zero_grad_buffer()
         self.opt.zero_grad()
+        with self._mtp_running():
+            self._forward_backward(mbs, sums)
+        lr = self._lr(self.cfg.optim.lr)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        ok, grad_norm, _ = self.opt.step()
+        if not ok:
+            raise RuntimeError(f"optimizer step {self.step} skipped (non-finite gradients)")
+        self.step += 1
+        # Every rank of a DP group sits on the same stage: the reduce is over all-empty or all-full sums.
+        metrics = policy_metrics(self._to_all_stages(sums.reduce(dp_group)), grad_norm, lr)
+        if self.graphs is not None:
+            metrics.update(self.graphs.stats())
+        return metrics
+
+    def _forward_backward(self, mbs, sums: StepSums) -> None:
+        """Every micro-batch's forward, loss and backward (CUDA graphs or megatron-core's schedule)."""
         if self.graphs is not None:
             from megatron.core.distributed import finalize_model_grads
             with self.graphs:
@@ -505,18 +556,20 @@ class MegatronBackend(TrainerBackend):
                 return loss * scale, {}
 
             self._run(self.model, mbs, loss_fn, forward_only=False)
-        lr = self._lr(self.cfg.optim.lr)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        ok, grad_norm, _ = self.opt.step()
-        if not ok:
-            raise RuntimeError(f"optimizer step {self.step} skipped (non-finite gradients)")
-        self.step += 1
-        # Every rank of a DP group sits on the same stage: the reduce is over all-empty or all-full sums.
-        metrics = policy_metrics(self._to_all_stages(sums.reduce(dp_group)), grad_norm, lr)
-        if self.graphs is not None:
-            metrics.update(self.graphs.stats())
-        return metrics
+
+    @contextlib.contextmanager
+    def _mtp_running(self):
+        """train.mtp.enabled: the actor's MTP block runs in the train step's forwards (only there: the log-prob
+        forwards read the main head alone)."""
+        gpt = getattr(self.model, "module", self.model)  # under the DDP wrapper
+        if not self.mtp_train or not getattr(gpt, "mtp_process", False):
+            yield
+            return
+        gpt.mtp_run = True
+        try:
+            yield
+        finally:
+            gpt.mtp_run = False
 
     # -- weights and checkpoints ------------------------------------------------------------
     def export_buckets(self, bucket_bytes: int, dtype=torch.bfloat16):

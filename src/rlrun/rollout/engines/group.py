@@ -97,20 +97,54 @@ def _executor(pool: ThreadPoolExecutor | None, n: int) -> Iterator[ThreadPoolExe
         own.shutdown(wait=False)
 
 
+class Phases:
+    """Seconds per phase of one push, added into the caller's dict (None: not kept): `with phases("wait"): ...`.
+    push_tensors' phases: pause and resume (the engines' /pause_generation and /continue_generation), stage (the
+    buckets made, prepared and serialized on this rank), exchange (a gathered push's collectives), wait (the engines'
+    loading that staging did not hide)."""
+
+    def __init__(self, into: dict[str, float] | None):
+        self.into = into
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.into is not None:
+                self.into[name] = self.into.get(name, 0.0) + time.perf_counter() - t0
+
+    def timed(self, name: str, items: Iterator) -> Iterator:
+        """items, each next() counted in phase `name` (a streamed bucket is made when it is asked for)."""
+        while True:
+            with self(name):
+                item = next(items, _END)
+            if item is _END:
+                return
+            yield item
+
+
+_END = object()
+
+
 @contextmanager
 def _paused(urls: list[str], pool: ThreadPoolExecutor, resume: bool = True,
-            timeout_s: float = 600.0) -> Iterator[None]:
+            timeout_s: float = 600.0, phases: Phases | None = None) -> Iterator[None]:
     """pause_generation(in_place) -> body -> continue_generation on every engine: running requests
     wait between decode steps while the weights change and then go on (none is lost); a push that fails leaves
     them paused (half-replaced weights must not generate; the caller stops the run or pushes again).
     resume=False leaves them paused: the caller continues them once their KV cache is back (a
     request scheduled into released KV memory crashes SGLang 0.5.16's scheduler)."""
+    phases = phases or Phases(None)
     body = api.pause_generation_body("in_place")
-    list(pool.map(lambda url: _post(url, "/pause_generation", body, timeout_s), urls))
+    with phases("pause"):
+        list(pool.map(lambda url: _post(url, "/pause_generation", body, timeout_s), urls))
     yield
     # only after a complete push: engines whose weights are half replaced (a failed push) must not generate
     if resume:
-        list(pool.map(lambda url: _post(url, "/continue_generation", {}, timeout_s), urls))
+        with phases("resume"):
+            list(pool.map(lambda url: _post(url, "/continue_generation", {}, timeout_s), urls))
 
 
 def _payload(bucket: list, transport: str, load_format: str | None = None) -> tuple[str, list]:
@@ -147,9 +181,11 @@ class Exchange(Protocol):
 def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets", version: str, *,
                  transport: str = "ipc", bucket_bytes: int = 256 << 20, prepare: Prepare | None = None, copies: int = 1,
                  pool: ThreadPoolExecutor | None = None, resume: bool = True, timeout_s: float = 600.0,
-                 flush_cache: bool = True, load_format: str | None = None, exchange: Exchange | None = None) -> int:
+                 flush_cache: bool = True, load_format: str | None = None, exchange: Exchange | None = None,
+                 phases: dict[str, float] | None = None) -> int:
     """A full state (HF names) to every engine through /update_weights_from_tensor, between pause
-    (in_place) and continue; returns the bytes pushed (per engine).
+    (in_place) and continue; returns the bytes pushed (per engine). phases: filled with the push's seconds per phase
+    (Phases: pause, stage, exchange, wait, resume), where a push's time goes.
 
     Bucket by bucket: `prepare` (the trainer: move it to its GPU, fingerprint it there), one payload
     (load_format="flattened_bucket": one buffer and one IPC handle per bucket, _payload), one request per engine.
@@ -177,10 +213,10 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
     parts = counted(W.with_last(W.as_buckets(named, bucket_bytes)))  # named: (name, tensor) pairs or a Buckets stream
     if exchange is None:
         return _push_buckets(urls, parts, version, transport, prepare, lambda payload: [payload] * copies, pool,
-                             resume, timeout_s, flush_cache, load_format)
+                             resume, timeout_s, flush_cache, load_format, phases=Phases(phases))
     try:
         return _push_buckets(urls, parts, version, transport, prepare, exchange, pool, resume, timeout_s,
-                             flush_cache, load_format, end=lambda: exchange(None))
+                             flush_cache, load_format, end=lambda: exchange(None), phases=Phases(phases))
     except BaseException:
         # the others' order: bucket k taken (a collective for megatron: its TP gather), then its exchange; so first
         # the exchange of a bucket taken but not exchanged, then each remaining bucket and its exchange, then the end
@@ -198,22 +234,27 @@ def push_tensors(urls: list[str], named: "list[tuple[str, object]] | W.Buckets",
 def _push_buckets(urls: list[str], parts: Iterator, version: str, transport: str, prepare: Prepare | None,
                   share: Callable[[str], list[str] | None], pool: ThreadPoolExecutor | None, resume: bool,
                   timeout_s: float, flush_cache: bool, load_format: str | None,
-                  end: Callable[[], object] = lambda: None) -> int:
+                  end: Callable[[], object] = lambda: None, phases: "Phases | None" = None) -> int:
     """push_tensors' loop over (bucket, last) `parts`: share(payload) -> the request's payloads (None: this rank posts
     none); end() after the last bucket's answers."""
     how = f"{transport} push" + (f", load_format={load_format}" if load_format else "")
+    phases = phases or Phases(None)
 
-    def stage(item: tuple[list, bool] | None) -> tuple[list, bool, str, list] | None:
-        if item is None:
-            return None
-        bucket, last = item
-        bucket = prepare(bucket) if prepare else bucket
-        return (bucket, last, *_payload(bucket, transport, load_format))
+    def stage() -> tuple[list, bool, str, list] | None:
+        """The next bucket made (a TP gather for megatron), prepared and serialized; None after the last."""
+        with phases("stage"):
+            item = next(parts, None)
+            if item is None:
+                return None
+            bucket, last = item
+            bucket = prepare(bucket) if prepare else bucket
+            return (bucket, last, *_payload(bucket, transport, load_format))
 
     nbytes, i = 0, 0
-    with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s):
-        staged = stage(next(parts, None))
-        payloads = share(staged[2]) if staged is not None else None
+    with _executor(pool, len(urls)) as ex, _paused(urls, ex, resume, timeout_s, phases):
+        staged = stage()
+        with phases("exchange"):
+            payloads = share(staged[2]) if staged is not None else None
         while staged is not None:
             bucket, last, _, keepalive = staged
             posts = {}
@@ -222,13 +263,15 @@ def _push_buckets(urls: list[str], parts: Iterator, version: str, transport: str
                                                            load_format=load_format, flush_cache=last and flush_cache)
                 posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             try:
-                staged = None if last else stage(next(parts))  # while the engines load bucket i
+                staged = None if last else stage()  # while the engines load bucket i
             finally:  # even when staging failed: the engines may still be reading bucket i
-                _bounded(lambda: None, timeout_s, f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
-                                                  f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
+                with phases("wait"):  # what staging did not hide of the engines' load
+                    _bounded(lambda: None, timeout_s, f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
+                                                      f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
             # the engines answered for bucket i: the next one's payloads (gathered: its exchange is what tells the
             # other ranks that bucket i may go), or the end
-            payloads = end() if staged is None else share(staged[2])
+            with phases("exchange"):
+                payloads = end() if staged is None else share(staged[2])
             nbytes, i = nbytes + _nbytes(bucket), i + 1
             del keepalive, bucket  # every engine has copied it: free it
             if transport == "ipc":
@@ -691,7 +734,8 @@ def broadcast_weights(engine_urls: list[str], named: "list[tuple[str, object]] |
                       bucket_bytes: int = 256 << 20, prepare: Prepare | None = None,
                       ranks_per_engine: int = 1, load_format: str | None = W.FLATTENED_BUCKET,
                       timeout_s: float = 180.0, engine_env: dict[str, str] | None = None,
-                      flush_cache: bool = True, group: BroadcastGroup | None = None) -> dict:
+                      flush_cache: bool = True, group: BroadcastGroup | None = None,
+                      phases: dict[str, float] | None = None) -> dict:
     """The disaggregated path, run by trainer rank 0: a process group {trainer=0, engine i = ranks
     1+i*k .. (i+1)*k} (k = ranks_per_engine: an SGLang engine joins with one rank per TP rank), then
     per bucket one /update_weights_from_distributed per engine while rank 0 broadcasts the
@@ -705,31 +749,39 @@ def broadcast_weights(engine_urls: list[str], named: "list[tuple[str, object]] |
     Bounded: joining the group and each bucket (the collective and the engines' answers) get timeout_s each; past
     it, or when an engine's request fails, the group is aborted and WeightSyncStuck names the step and every
     engine's state. engine_env: the NCCL settings the engines run with (check_nccl_env, before anything starts).
-    flush_cache: as in push_tensors."""
+    flush_cache: as in push_tensors. phases (Phases): pause, group (joined or reused), stage (buckets made, prepared,
+    flattened), broadcast (the collective and the engines' answers), resume."""
     if backend == "nccl":
         check_nccl_env(engine_env)
+    phases_ = Phases(phases)
     own = group is None
     if own:
         group = BroadcastGroup(master_address, master_port if callable(master_port) else lambda: master_port,
                                backend, ranks_per_engine)
     parts = W.with_last(W.as_buckets(named, bucket_bytes))  # named: (name, tensor) pairs, or a W.Buckets stream
     try:
-        with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s):
-            group.ensure(engine_urls, timeout_s)
+        with _executor(None, len(engine_urls)) as pool, _paused(engine_urls, pool, timeout_s=timeout_s,
+                                                                phases=phases_):
+            with phases_("group"):
+                group.ensure(engine_urls, timeout_s)
             t0, nbytes = time.perf_counter(), 0
-            for i, (bucket, last) in enumerate(parts):
-                bucket = prepare(bucket) if prepare else bucket
+            for i, (bucket, last) in enumerate(phases_.timed("stage", parts)):
+                with phases_("stage"):
+                    bucket = prepare(bucket) if prepare else bucket
                 body = api.update_weights_from_distributed_body(
                     [n for n, _ in bucket], [W.dtype_name(t.dtype) for _, t in bucket],
                     [list(t.shape) for _, t in bucket], str(version) if last else None, group_name=group.name,
                     flush_cache=last and flush_cache, load_format=load_format)
                 posts = {url: pool.submit(_post, url, "/update_weights_from_distributed", body, timeout_s)
                          for url in engine_urls}
-                tensors = [t.contiguous() for _, t in bucket]
-                sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
-                _bounded(lambda: W.broadcast_tensors(group.group, sent), timeout_s,
-                         f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
-                         f"from {bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts, group.drop)
+                with phases_("stage"):
+                    tensors = [t.contiguous() for _, t in bucket]
+                    sent = [W.flatten_bucket(tensors)] if load_format == W.FLATTENED_BUCKET else tensors
+                with phases_("broadcast"):
+                    _bounded(lambda: W.broadcast_tensors(group.group, sent), timeout_s,
+                             f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, {len(bucket)} tensors "
+                             f"from {bucket[0][0]}; {backend} broadcast, load_format={load_format})", posts,
+                             group.drop)
                 nbytes += _nbytes(bucket)
             seconds = time.perf_counter() - t0
             if own:

@@ -26,7 +26,8 @@ def rules(cfg) -> Iterator[Problem]:
 
 def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepare, copies: int = 1,
          backend: str = "nccl", resume: bool = True, timeout_s: float = 180.0, engine_env: dict | None = None,
-         flush_cache: bool = True, keep: dict | None = None, flattened: bool = True) -> int:
+         flush_cache: bool = True, keep: dict | None = None, flattened: bool = True,
+         phases: dict | None = None) -> int:
     """Trainer end: a group {trainer rank 0, every engine's ranks} (master = this node's IP, a free port), one
     broadcast per bucket while every engine receives it (engine end: its /update_weights_from_distributed).
     keep: this rank's state across pushes, where the group stays (BroadcastGroup: rebuilt only when the engines
@@ -47,7 +48,7 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
     return broadcast_weights(urls, named, version, master_address=host, master_port=0, backend=backend,
                              bucket_bytes=bucket_bytes, prepare=prepare, ranks_per_engine=copies, timeout_s=timeout_s,
                              engine_env=engine_env, flush_cache=flush_cache, group=keep["group"],
-                             load_format=W.FLATTENED_BUCKET if flattened else None)["bytes"]
+                             load_format=W.FLATTENED_BUCKET if flattened else None, phases=phases)["bytes"]
 
 
 SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth,

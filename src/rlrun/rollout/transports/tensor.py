@@ -63,7 +63,8 @@ def engine_ranks(trainer: dict[int, list[Slot]], engines: dict[int, list[Slot]],
 
 def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepare, copies: int = 1,
          backend: str = "gloo", resume: bool = True, timeout_s: float = 180.0, engine_env: dict | None = None,
-         flush_cache: bool = True, keep: dict | None = None, flattened: bool = False, exchange=None) -> int:
+         flush_cache: bool = True, keep: dict | None = None, flattened: bool = False, exchange=None,
+         phases: dict | None = None) -> int:
     """Trainer end: bucket by bucket, pause (in place) -> /update_weights_from_tensor -> continue (the engine
     end is SGLang's own endpoint, or the hf engine's reading of the same payload). flattened: each bucket as one
     buffer with one IPC handle (SGLang's load_format="flattened_bucket"), the next bucket staged while the engines
@@ -75,7 +76,7 @@ def push(named: list, urls: list[str], *, version: str, bucket_bytes: int, prepa
 
     return push_tensors(urls, named, version, transport="ipc", bucket_bytes=bucket_bytes, prepare=prepare,
                         copies=copies, resume=resume, timeout_s=timeout_s, flush_cache=flush_cache,
-                        load_format=W.FLATTENED_BUCKET if flattened else None, exchange=exchange)
+                        load_format=W.FLATTENED_BUCKET if flattened else None, exchange=exchange, phases=phases)
 
 
 SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, push=push, metrics=bandwidth,

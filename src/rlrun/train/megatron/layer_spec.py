@@ -6,6 +6,8 @@ GPUs (no TE wheel for their torch) and on AMD machines without TE.
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
 from megatron.core.fusions.fused_bias_dropout import get_bias_dropout_add
 from megatron.core.models.backends import LocalSpecProvider
 from megatron.core.models.gpt.gpt_layer_specs import get_mlp_module_spec_for_backend
@@ -14,6 +16,8 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.identity_op import IdentityOp
 from megatron.core.transformer import multi_latent_attention as _mla_module
 from megatron.core.transformer.multi_latent_attention import MLASelfAttention, MLASelfAttentionSubmodules
+from megatron.core.transformer.multi_token_prediction import MultiTokenPredictionBlockSubmodules, \
+    MultiTokenPredictionLayer, MultiTokenPredictionLayerSubmodules, get_mtp_num_layers_to_build
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules, \
@@ -108,3 +112,21 @@ def block_spec(config, post_norms: bool, first_k_dense: int = 0, vp_stage=None) 
     expert = _layer_spec(config, moe=True, post_norms=post_norms) if moe else None
     layers = [expert if moe and offset + i >= first_k_dense else dense for i in range(n)]
     return TransformerBlockSubmodules(layer_specs=layers, layer_norm=RMSNorm)
+
+
+def mtp_block_spec(config, post_norms: bool, vp_stage=None) -> MultiTokenPredictionBlockSubmodules | None:
+    """megatron-core's MTP block of config.mtp_num_layers layers (None on a stage that builds none: all of them sit on
+    the last pipeline stage), each as get_mtp_layer_spec_for_backend makes it with rlrun's modules: enorm / hnorm /
+    final layer_norm RMSNorms, the column-parallel eh_proj, and a transformer layer like the decoder's last one
+    (an MoE layer when the model has experts: DeepSeek-V3's and GLM-4.x-MoE's MTP layer; dense otherwise: MiMo's).
+    megatron-core 0.16 names that layer `transformer_layer`, 0.19 `mtp_model_layer` (also its parameters' names:
+    rlrun.train.megatron.weights maps both)."""
+    if get_mtp_num_layers_to_build(config, vp_stage=vp_stage) == 0:
+        return None
+    backend = RlrunSpecProvider(post_norms=post_norms)
+    layer = _layer_spec(config, moe=config.num_moe_experts is not None, post_norms=post_norms)
+    slot = "mtp_model_layer" if "mtp_model_layer" in {f.name for f in fields(MultiTokenPredictionLayerSubmodules)} \
+        else "transformer_layer"
+    spec = ModuleSpec(module=MultiTokenPredictionLayer, submodules=MultiTokenPredictionLayerSubmodules(
+        enorm=RMSNorm, hnorm=RMSNorm, eh_proj=backend.column_parallel_linear(), layer_norm=RMSNorm, **{slot: layer}))
+    return MultiTokenPredictionBlockSubmodules(layer_specs=[spec] * config.mtp_num_layers)

@@ -58,6 +58,11 @@ def transformer_config(model, parallelism, train=None, *, dtype=torch.bfloat16, 
     )
     if model.moe is not None:
         kw.update(_moe_kwargs(model.moe, routing_replay))
+    mtp_layers = getattr(model, "mtp_num_layers", 0)  # a model section from before MTP (tests' shapes): none
+    if mtp_layers:
+        # megatron-core's MTP block on the last pipeline stage (rlrun.train.megatron.mtp runs it and computes its loss)
+        kw.update(mtp_num_layers=mtp_layers,
+                  mtp_loss_scaling_factor=train.mtp.loss_scaling_factor if train is not None else 0.1)
     cls = TransformerConfig
     if model.mla is not None:
         cls = MLATransformerConfig
@@ -141,20 +146,36 @@ def init_parallel(parallelism, seed: int, moe: bool = False) -> None:
         tensor_parallel.model_parallel_cuda_manual_seed(seed)
 
 
+def without_mtp(config):
+    """`config` for a model that only scores tokens (the reference, the teacher): no MTP block (model.mtp_num_layers
+    is the actor's), so build_gpt builds megatron-core's plain GPTModel."""
+    import copy
+    if not config.mtp_num_layers:
+        return config
+    out = copy.copy(config)  # megatron-core's config objects are plain dataclasses; nothing of it is re-derived
+    out.mtp_num_layers = None
+    return out
+
+
 def build_gpt(model, config, *, vp_stage=None):
-    """The GPTModel of this rank's pipeline stage, on the current device, in config.params_dtype."""
+    """The GPTModel of this rank's pipeline stage, on the current device, in config.params_dtype. config.mtp_num_layers
+    (model.mtp_num_layers): rlrun.train.megatron.mtp's GPTModel with megatron-core's MTP block on the last stage."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
 
-    from rlrun.train.megatron.layer_spec import block_spec
+    from rlrun.train.megatron.layer_spec import block_spec, mtp_block_spec
+    from rlrun.train.megatron.mtp import MTPGPTModel
 
     tp = config.tensor_model_parallel_size
     if model.vocab_size % tp:
         raise ValueError(f"model.vocab_size={model.vocab_size} is not divisible by parallelism.tp={tp}; "
                          "the vocab-parallel embedding needs equal shards (padding would change the softmax)")
     first_k_dense = model.moe.first_k_dense if model.moe is not None else 0
-    return GPTModel(
-        config=config,
+    # model.mtp_num_layers: megatron-core's MTP block (this rank builds it on the last pipeline stage only)
+    mtp = bool(config.mtp_num_layers)
+    spec = dict(mtp_block_spec=mtp_block_spec(config, post_norms=model.post_norms, vp_stage=vp_stage)) if mtp else {}
+    return (MTPGPTModel if mtp else GPTModel)(
+        config=config, **spec,
         transformer_layer_spec=block_spec(config, post_norms=model.post_norms, first_k_dense=first_k_dense,
                                           vp_stage=vp_stage),
         vocab_size=model.vocab_size, max_sequence_length=model.max_position_embeddings,

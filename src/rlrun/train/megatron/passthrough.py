@@ -32,6 +32,7 @@ TYPED_FIELDS = {
     "moe_shared_expert_intermediate_size": "model.moe.shared_expert_ffn_hidden_size",
     "moe_router_score_function": "model.moe.router", "moe_router_num_groups": "model.moe.n_group",
     "moe_router_group_topk": "model.moe.topk_group", "multi_latent_attention": "model.mla",
+    "mtp_num_layers": "model.mtp_num_layers", "mtp_loss_scaling_factor": "train.mtp.loss_scaling_factor",
     "q_lora_rank": "model.mla.q_lora_rank", "kv_lora_rank": "model.mla.kv_lora_rank",
     "qk_head_dim": "model.mla.qk_nope_head_dim", "qk_pos_emb_head_dim": "model.mla.qk_rope_head_dim",
     "v_head_dim": "model.mla.v_head_dim", "rope_type": "model.rope_scaling_factor (1: rope, else yarn)",
@@ -60,7 +61,6 @@ LACKING = {
                                      "(rlrun.train.megatron.layers) do not implement them",
     "moe_shared_expert_gate": "the gated shared expert (Qwen3-Next, Qwen3.5): rlrun's layer spec does not build it",
     "experimental_attention_variant": "hybrid layers (gated delta net, DSA): rlrun's layer spec does not build them",
-    "mtp_num_layers": "multi-token prediction (MTP): rlrun's GPT model has no MTP block",
     # TransformerConfig.__post_init__: "fused permutation is not available. Please install TE >= 2.1.0."
     "moe_permute_fusion": "the fused MoE permutation (Transformer Engine >= 2.1's kernels, which rlrun's GPU image "
                           "lacks): rlrun permutes with megatron-core's unfused path, the same math",

@@ -1,4 +1,5 @@
-"""Hugging Face <-> Megatron parameter mapping for Qwen3, Llama 3.x, GLM-4, Qwen3-MoE and DeepSeek-V3 (MLA).
+"""Hugging Face <-> Megatron parameter mapping for Qwen3, Llama 3.x, GLM-4, Qwen3-MoE and DeepSeek-V3 (MLA), with the
+multi-token prediction layers of DeepSeek-V3-style and MiMo checkpoints (model.mtp_num_layers).
 
 Written here rather than taken from mbridge: mbridge 0.15.1 builds its models with the Transformer
 Engine layer spec only (its names, e.g. `linear_qkv.layer_norm_weight`, are TE's fused-norm names)
@@ -19,6 +20,19 @@ from collections.abc import Callable, Iterator
 import torch
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
+# megatron-core's MTP block: mtp.layers.{i}.{enorm, hnorm, eh_proj, final_layernorm} and its transformer layer
+# (`transformer_layer` in megatron-core 0.16, `mtp_model_layer` in 0.19)
+_MTP = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
+_MTP_LAYER = ("transformer_layer.", "mtp_model_layer.")
+# HF names of the MTP layers' own tensors by rlrun.config.families.Family.mtp_names (facts from slime's converters,
+# slime/backends/megatron_utils/megatron_to_hf/deepseekv3.py and mimo.py): "nextn" (DeepSeek-V3, GLM-4.x-MoE) keeps
+# them as decoder layer num_layers + i, "mimo" as model.mtp_layers.{i}
+_MTP_OWN = {
+    "nextn": {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight", "eh_proj.weight": "eh_proj.weight",
+              "final_layernorm.weight": "shared_head.norm.weight"},
+    "mimo": {"enorm.weight": "token_layernorm.weight", "hnorm.weight": "hidden_layernorm.weight",
+             "eh_proj.weight": "input_proj.weight", "final_layernorm.weight": "final_layernorm.weight"},
+}
 # model.lora: rlrun.train.megatron.lora attaches each linear layer's adapter as a submodule of this name; its
 # parameters are no HF weights (the export merges them into the layer's weight)
 ADAPTER_MODULE = "lora_adapter"
@@ -62,6 +76,7 @@ _GLOBAL = {
 # MLA's down projections are megatron-core's column-parallel linears too (their outputs gathered over TP).
 _COLUMN = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias", "mlp.linear_fc1.weight",
            "mlp.shared_experts.linear_fc1.weight", "embedding.word_embeddings.weight", "output_layer.weight",
+           "eh_proj.weight",  # MTP: megatron-core's column-parallel linear (output rows split over TP)
            *(k for k in _MLA if "linear" in k))
 _ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight", "mlp.shared_experts.linear_fc2.weight")
 # [gate; up] fused linear_fc1: each TP rank holds [gate_r; up_r]
@@ -91,10 +106,44 @@ def hf_names(model, name: str, layer_offset: int = 0, expert_offset: int = 0) ->
     local expert index + expert_offset: this EP rank's first global expert)."""
     if name in _GLOBAL:
         return [_GLOBAL[name]]
+    mtp = _MTP.match(name)
+    if mtp:
+        return _mtp_names(model, int(mtp.group(1)), mtp.group(2), expert_offset)
     m = _LAYER.match(name)
     if not m:
         raise KeyError(f"no HF mapping for Megatron parameter {name!r}")
-    layer, suffix = int(m.group(1)) + layer_offset, m.group(2)
+    names = _layer_names(model, int(m.group(1)) + layer_offset, m.group(2), expert_offset)
+    if names is None:
+        raise KeyError(f"no HF mapping for Megatron parameter {name!r} (family {model.family})")
+    return names
+
+
+def _mtp_names(model, i: int, suffix: str, expert_offset: int) -> list[str]:
+    """HF names of MTP layer i's parameter `suffix` (the MTP layers are always whole on the last stage: no offset)."""
+    from rlrun.config.families import FAMILIES
+    style = FAMILIES[model.family].mtp_names
+    if style is None:
+        raise KeyError(f"family {model.family} has no HF names for MTP layers (model.mtp_num_layers)")
+    pre = f"model.layers.{model.num_layers + i}." if style == "nextn" else f"model.mtp_layers.{i}."
+    if suffix in _MTP_OWN[style]:
+        return [pre + _MTP_OWN[style][suffix]]
+    inner = next((suffix[len(p):] for p in _MTP_LAYER if suffix.startswith(p)), None)
+    names = None if inner is None else _layer_names(model, model.num_layers + i, inner, expert_offset)
+    if names is None:
+        raise KeyError(f"no HF mapping for Megatron parameter 'mtp.layers.{i}.{suffix}' (family {model.family})")
+    return names if style == "nextn" else [pre + n.split(".", 3)[3] for n in names]
+
+
+def _is_mimo_eh_proj(model, name: str) -> bool:
+    """MiMo's input_proj reads [hidden | token embedding], megatron-core's eh_proj [embedding | hidden]: the two
+    column halves swap (an involution, the same both ways)."""
+    from rlrun.config.families import FAMILIES
+    return _MTP.match(name) is not None and name.endswith(".eh_proj.weight") and \
+        FAMILIES[model.family].mtp_names == "mimo"
+
+
+def _layer_names(model, layer: int, suffix: str, expert_offset: int) -> list[str] | None:
+    """HF names of decoder layer `layer`'s parameter `suffix`; None: it has none."""
     pre = f"model.layers.{layer}."
     if getattr(model, "mla", None) is not None and suffix in _MLA:
         return [pre + _MLA[suffix]]
@@ -116,14 +165,21 @@ def hf_names(model, name: str, layer_offset: int = 0, expert_offset: int = 0) ->
         # GLM-4 stores gate and up fused already, in the same [gate; up] order as Megatron.
         return [pre + "mlp.gate_up_proj.weight"] if model.family == "glm4" else \
             [pre + "mlp.gate_proj.weight", pre + "mlp.up_proj.weight"]
-    raise KeyError(f"no HF mapping for Megatron parameter {name!r} (family {model.family})")
+    return None
 
 
 def to_megatron(model, name: str, hf: list[torch.Tensor]) -> torch.Tensor:
     """Full Megatron tensor from its HF tensors (in hf_names order)."""
     if ".linear_qkv." in name:
         return interleave_qkv(*hf, groups=model.num_query_groups)
+    if _is_mimo_eh_proj(model, name):
+        return _swap_halves(hf[0])
     return hf[0] if len(hf) == 1 else torch.cat(hf, dim=0)
+
+
+def _swap_halves(w: torch.Tensor) -> torch.Tensor:
+    first, second = w.chunk(2, dim=1)
+    return torch.cat([second, first], dim=1)
 
 
 def to_hf(model, name: str, full: torch.Tensor, layer_offset: int = 0, expert_offset: int = 0
@@ -134,6 +190,8 @@ def to_hf(model, name: str, full: torch.Tensor, layer_offset: int = 0, expert_of
         parts = split_qkv(full, model.num_query_groups, model.num_attention_heads, model.head_dim)
     elif len(names) == 2:  # gate_proj, up_proj
         parts = full.chunk(2, dim=0)
+    elif _is_mimo_eh_proj(model, name):
+        parts = (_swap_halves(full),)
     else:
         parts = (full,)
     return list(zip(names, parts))
@@ -263,9 +321,14 @@ def export_hf(gpt, model, bucket_bytes: int, layer_offset: int = 0, dtype=None,
     iterate it; all of them receive the same full tensors (on the GPU). weight(name, param): the local
     tensor to export for a parameter (model.lora: the weight with its adapter merged in); default its data."""
     bucket, used = [], 0
+    inner = gpt
+    while hasattr(inner, "module"):
+        inner = inner.module
     for name, p in _local_params(gpt):
         if name == "output_layer.weight" and model.tie_word_embeddings:
             continue  # HF keeps a tied lm_head as embed_tokens only
+        if name == "embedding.word_embeddings.weight" and not getattr(inner, "pre_process", True):
+            continue  # the MTP stage's copy of the first stage's embedding (model.mtp_num_layers with PP > 1)
         t = p.detach() if weight is None else weight(name, p)
         for hf_name, x in gathered_hf(model, name, t, layer_offset):
             # a buffer keeps its dtype (the fp32 expert bias: rounded to bf16 it would pick other experts)

@@ -84,7 +84,7 @@ SPEC = ENGINES.register(EngineKind("sglang", needs_gpu=True, args_key="sglang", 
                                    rules=rules, sharded_weights=True, multi_node=True, memory="static_pool",
                                    # NCCL: verified on two GPUs (tests/gpu/test_sglang_nccl_sync.py); the flattened
                                    # CUDA-IPC form awaits tests/gpu/test_sglang_flattened_sync.py (docs/rollout.md)
-                                   flattened_broadcast=True, routed_experts=True, fp8=True,
+                                   flattened_broadcast=True, routed_experts=True, fp8=True, mtp_weights=True,
                                    # a LoRA run pushes the merged weights under the HF names: the same push as
                                    # full fine-tuning's (docs/algorithms.md "LoRA")
                                    lora=True,
