@@ -281,6 +281,12 @@ def test_the_megatron_side_packs_ids_and_refuses_what_its_hook_cannot_replay():
         load([*meg, "parallelism.cp=2", "train.cuda_graphs=true"])
     paths = [p.path for p in e.value.problems]
     assert "parallelism.cp" in paths and "train.cuda_graphs" in paths
+    # megatron-core routes these without asking its RouterReplay (moe_utils.topk_routing_with_score_function's fused
+    # branch, TopKRouter.routing's sinkhorn branch): refused, not silently unreplayed
+    with pytest.raises(ConfigError) as e:
+        load([*meg, "+train.megatron.moe_router_fusion=true", "+train.megatron.moe_router_load_balancing_type=sinkhorn"])
+    assert {p.path for p in e.value.problems} >= {"train.megatron.moe_router_fusion",
+                                                   "train.megatron.moe_router_load_balancing_type"}
 
 
 def test_sglang_refuses_a_tied_head_where_its_model_class_never_ties():
