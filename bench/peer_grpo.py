@@ -32,8 +32,9 @@ end, so training = step - rollout. On CUDA each mark synchronises the device fir
 last step out of the window).
 
 --to-reward R: a second job, rlrun's copy task (`experiment=copy-grpo-h100`: tiny Qwen3, 32 prompts x 8, 3 new
-tokens, char_match reward, lr 3e-3), on both sides for up to --max-steps rollouts: the loop time (sum of step times,
-start-up excluded) until the mean reward of the last 10 rollouts first reaches R, or "not reached in N steps".
+tokens, char_match reward, lr 3e-3, entropy bonus 0.05; on the CPU its torch trainer + hf engine analogue), on both
+sides for up to --max-steps rollouts: the loop time (sum of step times, start-up excluded) until the mean reward of
+the last 10 rollouts first reaches R, or "not reached in N steps".
 
 The last line is `PEER_RESULT {json}` (both tables, the ratios, the reward times) for scripts and tests.
 """
@@ -59,9 +60,8 @@ GPU_REWARD = ["experiment=copy-grpo-h100"]
 # the CPU mode: the tiny model, the toy tokenizer, the torch trainer and the hf engine (hardware=cpu's defaults)
 CPU_SPEED = ["hardware=cpu", "model=tiny", "data=toy", "rollout.rollout_batch_size=4",
              "rollout.n_samples_per_prompt=4", "rollout.max_response_len=8", "optim.lr=1e-5"]
-CPU_REWARD = ["hardware=cpu", "model=tiny", "data=toy", "data.toy_task=copy", "data.rm_type=char_match",
-              "rollout.rollout_batch_size=32", "rollout.n_samples_per_prompt=8", "rollout.max_response_len=3",
-              "eval.max_response_len=3", "optim.lr=3e-3", "optim.weight_decay=0.0"]
+# the copy task's CPU analogue: the same experiment through the torch trainer and the hf engine
+CPU_REWARD = ["experiment=copy-grpo-h100", "hardware=cpu", "train.backend=torch", "rollout.engine=hf"]
 COMMON = ["logging.wandb.mode=disabled", "checkpoint.save_interval=null"]
 
 WINDOW = (2, 8)     # median of steps 2-8, 1-based
@@ -181,6 +181,7 @@ def trl_settings(cfg, micro_batch: int | None, cuda: bool, dtype: str):
         max_completion_length=r.max_response_len,
         temperature=r.temperature, top_p=r.top_p, top_k=max(r.top_k, 0),  # rlrun -1 = off, TRL 0 = off
         beta=0.0,
+        entropy_coef=a.entropy_coef,  # TRL's bonus is the mean per-token entropy, as rlrun's (3-token answers)
         learning_rate=o.lr, lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=o.adam_beta1, adam_beta2=o.adam_beta2, adam_epsilon=o.adam_eps,
         weight_decay=o.weight_decay, max_grad_norm=o.clip_grad,

@@ -84,8 +84,11 @@ def test_mtp_training_step_syncs_trains_and_leaves_log_probs_alone(checkpoint):
     ln_v = math.log(cfg.model.vocab_size)
     assert math.isfinite(m["train/mtp_loss"]) and 0.5 * ln_v < m["train/mtp_loss"] < 2 * ln_v
     after = be.state_dict_for_sync()
-    moved = [k for k in loaded if not torch.equal(after[k], before[k])]
-    assert moved == list(loaded), sorted(set(loaded) - set(moved))
+    # every MTP matrix moves; the norms' weights start at 1.0, where a bf16 step (2^-7 = 7.8e-3) is wider than one Adam
+    # step at lr 1e-3, so the synced bf16 copy of a norm keeps its value (seen on the H200, 2026-11-28: all five norms)
+    matrices = [k for k, v in loaded.items() if v.dim() > 1]
+    moved = [k for k in matrices if not torch.equal(after[k], before[k])]
+    assert matrices and moved == matrices, sorted(set(matrices) - set(moved))
 
 
 def test_mtp_frozen_when_training_is_off(checkpoint):

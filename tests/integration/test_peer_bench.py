@@ -53,3 +53,15 @@ def test_peer_bench_runs_both_sides_on_the_cpu(tmp_path):
         assert speed[side]["generation"] + speed[side]["training"] <= speed[side]["step"]
     assert speed["ratio"]["step"] == pytest.approx(speed["rlrun"]["step"] / speed["trl"]["step"])
     assert "| step |" in r.stdout and "rlrun/TRL step time" in r.stdout
+
+
+def test_trl_gets_the_copy_tasks_entropy_bonus():
+    # experiment=copy-grpo-h100 trains with algo.entropy_coef 0.05 (its YAML says why); TRL's GRPOConfig has the same
+    # bonus (the mean per-token entropy), so the peer job must hand it over, not drop it
+    from rlrun.config import load
+
+    for job in (peer_grpo.GPU_REWARD, peer_grpo.CPU_REWARD):
+        cfg = load(job)
+        assert cfg.algo.entropy_coef == 0.05
+        assert peer_grpo.trl_settings(cfg, None, cuda=False, dtype="float32")["entropy_coef"] == 0.05
+    assert peer_grpo.trl_settings(load(peer_grpo.CPU_SPEED), None, cuda=False, dtype="float32")["entropy_coef"] == 0.0

@@ -295,3 +295,24 @@ def test_flattened_payload_unpickler_admits_simplenamespace_only():
         W.deserialize_named_tensors(evil, W.FLATTENED_BUCKET)
     with pytest.raises(ValueError, match="is a dict with flattened_tensor and metadata"):
         W.deserialize_named_tensors(W.serialize_ipc([("w", torch.ones(1))])[0], W.FLATTENED_BUCKET)
+
+
+def test_flattening_a_bucket_costs_a_few_torch_ops_per_tensor():
+    """A push's staging on the GPU is bound by torch's per-op cost, not bandwidth (2026-11-28, the 0.6B shape: ~36 ops
+    a tensor, stage 100-128 ms of a 130-150 ms push; docs/benchmarks.md). flatten_named makes a bucket with one
+    concatenation: 5 dispatched ops a tensor (detach, reshape, view, the pad's slice and its share of the cat) plus a
+    constant, counted here (the copy per tensor it replaced: 6)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    named = [(f"w{i}", torch.randn(3 + i % 5, 7).to(torch.bfloat16)) for i in range(300)]  # odd sizes: pads too
+    with Count():
+        flat, meta = W.flatten_named(named)
+    assert Count.n <= 5 * len(named) + 4, Count.n
+    assert [W.unflatten_named(flat, meta)[i][1].tolist() for i in (0, 299)] == [named[0][1].tolist(), named[299][1].tolist()]

@@ -115,3 +115,54 @@ def test_a_fingerprint_only_push_reads_the_whole_stream():
     out = _rank(impl).push_weights([], True, how)
     assert impl.made == 3
     assert out["fingerprint"] == W.fingerprint({f"w{i}": torch.full((4,), float(i)) for i in range(3)})
+
+
+def test_a_push_to_engines_without_checksums_computes_no_fingerprint(monkeypatch):
+    """fingerprint=False (WeightSync: engines whose kind has no checksum endpoint, SGLang's) pushes the same bytes and
+    never fingerprints: its per-tensor reductions were most of a push's staging on the GPU."""
+    sent = []
+
+    def record(named, urls, *, bucket_bytes, prepare, **how):
+        for bucket in W.as_buckets(named, bucket_bytes):
+            sent.append([(n, t.clone()) for n, t in prepare(bucket)])
+        return sum(t.numel() * t.element_size() for b in sent for _, t in b)
+
+    def no_fingerprint(*a, **k):
+        raise AssertionError("fingerprinted")
+
+    how = dict(transport=TransportKind("recording", auto=lambda cfg: False, rules=lambda cfg: iter(()), push=record),
+               version=1, bucket_bytes=1, engine_dtype=None, backend="gloo")
+    with _Ops() as with_ops:
+        out = _rank(_Impl(3)).push_weights(["http://engine"], True, how)
+    with_fp = [b for b in sent]
+    sent.clear()
+    monkeypatch.setattr(W.Fingerprint, "add", no_fingerprint)
+    with _Ops() as without_ops:
+        out_none = _rank(_Impl(3)).push_weights(["http://engine"], True, {**how, "fingerprint": False})
+    # the fingerprint's ~30 torch ops a tensor were the staging's cost on the GPU: without it far fewer are dispatched
+    assert without_ops.n * 3 < with_ops.n, (without_ops.n, with_ops.n)
+    assert out_none["fingerprint"] is None and out["fingerprint"] is not None
+    assert out_none["bytes"] == out["bytes"] == 3 * 4 * 4
+    assert [[(n, t.tolist()) for n, t in b] for b in sent] == [[(n, t.tolist()) for n, t in b] for b in with_fp]
+
+
+class _Ops:
+    """Counts the torch ops dispatched inside the block."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+        self.n = 0
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                outer.n += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = _Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)

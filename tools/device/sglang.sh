@@ -118,14 +118,15 @@ for item in $ITEMS; do
           tail -c 3000 "$OUT/lora.log" | grep -i -E "error|traceback" && tail -40 "$OUT/lora.log" ;;
     distill)  # issue 35: on-policy distillation through Megatron + SGLang. The teacher: the tiny model SFT-trained on the
               # copy task (torch backend, which writes an HF dir); the student: copy-grpo-h100's random-init model learning
-              # from the teacher's per-token log-probs alone (reward=replace: rewards scored and logged, not trained on)
+              # from the teacher's per-token log-probs alone (reward=replace: rewards scored and logged, not trained on; no
+              # entropy bonus)
       run distill_sft 240 "${RLRUN[@]}" experiment=tiny-sft-cpu hardware=h100 train.gpus_per_node=1 train.backend=torch \
         data.toy_task=copy data.rm_type=char_match rollout.num_rollout="${SFT_STEPS:-60}" run.name=distill-teacher \
         run.output_dir=/tmp/runs logging.wandb.mode=disabled
       teacher=$(ls -d /tmp/runs/distill-teacher/*/checkpoints/iter_*/trainer/model 2>/dev/null | tail -1)
       [ -n "$teacher" ] || { echo "distill: no teacher checkpoint" | tee -a "$RES"; continue; }
       run distill 420 "${RLRUN[@]}" experiment=copy-grpo-h100 algo.distill.teacher="$teacher" algo.distill.reward=replace \
-        algo.normalize_advantages=true rollout.num_rollout="${DISTILL_ROLLOUTS:-60}" "${KIT_FAST[@]}" \
+        algo.normalize_advantages=true algo.entropy_coef=0.0 rollout.num_rollout="${DISTILL_ROLLOUTS:-60}" "${KIT_FAST[@]}" \
         run.name=distill-student run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
       summary distill-student ;;
     loratest) run loratest 300 python3 -m pytest -q -s -rs -p no:cacheprovider tests/gpu/test_gpu_megatron_lora.py
@@ -213,6 +214,7 @@ PY
           name=$(echo "${item#py:}" | tr ',' '\n' | sed 's/^test_//; s/\.py$//' | head -3 | paste -sd_ | tr -c 'A-Za-z0-9_\n' '_')
           # the tests' own temp dirs under a known root, so their server logs (each SGLang engine's) come back in
           # one archive: an engine that never became healthy in a lane left nothing to read (2026-11-28, twice)
+          mkdir -p /tmp/pyt  # pytest makes --basetemp itself, not its parents
           run "py_$name" "${ITEM_LIMIT:-560}" python3 -m pytest -q -s -rs -p no:cacheprovider \
             --basetemp "/tmp/pyt/py_$name" "${files[@]}"
           find "/tmp/pyt/py_$name" -name '*.log' -size -20M 2>/dev/null | tar czf "$OUT/py_${name}_logs.tgz" -T - 2>/dev/null

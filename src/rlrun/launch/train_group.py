@@ -34,7 +34,8 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
                version: int | str, bucket_bytes: int, engine_dtype: str | None, device: torch.device,
                backend: str = "gloo", copies: int = 1, tied: tuple[str, ...] = (), resume: bool = True,
                timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None, flush_cache: bool = True,
-               keep: dict | None = None, flattened: bool = False, fp8: bool = False, exchange=None) -> dict:
+               keep: dict | None = None, flattened: bool = False, fp8: bool = False, exchange=None,
+               fingerprint: bool = True) -> dict:
     """The lead rank's push of its sync state to the engines at `urls` by `transport`'s trainer end
     (rlrun.rollout.transports); returns the state's fingerprint in the engines' dtype (W.Fingerprint),
     the bytes pushed per engine, the push's seconds and its seconds per phase ("phases": rlrun.rollout.engines.group
@@ -55,8 +56,11 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
     (rlrun.rollout.fp8.quantize_bucket: the linear weights as float8_e4m3fn plus their `_scale_inv`), and the
     fingerprint and the bytes are those of what was sent. exchange: this rank's part in a push gathered per engine
     (TransportKind.gathered: _Exchange); `urls` are then the engines this rank posts to, none on the others.
+    fingerprint=False: none is computed ("fingerprint" None), for engines that cannot be asked for theirs
+    (EngineKind.checksums; SGLang's are checked by weight_version): its per-tensor reductions were most of a push's
+    staging on the GPU (2026-11-28, the 0.6B shape: stage 100-128 ms of a 130-150 ms push, docs/benchmarks.md).
     """
-    fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None)
+    fp = W.Fingerprint(W.dtype_from_name(engine_dtype) if engine_dtype else None) if fingerprint else None
     if fp8:
         from rlrun.rollout.fp8 import quantize_bucket
 
@@ -64,12 +68,14 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
         bucket = [(n, t.to(device)) for n, t in bucket]
         if fp8:
             bucket = quantize_bucket(bucket)
-        fp.add(bucket)
+        if fp is not None:
+            fp.add(bucket)
         return bucket
 
     def untied(bucket: list) -> list:
-        tied_part = [(n, t.to(device)) for n, t in bucket if n in tied]
-        fp.add(quantize_bucket(tied_part) if fp8 else tied_part)
+        if fp is not None:
+            tied_part = [(n, t.to(device)) for n, t in bucket if n in tied]
+            fp.add(quantize_bucket(tied_part) if fp8 else tied_part)
         return [(n, t) for n, t in bucket if n not in tied]
 
     stream = state.stream if isinstance(state, W.Buckets) else W.buckets(list(state.items()), bucket_bytes)
@@ -88,7 +94,7 @@ def push_state(state: dict[str, torch.Tensor] | W.Buckets, urls: list[str], *, t
                            engine_env=nccl_env, flush_cache=flush_cache, keep={} if keep is None else keep,
                            flattened=flattened, phases=phases,
                            **({"exchange": exchange} if exchange is not None else {}))
-    return {"fingerprint": fp.hexdigest(), "bytes": nbytes, "seconds": time.perf_counter() - t0, "phases": phases}
+    return {"fingerprint": fp.hexdigest() if fp is not None else None, "bytes": nbytes, "seconds": time.perf_counter() - t0, "phases": phases}
 
 
 class _Exchange:

@@ -31,7 +31,7 @@ class WeightSync:
         self.kind = ENGINES[cfg.rollout.engine]
         self.transport = TRANSPORTS[plan.weight_sync]
         self.engine_dtype = engines.weight_dtype() if self.kind.checksums else None
-        self.synced: tuple[int, str] | None = None
+        self.synced: tuple[int, str | None] | None = None  # the checksum: None where the engines have none
         self.last_metrics: dict[str, float] = {}
         engines.resync = self.resync
         # the weight_sync run invariant judges a disagreement (stop: WeightSyncError; warn: logged)
@@ -73,6 +73,8 @@ class WeightSync:
                     engine_dtype=self.engine_dtype, backend="gloo" if self.cfg.hardware.vendor == "cpu" else "nccl",
                     copies=r.gpus_per_engine if self.kind.sharded_weights else 1,
                     flattened=self.transport.flattened(self.kind),
+                    # a fingerprint only where the engines can be asked for theirs (verify compares it)
+                    fingerprint=self.kind.checksums,
                     timeout_s=r.weight_sync_timeout_s,
                     # never SGLang's flush inside the update: it asserts an idle engine and its scheduler dies on a
                     # busy one; push_all drained and flushed the engines first where the loop allows it

@@ -88,16 +88,18 @@ def flatten_named(named: list[tuple[str, torch.Tensor]], align: int = FLAT_ALIGN
 
     if not named:
         raise ValueError("an empty bucket cannot be flattened")
-    meta, start = [], 0
+    device = named[0][1].device
+    meta, start, pieces, pad = [], 0, [], torch.zeros(align, dtype=torch.uint8, device=device)
     for name, t in named:
         n = t.numel() * t.element_size()
         meta.append(SimpleNamespace(name=name, shape=torch.Size(t.shape), dtype=t.dtype, start_idx=start,
                                     end_idx=start + n, numel=n))
-        start += -(-n // align) * align
-    flat = torch.empty(start, dtype=torch.uint8, device=named[0][1].device)
-    for m, (_, t) in zip(meta, named):
-        if m.numel:
-            flat[m.start_idx:m.end_idx].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+        gap = -(-n // align) * align - n
+        pieces += ([t.detach().reshape(-1).view(torch.uint8)] if n else []) + ([pad[:gap]] if gap else [])
+        start += n + gap
+    # one concatenation for the bucket: a copy per tensor cost ~6 Python-level ops each, most of a push's staging
+    # for the ~300 tensors of a 0.6B model (2026-11-28, docs/benchmarks.md)
+    flat = torch.cat(pieces) if pieces else torch.empty(0, dtype=torch.uint8, device=device)
     return flat, meta
 
 
