@@ -281,7 +281,7 @@ class TrainGroup:
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),
                      resume: bool = True, timeout_s: float = 180.0, nccl_env: dict[str, str] | None = None,
                      flush_cache: bool = True, flattened: bool = False, fp8: bool = False,
-                     engines: list[int] | None = None) -> dict:
+                     engines: list[int] | None = None, fingerprint: bool = True) -> dict:
         """Rank 0 pushes the sync state to `urls` (see push_state); returns its fingerprint, bytes and
         seconds, and "sources": url -> the trainer ranks whose payloads it got (one per engine TP rank). Every rank
         takes part where the export is a collective. resume=False: the engines
@@ -289,11 +289,13 @@ class TrainGroup:
         is quantized on the lead rank's GPU as it is pushed (push_state). engines: the engine id of each url; with a
         transport gathered per engine (TransportKind.gathered), each engine's TP ranks get the payloads the trainer
         ranks on their own GPUs made, posted by the engine's sender rank (_gathered), each sender pushing its engines
-        at once with the others; the fingerprint is rank 0's (every rank's copy is the same bytes)."""
+        at once with the others; the fingerprint is rank 0's (every rank's copy is the same bytes); fingerprint=False:
+        none (push_state's), for engines that cannot be asked for theirs."""
         kind = TRANSPORTS[transport]
         how = dict(transport=kind, version=version, bucket_bytes=bucket_bytes,
                    engine_dtype=engine_dtype, backend=backend, copies=copies, tied=tied, resume=resume,
-                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened, fp8=fp8)
+                   timeout_s=timeout_s, nccl_env=nccl_env, flush_cache=flush_cache, flattened=flattened, fp8=fp8,
+                   fingerprint=fingerprint)
         roles = self._gathered(kind, urls, engines, copies)
         if roles is None:
             out = ray.get([a.push_weights.remote(urls, i == 0, how) for i, a in enumerate(self._sync_ranks())])[0]
