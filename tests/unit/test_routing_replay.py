@@ -281,3 +281,26 @@ def test_the_megatron_side_packs_ids_and_refuses_what_its_hook_cannot_replay():
         load([*meg, "parallelism.cp=2", "train.cuda_graphs=true"])
     paths = [p.path for p in e.value.problems]
     assert "parallelism.cp" in paths and "train.cuda_graphs" in paths
+    # megatron-core routes these without asking its RouterReplay (moe_utils.topk_routing_with_score_function's fused
+    # branch, TopKRouter.routing's sinkhorn branch): refused, not silently unreplayed
+    with pytest.raises(ConfigError) as e:
+        load([*meg, "+train.megatron.moe_router_fusion=true", "+train.megatron.moe_router_load_balancing_type=sinkhorn"])
+    assert {p.path for p in e.value.problems} >= {"train.megatron.moe_router_fusion",
+                                                   "train.megatron.moe_router_load_balancing_type"}
+
+
+def test_sglang_refuses_a_tied_head_where_its_model_class_never_ties():
+    """SGLang 0.5.16's Qwen3MoeForCausalLM builds lm_head on its own and has no tie_word_embeddings branch: a tied
+    model's head is never loaded (a tied checkpoint has no lm_head.weight, the weight sync sends none). On an H200
+    (copy-grpo-h100 model=tiny-moe, tied then) every engine log-prob was -ln(64) and the 'mismatch' R3 was meant to
+    cut was the trainer's distance from uniform (0.131 at rollout 0; the trainer's init gives 0.133 on the CPU)."""
+    from rlrun.rollout.engines.sglang.spec import UNTIED_HEAD_FAMILIES
+
+    assert load(["hardware=h100", "model=tiny-moe"]).rollout.engine == "sglang"  # untied: served whole
+    with pytest.raises(ConfigError) as e:
+        load(["hardware=h100", "model=tiny-moe", "model.tie_word_embeddings=true"])
+    assert [p.path for p in e.value.problems] == ["model.tie_word_embeddings"]
+    assert load(["hardware=h100", "model=tiny-moe", "model.tie_word_embeddings=true", "rollout.engine=hf",
+                 "rollout.gpus_per_engine=1"]).model.tie_word_embeddings  # transformers' class ties it
+    assert load(["hardware=h100", "model=qwen3-0.6b"]).model.tie_word_embeddings  # SGLang's Qwen3 ties
+    assert "qwen3" not in UNTIED_HEAD_FAMILIES

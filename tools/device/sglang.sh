@@ -29,7 +29,9 @@
 #   fp8        issue 36: tests/gpu/test_sglang_fp8.py: SGLang on rlrun's FP8 dir, the quantizing push, log-probs vs
 #              transformers bf16 (the mismatch FP8 adds)                                     ~120 s
 #   r3         issue 36: copy-grpo-h100 with model=tiny-moe, rollout.routing_replay true then false (R3_ROLLOUTS,
-#              default 12): train/train_rollout_logp_abs_diff with and without routing replay          ~2 x 150 s
+#              default 12): train/train_rollout_logp_abs_diff with and without routing replay, the distinct engine
+#              log-probs (1 = uniform logits: a head never loaded), then tests/gpu/test_megatron_routing_replay.py
+#                                                                                            ~2 x 150 + 120 s
 #   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b), bf16 then --fp8: tokens/s of both   ~2 x 200 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
@@ -144,7 +146,22 @@ for item in $ITEMS; do
            run "r3_$rr" 300 "${RLRUN[@]}" experiment=copy-grpo-h100 model=tiny-moe rollout.routing_replay=$rr \
              rollout.num_rollout="${R3_ROLLOUTS:-12}" "${KIT_FAST[@]}" run.name="r3-$rr" run.output_dir=/tmp/runs ${LEARN_EXTRA:-}
            summary "r3-$rr"
-         done ;;
+           # the per-rollout mismatch, and whether the engine served a real model: a head it never loaded gives
+           # uniform logits, every log-prob -ln(vocab) (one distinct value; seen with a tied tiny-moe, now refused)
+           python3 - "r3-$rr" <<'PY' | tee -a "$RES"
+import glob, json, os, sys
+import pyarrow.parquet as pq
+d = max(glob.glob(f"/tmp/runs/{sys.argv[1]}/*/"), key=os.path.getmtime)
+diffs = [json.loads(l).get("train/train_rollout_logp_abs_diff") for l in open(d + "metrics.jsonl")]
+lps = {round(x, 6) for f in glob.glob(d + "rollouts/rollout_*.parquet")
+       for row in pq.read_table(f, columns=["rollout_logprobs"]).column(0).to_pylist() for x in row or []}
+print(f"R3 {sys.argv[1]}: logp_abs_diff per rollout {[round(x, 5) for x in diffs if x is not None]}; "
+      f"distinct engine log-probs in the records {len(lps)}")
+PY
+         done
+         # megatron's replay against the torch backend's with the same experts (never run on the lent GPUs before)
+         run r3_megatron 240 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_megatron_routing_replay.py
+         grep -E '^R3|passed|failed' "$OUT/r3_megatron.log" | tee -a "$RES" ;;
     fp8) run fp8 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_fp8.py
          grep -E '^SGLANG|passed|failed' "$OUT/fp8.log" | tee -a "$RES" ;;
     fp8bench) for f in "" --fp8; do

@@ -19,6 +19,18 @@ def check(cfg) -> Iterator[Problem]:
                       "whose forward ran last (megatron-core's REPLAY_BACKWARD list is not wired)",
                       "set train.recompute.granularity=null, parallelism.pp=1 or rollout.routing_replay=false",
                       t.recompute.granularity)
+    core = t.megatron or {}
+    if core.get("moe_router_fusion"):
+        yield Problem("train.megatron.moe_router_fusion", "routing replay: megatron-core's fused top-k "
+                      "(Transformer Engine's fused_topk_with_score_function) returns before its RouterReplay is asked "
+                      "(moe_utils.topk_routing_with_score_function), so the engine's experts would be ignored",
+                      "remove train.megatron.moe_router_fusion or set rollout.routing_replay=false", True)
+    if core.get("moe_router_load_balancing_type") in ("sinkhorn", "quantile_balancing"):
+        yield Problem("train.megatron.moe_router_load_balancing_type", "routing replay: megatron-core's "
+                      f"{core['moe_router_load_balancing_type']} routing does not go through its RouterReplay "
+                      "(TopKRouter.routing), so the engine's experts would be ignored",
+                      "remove train.megatron.moe_router_load_balancing_type or set rollout.routing_replay=false",
+                      core["moe_router_load_balancing_type"])
     if t.cuda_graphs:
         yield Problem("train.cuda_graphs", "routing replay: a captured graph replays the routing it captured, not "
                       "the engine's", "set train.cuda_graphs=false or rollout.routing_replay=false", True)

@@ -21,6 +21,26 @@ def rules(cfg) -> Iterator[Problem]:
         yield from _sglang_dp(r)
         yield from _sglang_pp(r)
     yield from _sglang_fp8(cfg)
+    yield from _sglang_tied_head(cfg)
+
+
+# model.family values whose SGLang 0.5.16 model class builds lm_head as a parameter of its own and never ties it to
+# embed_tokens, whatever config.json's tie_word_embeddings says (sglang/srt/models/qwen3_moe.py
+# Qwen3MoeForCausalLM: a ParallelLMHead, no tie_word_embeddings branch; qwen3.py, llama.py, qwen2.py, glm4.py and
+# deepseek_v2.py tie). A tied checkpoint has no lm_head.weight and rlrun's weight sync sends none, so that head is
+# never loaded: measured on an H200, every log-prob the engine returned was -ln(vocab_size) (uniform logits).
+UNTIED_HEAD_FAMILIES = frozenset({"qwen3_moe"})
+
+
+def _sglang_tied_head(cfg) -> Iterator[Problem]:
+    """model.tie_word_embeddings=true on a family whose SGLang model class has no tied head (UNTIED_HEAD_FAMILIES)."""
+    m = cfg.model
+    if m.tie_word_embeddings and m.family in UNTIED_HEAD_FAMILIES:
+        yield Problem("model.tie_word_embeddings", f"SGLang's {m.family} model class keeps lm_head apart from "
+                      "embed_tokens and never ties them: a tied model's head would never be loaded (the engine "
+                      "would serve uniform logits, every log-prob -ln(vocab_size))", "set "
+                      "model.tie_word_embeddings=false (released Qwen3-MoE checkpoints are untied), or "
+                      "rollout.engine=hf", True)
 
 
 def _sglang_fp8(cfg) -> Iterator[Problem]:
