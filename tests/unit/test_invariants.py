@@ -248,3 +248,26 @@ def test_groups_that_agree_at_the_top_reward_are_convergence_not_a_zero_variance
     custom = Invariants(load(["data.rm_type=my_rewards:score"]), out=io.StringIO())
     custom.samples(0, solved, solved)
     assert custom.pop_metrics()["checks/zero_variance"] == 1.0 and len(custom.warnings) == 1
+
+
+def test_an_engine_serving_a_uniform_distribution_stops_the_run():
+    """engine_uniform: the 2026-11-28 GPU run whose SGLang engine never loaded a tied Qwen3-MoE head answered -ln 64 for
+    every token. One value below -1 nat over >= 32 tokens stops the run; a collapsed policy (log-probs near 0), a
+    normal spread, or too few tokens do not."""
+    inv = Invariants(load([]), out=io.StringIO())
+
+    def rollout(lps_per_sample):
+        s = _samples([0.0] * len(lps_per_sample))
+        for x, lps in zip(s, lps_per_sample):
+            x.response_tokens, x.rollout_logprobs = [1] * len(lps), lps
+        return s
+
+    uniform = rollout([[-math.log(64)] * 8] * 4)  # 32 tokens, all -ln 64
+    with pytest.raises(InvariantError, match=r"engine_uniform.*-ln 64\.0") as e:
+        inv.samples(0, uniform, uniform)
+    assert e.value.check == "engine_uniform" and inv.pop_metrics()["checks/engine_uniform"] == 1.0
+    for ok in (rollout([[-1e-6] * 8] * 4),                      # collapsed onto the answers: near 0
+               rollout([[-4.1 - 0.01 * i for i in range(8)]] * 4),  # a random-init spread
+               rollout([[-math.log(64)] * 6] * 4)):             # 24 tokens: not judged
+        inv.samples(1, ok, ok)
+    assert inv.pop_metrics()["checks/engine_uniform"] == 0.0

@@ -488,6 +488,7 @@ class CheckSeverity(Section):
     logprob_jump: Severity
     zero_variance: Severity
     truncation_reward: Severity
+    engine_uniform: Severity
     weight_sync: Severity
 
 

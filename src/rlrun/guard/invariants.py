@@ -149,6 +149,31 @@ def groups(inv, ev) -> Verdict:
         f" (and {len(bad) - 5} more)" if len(bad) > 5 else "")
 
 
+# engine_uniform judges a rollout with at least this many engine log-probs; a spread under UNIFORM_SPREAD (nats) is
+# one value: sampled tokens of any model that learned or was initialised at random differ in probability (the
+# random-init tiny models spread over ~1 nat; a bf16 engine's log-probs resolve ~1e-3 at -4)
+UNIFORM_MIN_TOKENS = 32
+UNIFORM_SPREAD = 1e-4
+
+
+@check("engine_uniform", "samples", fix="the engine samples from a distribution the trainer's model does not give: "
+       "compare the engine's model class with model.* (e.g. a tied lm_head in a class that never ties it: set "
+       "model.tie_word_embeddings=false and export an untied checkpoint) and read the engine's load log")
+def engine_uniform(inv, ev) -> Verdict:
+    """Every response token's engine log-prob is one value below -1 nat: the engine serves a uniform distribution over
+    exp(-value) tokens, e.g. an output layer it never loaded (2026-11-28: SGLang 0.5.16's Qwen3-MoE class builds its
+    own lm_head, so a tied tiny MoE was served at exactly -ln 64 for every token, docs/benchmarks.md). A policy that
+    collapsed onto its answers has log-probs near 0, not one value below -1."""
+    lps = [x for s in ev.samples for x in (s.rollout_logprobs or []) if _finite(x)]
+    if len(lps) < UNIFORM_MIN_TOKENS:
+        return None
+    lo, hi = min(lps), max(lps)
+    one = hi - lo < UNIFORM_SPREAD and hi < -1.0
+    return float(one), None if not one else (
+        f"all {len(lps)} engine log-probs of the rollout's response tokens are {hi:.6f} = -ln {math.exp(-hi):.1f}: "
+        f"the engine samples uniformly over its vocabulary")
+
+
 @check("nonfinite", "samples", "batch", "trained", fix="find where the NaN/inf starts (the reward function, the "
        "loss settings, optim.lr, optim.clip_grad); run.resume=auto continues from the last checkpoint")
 def nonfinite(inv, ev) -> Verdict:
