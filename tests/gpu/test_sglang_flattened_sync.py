@@ -40,12 +40,14 @@ def _cfg(tmp):
 
 
 def _push(url, model, version, flattened, bucket_mb):
+    from rlrun.config.kinds import ENGINES
     from rlrun.launch.train_group import push_state
 
     state = {n: p.detach() for n, p in model.state_dict().items()}
+    # as WeightSync pushes to SGLang: no trainer fingerprint (its engines cannot be asked for theirs)
     out = push_state(state, [url], transport="tensor", version=version, bucket_bytes=bucket_mb << 20,
                      engine_dtype=None, device=torch.device("cuda", 0), copies=1, tied=("lm_head.weight",),
-                     flattened=flattened)
+                     flattened=flattened, fingerprint=ENGINES["sglang"].checksums)
     assert requests.get(f"{url}/model_info", timeout=30).json()["weight_version"] == version
     return out
 
