@@ -112,8 +112,10 @@ def test_offload_changes_no_metric(default_job, tmp_path):
                          "train/rollout_kl")
     # checks/logprob_mismatch is that gap again, checks/logprob_jump its ratio to its own median (of ~1e-7
     # values); checks/resume_trains counts the rollouts left (num_rollout 2 here, 4 in the default job)
-    # offload/*_s: the offload phase's calls timed one by one (only a run that offloads has them)
-    timing = ("time/", "perf/", "offload/", "eval/", "reward/seconds", "checks/logprob_", "checks/resume_trains",
+    # offload/*_s: the offload phase's calls timed one by one (only a run that offloads has them); weight_sync/*_s:
+    # each push's phases (rlrun.rollout.engines.group.Phases)
+    timing = ("time/", "perf/", "offload/", "weight_sync/", "eval/", "reward/seconds", "checks/logprob_",
+              "checks/resume_trains",
               *engine_vs_trainer)
     same = lambda row: {k: v for k, v in row.items() if not k.startswith(timing)}  # noqa: E731
     assert [same(r) for r in rows] == [same(r) for r in base]
