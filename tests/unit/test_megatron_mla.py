@@ -11,6 +11,8 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
+from config_problems import config_problems
+
 from rlrun.train.megatron.weights import hf_names, to_hf, to_megatron, tp_shard, tp_unshard
 
 MOE = NS(num_experts=8, top_k=4, expert_ffn_hidden_size=16, shared_expert_ffn_hidden_size=32, first_k_dense=1,
@@ -207,14 +209,7 @@ DSV3 = ["model=deepseek-v3", "hardware=h100", "train.backend=megatron", "checks.
         "train.num_nodes=4", "cluster.num_nodes=4"]
 
 
-def _problems(overrides):
-    from rlrun.config import load
-    from rlrun.config.errors import ConfigError
-    try:
-        load(overrides)
-    except ConfigError as exc:
-        return {p.path: p for p in exc.problems}
-    return {}
+_problems = config_problems
 
 
 def test_deepseek_v3_validates_for_the_megatron_backend_and_refuses_what_it_computes_otherwise(tmp_path):

@@ -18,6 +18,8 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
+from config_problems import config_problems
+
 from rlrun.train.megatron.weights import hf_names, to_hf, to_megatron, tp_shard, tp_unshard
 
 MOE = NS(num_experts=4, top_k=2, expert_ffn_hidden_size=16, shared_expert_ffn_hidden_size=16, first_k_dense=1,
@@ -372,14 +374,7 @@ MIMO = ["model=qwen2.5-7b", "hardware=h100", "train.backend=megatron", "model.mt
         "checkpoint.hf=/nowhere/MiMo-7B-RL", "train.mtp.enabled=true"]
 
 
-def _problems(overrides):
-    from rlrun.config import load
-    from rlrun.config.errors import ConfigError
-    try:
-        load(overrides)
-    except ConfigError as exc:
-        return {p.path: p for p in exc.problems}
-    return {}
+_problems = config_problems
 
 
 def test_mtp_validates_on_the_megatron_backend_and_refuses_what_cannot_work(tmp_path):
