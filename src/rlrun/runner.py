@@ -43,20 +43,25 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
     builds too (same seed), with the tokenizer's special-token ids in its config. With rollout.fp8 the engines
     start from block-wise FP8 weights (rlrun.rollout.fp8.write_fp8_dir), so that every push of FP8 weights and
     their scales lands in parameters of that dtype and shape: checkpoint.hf's FP8 copy beside `out`
-    (ENGINE_INIT_FP8_DIR), or the random init converted in place. (checkpoint.hf itself is bf16: the trainer
-    reads it, and the preflight refuses a quantized one, rlrun.launch.preflight.quantized_checkpoint.)"""
+    (ENGINE_INIT_FP8_DIR), or the random init converted in place. On a GPU the random init is written in bf16, the
+    dtype the trainer holds and the hf engine serves, so that SGLang's dtype=auto serves bf16 too (a float32 config
+    makes it pick float16). (checkpoint.hf itself is bf16: the trainer reads it, and the preflight refuses a
+    quantized one, rlrun.launch.preflight.quantized_checkpoint.)"""
     if cfg.checkpoint.hf:
         if not cfg.rollout.fp8:
             return cfg.checkpoint.hf
         from rlrun.rollout.fp8 import write_fp8_dir
 
         return write_fp8_dir(cfg.checkpoint.hf, Path(out).parent / ENGINE_INIT_FP8_DIR)
+    import torch
     from transformers.utils import logging as hf_logging
 
     from rlrun.train.hf_model import build_causal_lm
 
     hf_logging.disable_progress_bar()  # the run's own progress bar is the only one on screen
     model = build_causal_lm(cfg.model, None, cfg.run.seed)
+    if cfg.hardware.vendor != "cpu":  # GPU engines serve bf16, as the trainer holds it: a float32 config would make
+        model = model.to(torch.bfloat16)  # SGLang's dtype=auto pick float16, rounding differently from the trainer
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
         setattr(model.config, name, getattr(tokenizer, name))
     model.save_pretrained(out)

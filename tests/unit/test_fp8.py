@@ -230,6 +230,30 @@ def test_the_random_init_is_converted_in_place_for_the_engines(tmp_path):
     assert {p.name: p.read_bytes() for p in src.iterdir()} == before
 
 
+def test_the_random_init_is_written_in_the_trainers_dtype_on_a_gpu(tmp_path):
+    """On a GPU the engines' random init is the trainer's init rounded to bf16 (what the Megatron trainer holds), with
+    config dtype bfloat16, so SGLang's dtype=auto serves bf16; a float32 config made it serve float16. On the CPU
+    the dir stays float32 (the hf engine and the torch trainer run float32 there)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from rlrun.config import load
+    from rlrun.data.toy import build_toy_tokenizer
+    from rlrun.runner import write_engine_init_dir
+    from rlrun.train.hf_model import build_causal_lm
+
+    for hw, want in (("h100", torch.bfloat16), ("cpu", torch.float32)):
+        cfg = load([f"hardware={hw}", *FP8_SHAPE])
+        out = write_engine_init_dir(cfg, build_toy_tokenizer(), tmp_path / hw)
+        written = load_file(f"{out}/model.safetensors")
+        assert json.loads((tmp_path / hw / "config.json").read_text())["dtype"] == str(want).removeprefix("torch.")
+        ref = build_causal_lm(cfg.model, None, cfg.run.seed).state_dict()
+        assert {t.dtype for t in written.values()} == {want}
+        for name, t in written.items():
+            assert torch.equal(t, ref[name].to(want)), name
+
+
 def test_the_fp8_push_quantizes_each_bucket_and_fingerprints_what_was_sent():
     """push_state(fp8=True) (the lead trainer rank's push): each bucket, as the transport asks for it, holds every
     linear weight as float8_e4m3fn followed by its weight_scale_inv and everything else unchanged; no bucket exceeds
