@@ -4,6 +4,8 @@ Ray, trainer ranks and hf engines as Ray actors, the real sglang-router):
   tensor       colocated (the cpu profile's default, auto): shared-memory payloads from the trainer rank
   distributed  disaggregated (auto): a gloo broadcast from the trainer rank to the engines
   disk         rollout.weight_sync=disk: the safetensors file, loaded by every engine
+  delta        rollout.weight_sync=delta: a full version, then only the changed bytes, pulled into the engine's local
+               checkpoint (the second push is a delta on the first)
 
 After every push the runner makes, an independent check (not the runner's own fingerprint): the
 sha256 of every pushed engine's weights equals the sha256 of the trainer's state, and every engine
@@ -17,6 +19,7 @@ cluster and its teardown are the default job's test (tests/integration/test_runn
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -73,6 +76,7 @@ def _check(pushes, transport, versions):
     ("tensor", []),
     ("distributed", ["train.colocate=false", "rollout.num_gpus=2"]),
     ("disk", ["rollout.weight_sync=disk"]),
+    ("delta", ["rollout.weight_sync=delta"]),
 ])
 def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pushes, transport, extra):
     cfg, plan, run_dir, summary = _run(tmp_path, *extra)
@@ -83,7 +87,7 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
     rows = read_metrics(run_dir / METRICS_FILE)
     speed = [r.get("perf/weight_sync_gb_per_s") for r in rows]
     assert all(r["time/weight_sync_s"] > 0 for r in rows)
-    assert all(s > 0 for s in speed) if transport != "disk" else speed == [None, None]
+    assert speed == [None, None] if TRANSPORTS[transport].file else all(s > 0 for s in speed)
     # where each push's time went (rlrun.rollout.engines.group.Phases): disjoint parts of the push, so within the step's
     # weight-sync phase
     phases = {"tensor": {"pause", "stage", "exchange", "wait", "resume"},
@@ -92,6 +96,11 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
         got = {k[len("weight_sync/"):-len("_s")] for k in r if k.startswith("weight_sync/")}
         assert got == phases and all(r[f"weight_sync/{p}_s"] >= 0 for p in phases)
         assert sum(r[f"weight_sync/{p}_s"] for p in phases) <= r["time/weight_sync_s"]
+    if transport == "delta":  # the trainer rank kept its snapshot between the pushes: the second is a delta on the first
+        meta = [json.loads((run_dir / "weight_sync" / f"weight_v{v:06d}" / "model.safetensors.index.json").read_text())
+                ["metadata"] for v in (1, 2)]
+        assert "delta_encoding" not in meta[0] and meta[1]["delta_encoding"] == "xor"
+        assert meta[1]["base_version"] == "000001" and meta[0]["stream"] == meta[1]["stream"]
     print(f"\n{transport}: time/weight_sync_s {[round(r['time/weight_sync_s'], 4) for r in rows]}")
 
 

@@ -222,7 +222,7 @@ class _SyncTrainer:
     def __init__(self, engines):
         self.engines = engines
 
-    def export_weights(self, path, transport=None):
+    def export_weights(self, path, transport=None, args=None):
         return "abc"
 
     def push_weights(self, urls, **how):

@@ -57,7 +57,7 @@ class _Trainer:
     def offload(self):
         self.calls.append(("trainer.offload", _released(self.group)))
 
-    def export_weights(self, path, transport=None):
+    def export_weights(self, path, transport=None, args=None):
         self.calls.append(("trainer.export", _released(self.group)))
         self.model.save_pretrained(path)
         return checksum(self.model.state_dict())

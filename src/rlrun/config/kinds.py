@@ -184,10 +184,15 @@ class TransportKind:
     # GPU of the engine holds no trainer rank (rlrun.rollout.transports.tensor.engine_ranks); the push then takes
     # exchange= (rlrun.rollout.engines.group.push_tensors). None: the lead rank alone pushes to every engine
     gathered: Callable[[dict, dict, int], dict] | None = None
-    # file transports: the trainer end (state, dir) writing the file, and the engine end (engines, dir,
-    # version, urls) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup)
+    # file transports: the trainer end (state, dir, keep, **args) writing the file(s) (keep: a dict the lead rank
+    # keeps across its writes, e.g. the snapshot a delta diffs against), and the engine end (engines, dir, version,
+    # urls, **args) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup); args: file_args
     write: Callable[..., None] | None = None
     receive: Callable[..., None] | None = None
+    # a file transport's settings from the run's config: (cfg, run_dir) -> keyword arguments of write and receive
+    file_args: Callable[[Any, Any], dict] = field(default=lambda cfg, run_dir: {})
+    # what `rlrun plan` says of it besides its name (cfg -> a line; "" for nothing): e.g. a delta's encoding
+    describe: Callable[[Any], str] = field(default=lambda cfg: "")
     # its metrics for the step's row: (bytes per engine, seconds) -> {name: value}
     metrics: Callable[[int, float], dict] = field(default=lambda nbytes, seconds: {})
 

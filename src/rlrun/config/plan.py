@@ -197,11 +197,12 @@ def slots_by_rank(placement: list[Slot], role: str) -> dict[int, list[tuple[int,
 def weight_sync_route(cfg: RunConfig, placement: list[Slot], transport: str) -> str:
     """What `rlrun plan` says of a transport gathered per engine (TransportKind.gathered, as TrainGroup decides at run
     time): which trainer ranks' copies each engine's TP ranks get, or that the lead rank sends its copy to every engine
-    because some engine GPU holds no trainer rank. "" for a transport without that choice, or no engines."""
+    because some engine GPU holds no trainer rank. Without that choice (or engines): what the transport says of its
+    settings (TransportKind.describe; "" for nothing)."""
     kind = TRANSPORTS[transport]
     engines = slots_by_rank(placement, "engine")
     if kind.gathered is None or not engines:
-        return ""
+        return kind.describe(cfg)
     copies = cfg.rollout.gpus_per_engine if ENGINES[cfg.rollout.engine].sharded_weights else 1
     ranks = kind.gathered(slots_by_rank(placement, "trainer"), engines, copies)
     lost = sorted(e for e, r in ranks.items() if r is None)

@@ -222,6 +222,14 @@ class TrainSection(Section):
         return self.num_nodes * self.gpus_per_node
 
 
+class DeltaSection(Section):
+    """rollout.weight_sync=delta (rlrun.rollout.transports.delta; slime's --update-weight-delta-*)."""
+    encoding: Literal["xor", "overwrite"]              # rlrun.rollout.delta.ENCODINGS
+    checksum: Literal["xxh3-128", "blake3", "adler32"]  # rlrun.rollout.delta.CHECKSUMS
+    dir: Optional[str]        # where the trainer publishes; null = <run dir>/weight_sync (shared with the engine hosts)
+    local_dir: Optional[str]  # each engine host's local checkpoint; null = <tmp>/rlrun-delta/<run dir name>
+
+
 class RouterSection(Section):
     kind: _kind(ROUTERS)  # type: ignore[valid-type]
     policy: str                               # one of the kind's RouterKind.policies
@@ -280,6 +288,7 @@ class RolloutSection(Section):
     weight_sync: _kind(TRANSPORTS, also=AUTO)  # type: ignore[valid-type]  # auto: rlrun.config.plan.weight_sync
     weight_sync_bucket_mb: PosInt             # bucket size of the pushes from the trainer's memory
     weight_sync_timeout_s: PosFloat           # each step of a tensor/distributed push (group join, a bucket, a request)
+    delta: DeltaSection                       # rollout.weight_sync=delta's settings
     router: RouterSection
     # + one free-form section per engine kind that takes arguments (rollout.<EngineKind.args_key>, e.g. the
     # SGLang server args): read by that kind's spec (rlrun.config.kinds.engine_args), refused by the others

@@ -162,10 +162,12 @@ class _Rank:
     def stop_profile(self, rollout_id: int) -> str:
         return self.profiler.stop(trace_path(self.run_dir or ".", rollout_id, self.rank))
 
-    def export_weights(self, path: str | None, lead: bool, transport: TransportKind | None = None) -> str | None:
+    def export_weights(self, path: str | None, lead: bool, transport: TransportKind | None = None,
+                       args: dict | None = None) -> str | None:
         """On the lead rank: checksum of the sync state and, with `path`, the state written there
         by the file transport `transport`'s trainer end (an HF safetensors file). Other ranks only take part (state_dict_for_sync may be a
-        collective, e.g. a TP gather) and return None.
+        collective, e.g. a TP gather) and return None. args: the transport's settings (TransportKind.file_args); what
+        it keeps across this rank's writes lives in transport_state (a delta's snapshot).
 
         The weights go from this actor to the engines through the local disk: they never pass
         through the driver, and safetensors is what update_weights_from_disk reads. The checksum
@@ -177,7 +179,7 @@ class _Rank:
         if path is not None:
             if transport is None or transport.write is None:
                 raise ValueError("export_weights to a path needs a file transport (a TransportKind with write)")
-            transport.write(state, path)
+            transport.write(state, path, self.transport_state.setdefault(transport.name, {}), **(args or {}))
         return W.checksum({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
 
 
@@ -267,15 +269,16 @@ class TrainGroup:
     def state_dict_for_sync(self) -> dict[str, torch.Tensor]:
         return self._all(B.state_dict_for_sync)[0]  # a collective for some backends: every rank calls
 
-    def export_weights(self, path: str | None, transport: str | None = None) -> str:
+    def export_weights(self, path: str | None, transport: str | None = None, args: dict | None = None) -> str:
         """Rank 0 writes the sync state under `path` by the file transport `transport` (path None: only
-        checksum it); returns its checksum.
+        checksum it), with its settings `args` (TransportKind.file_args); returns its checksum.
 
         Backends whose export is a collective (megatron: TP gather, PP exchange) run it on every
         rank; the torch backend's replicas are identical, so rank 0 alone exports.
         """
         kind = TRANSPORTS[transport] if transport else None  # the spec travels (see push_state)
-        return ray.get([a.export_weights.remote(path, i == 0, kind) for i, a in enumerate(self._sync_ranks())])[0]
+        return ray.get([a.export_weights.remote(path, i == 0, kind, args)
+                        for i, a in enumerate(self._sync_ranks())])[0]
 
     def push_weights(self, urls: list[str], *, transport: str, version: int | str, bucket_bytes: int,
                      engine_dtype: str | None, backend: str, copies: int = 1, tied: tuple[str, ...] = (),

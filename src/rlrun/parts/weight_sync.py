@@ -3,8 +3,8 @@
 rollout.weight_sync (plan.weight_sync, auto resolved) names a transport (rlrun.rollout.transports):
 one that pushes from the trainer's memory (IPC, NCCL) is run by the trainer's lead rank itself
 (TrainGroup.push_weights: the tensors never pass through this driver) and verified by fingerprint;
-a file transport (disk) is written by the trainer under the run dir, loaded by every engine and
-verified by sha256. An engine kind without a checksum endpoint (SGLang's) is checked by the
+a file transport (disk; delta: only the changed bytes, pulled into each engine host's local checkpoint) is written by
+the trainer under the run dir, loaded by every engine and verified by sha256. An engine kind without a checksum endpoint (SGLang's) is checked by the
 weight_version every engine reports.
 
 Every push runs inside `versions.pushing(version)` (new generation requests wait for it to end);
@@ -30,6 +30,7 @@ class WeightSync:
         # (version, checksum) for restarts, the latest push's metrics for the step's row
         self.kind = ENGINES[cfg.rollout.engine]
         self.transport = TRANSPORTS[plan.weight_sync]
+        self.file_args = self.transport.file_args(cfg, self.run_dir)  # a file transport's settings (write, receive)
         self.engine_dtype = engines.weight_dtype() if self.kind.checksums else None
         self.synced: tuple[int, str | None] | None = None  # the checksum: None where the engines have none
         self.last_metrics: dict[str, float] = {}
@@ -87,7 +88,7 @@ class WeightSync:
 
     def export(self) -> str:
         """A file transport: the trainer writes its weights under the run dir; returns their sha256."""
-        return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR), self.plan.weight_sync)
+        return self.trainer.export_weights(str(self.run_dir / WEIGHT_SYNC_DIR), self.plan.weight_sync, self.file_args)
 
     def push(self, version: int, urls: list[str], want: str | None = None, resume: bool = True,
              drain: bool = False) -> None:
@@ -99,7 +100,8 @@ class WeightSync:
         if self.transport.receive is not None:  # the file is written: the engines' end
             if want is None:
                 raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")
-            self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls)
+            self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls,
+                                   **self.file_args)
         else:
             # each url's engine id: a push gathered per engine gives its TP ranks the payloads of the trainer ranks on
             # their own GPUs (TrainGroup.push_weights)

@@ -3,7 +3,8 @@
 Status codes and bodies follow sglang/srt/entrypoints/http_server.py (0.5.10.post1): weight
 endpoints answer {"success", "message"} with 200/400, /generate answers the SGLang output dict
 (a list for batch requests), bad requests answer 400 {"error": {"message"}}.
-rlrun extension (not in SGLang): GET /rlrun/weights_checksum[?kind=sha256|fingerprint], used by
+POST /pull_weights is slime's SGLang patch's endpoint (docker/patch/latest/sglang-pull_weights.patch at slime 624b824,
+the same body; rollout.weight_sync=delta). rlrun extension (not in SGLang): GET /rlrun/weights_checksum[?kind=sha256|fingerprint], used by
 tests and the runner to prove an engine holds exactly the trainer's weights (answers the checksum,
 its kind, the engine's weight dtype and weight_version).
 """
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rlrun.rollout import api
+from rlrun.rollout.delta import pull as pull_weights
 from rlrun.rollout.api import RequestError
 
 
@@ -171,6 +173,13 @@ def build_app(engine) -> Starlette:
         n = engine.update_from_disk(b["model_path"], b.get("weight_version"))
         return f"Succeeded to update model weights ({n} tensors)."
 
+    def pull(b):
+        # the delta transport's engine end (slime's /pull_weights body): this host's local checkpoint brought to
+        # target_version of the stream under source_dir (rlrun.rollout.delta.pull); /update_weights_from_disk loads it
+        n = pull_weights(b["local_checkpoint_dir"], b["source_dir"], int(b["target_version"]),
+                         base_dir=engine.model_path)
+        return f"Pulled weight version {int(b['target_version'])} ({n} versions applied)."
+
     def tensor(b):
         n = engine.update_from_tensor(b["serialized_named_tensors"], b.get("load_format"), b.get("weight_version"))
         return f"Succeeded to update model weights ({n} tensors)."
@@ -211,6 +220,7 @@ def build_app(engine) -> Starlette:
         Route("/release_memory_occupation", memory(engine.release), methods=both),
         Route("/resume_memory_occupation", memory(engine.resume_memory), methods=both),
         Route("/update_weights_from_disk", weight_op(disk), methods=["POST"]),
+        Route("/pull_weights", weight_op(pull), methods=["POST"]),
         Route("/update_weights_from_tensor", weight_op(tensor), methods=["POST"]),
         Route("/init_weights_update_group", weight_op(init_group), methods=["POST"]),
         Route("/update_weights_from_distributed", weight_op(distributed), methods=["POST"]),

@@ -385,6 +385,11 @@ class EngineGroup:
             self._every(lambda e: e.load_weights(model_path, str(version)), urls)
             self._named, self._disk_path, self.weight_version = None, model_path, str(version)
 
+    def pull_weights(self, local_dir: str, source_dir: str, version: int, urls: list[str] | None = None) -> None:
+        """Every engine (or those at `urls`) brings its hosts' local checkpoint to `version` of the delta stream
+        under source_dir (rollout.weight_sync=delta); update_weights_from_disk(local_dir) then loads it."""
+        self._every(lambda e: e.pull_weights(local_dir, source_dir, version), urls)
+
     def pause(self, mode: str = "abort") -> None:
         """Pause every engine (abort: in-flight requests end with finish_reason abort)."""
         self._every(lambda e: e.pause(mode))

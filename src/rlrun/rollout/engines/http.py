@@ -72,6 +72,12 @@ class HTTPEngine:
     def load_weights(self, path: str, version: str) -> None:
         post(self.url, "/update_weights_from_disk", api.update_weights_from_disk_body(path, str(version)))
 
+    def pull_weights(self, local_dir: str, source_dir: str, version: int) -> None:
+        """POST /pull_weights: the hf engine's, and slime's SGLang patch's (docker/patch/latest/sglang-pull_weights.patch
+        at slime 624b824: the same body). SGLang 0.5.16 has none: its adapter pulls on each host itself."""
+        post(self.url, "/pull_weights", {"local_checkpoint_dir": local_dir, "source_dir": source_dir,
+                                         "target_version": int(version)})
+
     def version(self) -> str:
         return requests.get(f"{self.url}/model_info", timeout=30).json()["weight_version"]
 

@@ -20,9 +20,9 @@ def rules(cfg) -> Iterator[Problem]:
     return iter(())  # any layout: the engines read a file (a shared filesystem across nodes)
 
 
-def write(state: dict, path: str) -> None:
+def write(state: dict, path: str, keep: dict | None = None) -> None:
     """Trainer end: `state` (HF names) as path/model.safetensors, renamed into place (an engine never reads a
-    half-written file)."""
+    half-written file). keep: unused (each write is whole)."""
     from safetensors.torch import save_file
 
     Path(path).mkdir(parents=True, exist_ok=True)

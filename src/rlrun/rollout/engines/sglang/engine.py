@@ -62,6 +62,15 @@ class SGLangEngine(HTTPEngine):
                                      Path(log_dir) / f"sglang-{args['port']}.log",
                                      env={**os.environ, **(env or {})})
 
+    def pull_weights(self, local_dir: str, source_dir: str, version: int) -> None:
+        """The delta transport's pull, run here on the server's host: SGLang 0.5.16 has no /pull_weights (slime adds
+        it by a patch, docker/patch/latest/sglang-pull_weights.patch at slime 624b824), so rlrun brings the
+        host-local checkpoint to `version` itself (rlrun.rollout.delta.pull: the engines of one host pull once, under
+        a file lock) and SGLang's own /update_weights_from_disk then loads it."""
+        from rlrun.rollout.delta import pull
+
+        pull(local_dir, source_dir, version, base_dir=self.args.get("model_path"))
+
     @classmethod
     def from_config(cls, cfg, rank: int, gpus: list[int], log_dir: str | Path, env: dict | None = None,
                     model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER, *, nnodes: int = 1,
@@ -124,6 +133,9 @@ class SGLangEngineActor:
     def stop(self) -> None:
         self.engine.stop()
 
+    def pull_weights(self, local_dir: str, source_dir: str, version: int) -> None:
+        self.engine.pull_weights(local_dir, source_dir, version)  # on this part's node
+
 
 class RaySGLangEngine(HTTPEngine):
     probe_path = SPEC.probe_path
@@ -167,6 +179,11 @@ class RaySGLangEngine(HTTPEngine):
             raise
         self.url = urls[0]
         self.node = ", ".join(p["node_ip"] for p in self.parts)  # named when the engine keeps failing
+
+    def pull_weights(self, local_dir: str, source_dir: str, version: int) -> None:
+        """Every node of the engine pulls (SGLangEngineActor.pull_weights) before /update_weights_from_disk, which
+        SGLang runs on every node's ranks from the same local path."""
+        self._ray.get([a.pull_weights.remote(local_dir, source_dir, version) for a in self.actors])
 
     def alive(self) -> bool:
         try:
