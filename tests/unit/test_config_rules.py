@@ -103,7 +103,7 @@ def test_weight_sync_bucket_must_be_positive():
     with pytest.raises(ConfigError) as e:
         load(["rollout.weight_sync_bucket_mb=0"])
     assert [p.path for p in e.value.problems] == ["rollout.weight_sync_bucket_mb"]
-    with pytest.raises(ConfigError, match="use one of: auto, disk, distributed, tensor"):
+    with pytest.raises(ConfigError, match="use one of: auto, delta, disk, distributed, tensor"):
         load(["rollout.weight_sync=nccl"])
 
 

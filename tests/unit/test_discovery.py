@@ -25,10 +25,11 @@ def test_every_registered_path_resolves():
 def test_the_built_in_kinds_come_from_their_plugin_modules():
     # found, not listed: every module of rlrun.rollout.transports, the spec.py of every rlrun.rollout.engines and
     # rlrun.rollout.routers package; the sglang_router kind is SGLang's, registered by the SGLang package's spec.py
-    assert ENGINES.names() == ("hf", "sglang") and TRANSPORTS.names() == ("disk", "distributed", "tensor")
+    assert ENGINES.names() == ("hf", "sglang") and TRANSPORTS.names() == ("delta", "disk", "distributed", "tensor")
     assert ROUTERS.names() == ("sglang_router",)
     assert ROUTERS["sglang_router"].factory == "rlrun.rollout.engines.sglang.router.router:Router"
-    assert plugin_modules()[:5] == ["rlrun.rollout.transports.disk", "rlrun.rollout.transports.nccl",
+    assert plugin_modules()[:6] == ["rlrun.rollout.transports.delta", "rlrun.rollout.transports.disk",
+                                    "rlrun.rollout.transports.nccl",
                                     "rlrun.rollout.transports.tensor", "rlrun.rollout.engines.hf.spec",
                                     "rlrun.rollout.engines.sglang.spec"]
     assert ENGINES["sglang"].args_key == "sglang" and ENGINES["sglang"].start.startswith("rlrun.rollout.engines.sglang.")
@@ -52,5 +53,5 @@ def test_the_order_of_the_built_in_kinds_does_not_depend_on_which_module_was_imp
             "ENGINES.register(EngineKind('aaa_plugin', needs_gpu=False)); "
             "print(ENGINES.names(), TRANSPORTS.names(), list(ENGINES)[:2])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == ("('hf', 'sglang', 'aaa_plugin') ('disk', 'distributed', 'tensor') ['hf', 'sglang']"), \
+    assert out.stdout.strip() == ("('hf', 'sglang', 'aaa_plugin') ('delta', 'disk', 'distributed', 'tensor') ['hf', 'sglang']"), \
         out.stdout + out.stderr

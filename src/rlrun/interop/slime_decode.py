@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rlrun.interop import slime_agent, slime_eval, slime_mis, slime_modes
+from rlrun.interop import slime_agent, slime_eval, slime_mis, slime_modes, slime_weight_sync
 from rlrun.interop import slime_sglang as sglang
 from rlrun.interop.slime_encode import POST_NORM_FLAGS
 from rlrun.interop.slime_table import (
@@ -89,7 +89,7 @@ def known_flags() -> list[str]:
     flags |= {f for _, f, _ in CONSTANT_FLAGS} | {f for f, _ in MOE_FLAGS} | {ATTENTION_BACKEND[1]}
     flags |= {f for fl in FAMILY_FLAGS.values() for f, _ in fl}
     flags |= {"--group-query-attention", "--num-query-groups", "--multi-latent-attention", "--moe-layer-freq",
-              *slime_agent.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", *WANDB_FLAGS, "--offload",
+              *slime_agent.FLAGS, *slime_weight_sync.FLAGS, "--eval-prompt-data", "--use-wandb", "--wandb-mode", *WANDB_FLAGS, "--offload",
               "--exp-avg-sq-dtype", "--use-precision-aware-optimizer", "--make-vocab-size-divisible-by",
               "--save-debug-rollout-data", "--eval-config",
               *_ROPE_FLAGS, *POST_NORM_FLAGS}
@@ -133,6 +133,7 @@ class _Decoder:
         self.modes: list[Occ] = []  # SFT's implied flags (slime_modes), checked against --loss-type at the end
         self.vocab_pad: Occ | None = None  # --make-vocab-size-divisible-by (_vocab_padding)
         self.eval_config: Occ | None = None  # --eval-config (slime_eval)
+        self.weight_sync: dict[str, Occ] = {}  # --update-weight-mode / -transport (slime_weight_sync)
 
     def set(self, path: str, value: Any, occ: Occ) -> None:
         if path in self.explicit and not same(self.values[path], value) and path != "train.async_train":
@@ -156,6 +157,7 @@ class _Decoder:
         self.fill_defaults()
         self.vocab_padding()
         slime_modes.finish(self)
+        slime_weight_sync.finish(self)
         if self.sglang:
             self.values["rollout.sglang"] = self.sglang
             self.explicit.add("rollout.sglang")
@@ -281,6 +283,8 @@ class _Decoder:
             slime_agent.decode(self, occ)
         elif flag in slime_modes.FLAGS:
             slime_modes.decode(self, occ)
+        elif flag in slime_weight_sync.FLAGS:
+            slime_weight_sync.decode(self, occ)
         elif flag.startswith(sglang.PREFIX) and flag not in sglang.SLIME_OWN:
             self.sglang_flag(occ)
         else:

@@ -11,7 +11,7 @@ from rlrun.interop.slime_table import (
     ARRAYS, ATTENTION_BACKEND, CONSTANT_FLAGS, ENTRY_ASYNC, FAMILY_FLAGS, ICEPOP_FUNCTION, KEEP, LAUNCH, MOE_FLAGS,
     ROWS, Row,
 )
-from rlrun.interop import slime_agent, slime_modes
+from rlrun.interop import slime_agent, slime_modes, slime_weight_sync
 from rlrun.interop.slime_values import fmt, get_path, same, slime_default
 
 POST_NORM_FLAGS = ("--post-self-attn-layernorm", "--post-mlp-layernorm")
@@ -141,6 +141,7 @@ def _encode_misc(cfg: dict, arrays: dict[str, list[list[str]]], comments: dict[s
                     f"--eval-config file only (the --eval-* flags say {cfg['eval'][key]})")
     slime_agent.encode(cfg, arrays, comments)
     slime_modes.encode(cfg, arrays, comments)
+    slime_weight_sync.encode(cfg, arrays, comments)
     wandb = cfg["logging"]["wandb"]
     if wandb["mode"] != "disabled":
         arrays["MISC_ARGS"].extend([["--use-wandb"], ["--wandb-mode", wandb["mode"]]])

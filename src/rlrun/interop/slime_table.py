@@ -272,6 +272,12 @@ ROWS: tuple[Row, ...] = (
     Row("run.seed", "--seed", "MISC_ARGS", type=int, default=1234),
     Row("rollout.weight_sync_bucket_mb", "--update-weight-buffer-size", "MISC_ARGS", type=int, default=512,
         scale=1 << 20),  # slime: bytes, default 512 * 1024**2
+    # rollout.weight_sync=delta's settings (slime_weight_sync.py maps --update-weight-mode / -transport)
+    Row("rollout.delta.encoding", "--update-weight-delta-encoding", "MISC_ARGS", default="xor"),
+    Row("rollout.delta.checksum", "--update-weight-delta-checksum", "MISC_ARGS", default="xxh3-128"),
+    Row("rollout.delta.dir", "--update-weight-disk-dir", "MISC_ARGS", default=None, path_like=True),
+    Row("rollout.delta.local_dir", "--update-weight-local-checkpoint-dir", "MISC_ARGS", default=None,
+        path_like=True),
     Row("train.gradient_accumulation_fusion", "--no-gradient-accumulation-fusion", "MISC_ARGS", "false",
         default=True),
     Row("train.fp32_grads", "--accumulate-allreduce-grads-in-fp32", "MISC_ARGS", "true", default=False),
@@ -283,6 +289,9 @@ ICEPOP_FUNCTION = "slime.backends.megatron_utils.loss.icepop_function"
 
 # Settings with a codec of their own in slime_encode.py/slime_decode.py (one flag is not one setting there).
 SPECIAL: dict[str, str] = {
+    "rollout.weight_sync": "`--update-weight-mode delta --update-weight-transport disk` is delta, `--update-weight-"
+    "transport disk` (full mode) is disk; neither: slime picks CUDA IPC with --colocate, a broadcast without, as "
+    "rlrun's auto does (slime_weight_sync.py)",
     "algo.tis_mode": f"mask (with tis_level=token) is `--custom-tis-function-path {ICEPOP_FUNCTION}`; truncate: "
     "no flag (slime's built-in TIS); slime's MIS example (`--custom-tis-function-path ...mis.compute_mis_weights_with_cp` "
     "and a `--custom-config-path` YAML) is read on import (slime_mis.py); the export writes a comment for it and for "
@@ -392,8 +401,6 @@ NO_FLAG: dict[str, str] = {
     "lost engine's removal from the router, docs/rollout.md)",
     "rollout.weight_sync_timeout_s": "slime's weight sync waits without a bound (a stuck NCCL collective hangs the "
     "run); rlrun bounds each step of a push and names the stuck one",
-    "rollout.weight_sync": "slime picks the transport from --colocate (tensor) or not (distributed), as rlrun's auto "
-    "does",
     "rollout.router.kind": "slime always starts sglang-router in front of its engines",
     "rollout.router.host": "slime starts its own router; --sglang-router-ip would point it at an external one",
     "rollout.router.port": "slime starts its own router; --sglang-router-port would point it at an external one",
@@ -564,9 +571,6 @@ _FEATURE_FLAGS: dict[str, tuple[str, ...]] = {
     "gated attention / hybrid layers (Qwen3-Next, Qwen3.5)": (
         "--use-gated-attention", "--attention-output-gate", "--apply-layernorm-1p", "--moe-shared-expert-gate"),
     "vision-language models": ("--multimodal-keys",),
-    "delta / disk weight sync": ("--update-weight-mode", "--update-weight-transport", "--update-weight-disk-dir",
-                                 "--update-weight-local-checkpoint-dir", "--update-weight-delta-encoding",
-                                 "--update-weight-delta-checksum"),
     "prefill/decode disaggregation": ("--prefill-num-servers",),
     # slime accepts it only for DSA attention models (DeepSeek-V3.2, GLM-5.1): slime/backends/megatron_utils/
     # arguments.py _validate_allgather_cp_supported; rlrun builds no DSA layer

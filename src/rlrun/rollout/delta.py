@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import struct
 import uuid
