@@ -35,6 +35,11 @@ def test_overwrite_and_adler32_and_full_mode_disk():
     d = decode(parse_args(["--update-weight-transport", "disk", "--update-weight-disk-dir", "/shared/x"]))
     assert d.unknown == [] and d.values["rollout.weight_sync"] == "disk"
     assert any("--update-weight-disk-dir" in n and "<run dir>/weight_sync" in n for n in d.notes)
+    assert d.values["rollout.delta.dir"] is None  # not read by the disk transport: validate would refuse it
+    d = decode(parse_args(["--update-weight-delta-encoding", "overwrite"]))  # slime reads it in delta mode only
+    assert d.unknown == [] and d.values["rollout.delta.encoding"] == "xor"
+    assert any("--update-weight-delta-encoding: not imported: slime reads it with --update-weight-mode delta only" in n
+               for n in d.notes)
     assert "rollout.weight_sync" not in decode(parse_args(["--rollout-batch-size", "2"])).values  # auto stays
 
 

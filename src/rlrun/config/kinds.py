@@ -193,6 +193,9 @@ class TransportKind:
     file_args: Callable[[Any, Any], dict] = field(default=lambda cfg, run_dir: {})
     # what `rlrun plan` says of it besides its name (cfg -> a line; "" for nothing): e.g. a delta's encoding
     describe: Callable[[Any], str] = field(default=lambda cfg: "")
+    # its settings' rule when the run's transport is another (cfg -> Problems: a setting of its own that is set
+    # would be ignored); None: it has no settings of its own
+    idle: Callable[[Any], Iterable[Any]] | None = None
     # its metrics for the step's row: (bytes per engine, seconds) -> {name: value}
     metrics: Callable[[int, float], dict] = field(default=lambda nbytes, seconds: {})
 

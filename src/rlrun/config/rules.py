@@ -323,6 +323,9 @@ def weight_sync(cfg: RunConfig) -> Iterator[Problem]:
                       f"transport is {transport}" + (" (auto)" if r.weight_sync == "auto" else ""),
                       f"set rollout.weight_sync={takes[0]}", r.weight_sync)
     yield from TRANSPORTS[transport].rules(cfg)
+    for other in TRANSPORTS.values():  # another transport's own settings, set: they would be ignored
+        if other.name != transport and other.idle is not None:
+            yield from other.idle(cfg)
 
 
 # ---- data, rewards, eval, checkpoints --------------------------------------------------------------------

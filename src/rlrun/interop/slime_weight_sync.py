@@ -14,6 +14,10 @@ from __future__ import annotations
 MODE, TRANSPORT = "--update-weight-mode", "--update-weight-transport"
 FLAGS = (MODE, TRANSPORT)
 DISK_DIR, LOCAL_DIR = "--update-weight-disk-dir", "--update-weight-local-checkpoint-dir"
+# the delta settings' flags -> (rlrun path, slime's default): read by slime in delta mode only
+DELTA_FLAGS = {"--update-weight-delta-encoding": ("rollout.delta.encoding", "xor"),
+               "--update-weight-delta-checksum": ("rollout.delta.checksum", "xxh3-128"),
+               DISK_DIR: ("rollout.delta.dir", None), LOCAL_DIR: ("rollout.delta.local_dir", None)}
 _CHOICES = {MODE: ("full", "delta"), TRANSPORT: ("nccl", "disk")}
 
 
@@ -32,6 +36,8 @@ def finish(dec) -> None:
     mode = got[MODE].values[0] if MODE in got else "full"
     transport = got[TRANSPORT].values[0] if TRANSPORT in got else "nccl"
     first = got.get(MODE) or got.get(TRANSPORT)
+    if mode != "delta":
+        _drop_delta_settings(dec, transport)
     if first is None:
         return
     if transport == "disk" and DISK_DIR not in dec.seen:
@@ -49,11 +55,21 @@ def finish(dec) -> None:
         dec.set("rollout.weight_sync", "delta", got[MODE])
     elif transport == "disk":
         dec.set("rollout.weight_sync", "disk", got[TRANSPORT])
-        for flag in (DISK_DIR, LOCAL_DIR):
-            if flag in dec.seen:  # rlrun's disk transport writes under the run dir and every engine reads it there
-                dec.notes.append(f"{dec.seen[flag].where}: {flag}: rlrun's disk transport writes <run dir>/weight_sync"
-                                 " and the engines read it there; the directory is kept as rollout.delta.* (read by "
-                                 "rollout.weight_sync=delta only)")
+
+
+def _drop_delta_settings(dec, transport: str) -> None:
+    """Without delta mode slime reads none of the delta flags but the disk dir (full-mode disk sync: rlrun's disk
+    transport writes <run dir>/weight_sync instead): left at rlrun's defaults, each with a note (rlrun validate refuses
+    rollout.delta.* set for another transport: it would be ignored)."""
+    for flag, (path, default) in DELTA_FLAGS.items():
+        if flag not in dec.seen:
+            continue
+        dec.values[path] = default
+        dec.explicit.discard(path)
+        why = ("rlrun's disk transport writes <run dir>/weight_sync and every engine reads it there"
+               if flag == DISK_DIR and transport == "disk" else
+               "slime reads it with --update-weight-mode delta only")
+        dec.notes.append(f"{dec.seen[flag].where}: {flag}: not imported: {why}")
 
 
 def encode(cfg: dict, arrays: dict, comments: dict) -> None:

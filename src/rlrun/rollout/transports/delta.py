@@ -40,6 +40,23 @@ def rules(cfg) -> Iterator[Problem]:
                           "working directories", "give an absolute path", value)
 
 
+# its settings and their defaults (conf/config.yaml): set while another transport runs, they would be ignored
+SETTINGS = {"encoding": "xor", "checksum": "xxh3-128", "dir": None, "local_dir": None}
+
+
+def idle(cfg) -> Iterator[Problem]:
+    """rollout.delta.* set while the run's transport is another: refused (it would be ignored)."""
+    from rlrun.config.plan import weight_sync
+
+    d = cfg.rollout.delta
+    for key, default in SETTINGS.items():
+        if getattr(d, key) != default:
+            yield Problem(f"rollout.delta.{key}", f"the delta transport's setting, and this run's transport is "
+                          f"{weight_sync(cfg)}" + (" (auto)" if cfg.rollout.weight_sync == "auto" else "") +
+                          ": it would be ignored",
+                          f"set rollout.weight_sync=delta, or drop rollout.delta.{key}", getattr(d, key))
+
+
 def local_dir(cfg, run_dir) -> str:
     """rollout.delta.local_dir, or a directory under the engine host's temp dir named after the run."""
     return cfg.rollout.delta.local_dir or str(Path(tempfile.gettempdir()) / "rlrun-delta" / Path(run_dir).name)
@@ -89,4 +106,4 @@ def receive(engines, path: str, version: str, urls: list[str] | None = None, *, 
 
 
 SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, check="sha256", write=write,
-                                         receive=receive, file_args=file_args, describe=describe))
+                                         receive=receive, file_args=file_args, describe=describe, idle=idle))
