@@ -395,3 +395,20 @@ def test_the_shipped_h200_entry_is_the_fit_to_the_three_h200_runs():
         fit = calibrate(others, shipped, hardware="h200")[0]["h200"]
         loo = predict(cfg, transport, {**shipped, "h200": {**shipped["h200"], **fit}}, workload=workload(meas))
         assert loo["step_core_s"] == pytest.approx(meas["step_core"], rel=0.2), d
+
+
+def test_eval_is_fitted_on_top_of_the_rollouts_scales(tmp_path):
+    """Eval is generation: a run whose rollout and eval both took 2x the prediction fits rollout 2 and eval 1 (the
+    rollout's scale already explains it), and the refit predicts the eval event at 2x."""
+    cfg = load(["eval.interval=1", "eval.datasets=[{name: toy, path: toy.jsonl, rm_type: exact_match}]"])
+    c = predict(cfg, "tensor", load_table())
+    pred = predicted_phases(c)
+    assert pred["eval"] > 0
+    rows = [{"step": s, "time/rollout_s": 2 * pred["rollout"], "time/eval_s": 2 * pred["eval"],
+             "time/step_s": 2 * pred["rollout"] + 2 * pred["eval"]} for s in range(3)]
+    overlay, _ = calibrate([_fake_run(tmp_path, cfg, rows)])
+    assert overlay["cpu"]["scale"]["rollout"] == pytest.approx(2.0, rel=1e-3)
+    assert overlay["cpu"]["scale"]["eval"] == pytest.approx(1.0, rel=1e-3)
+    path = tmp_path / "fitted.yaml"
+    write_overlay(overlay, path)
+    assert predict(cfg, "tensor", load_table(path))["events_s"]["eval"] == pytest.approx(2 * pred["eval"], rel=1e-3)

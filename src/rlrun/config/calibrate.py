@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrun.config.cost import PHASES, _merge, load_table, measured_phases, predict, predicted_phases, workload
+from rlrun.config.cost import (PHASES, _merge, component_scale, load_table, measured_phases, predict, predicted_phases,
+                               workload)
 from rlrun.config.plan import weight_sync
 from rlrun.config.schema import RunConfig
 
@@ -108,6 +109,10 @@ def calibrate(run_dirs: list[Path], table: dict | None = None, ridge: float = RI
                                + (old.get("source") or f"{old.get('scaled_from')}'s, scaled"),
                      "fitted_from": [str(d) for d, *_ in mine],
                      "scale": {ph: fit_scales(per_phase[ph], ridge) if ph in per_phase else 1.0 for ph in PHASES}}
+        if "eval" in per_phase:  # eval is generation: predicted with the rollout's component scales, then its own
+            ro = fit["scale"]["rollout"]
+            fit["scale"]["eval"] = fit_scales([({p: x * component_scale(ro, p) for p, x in parts.items()}, y)
+                                               for parts, y in per_phase["eval"]], ridge)
         if hw not in table:  # a profile without an entry: the fit keeps the fallback's constants under it
             fit["scaled_from"] = old["scaled_from"]
         if extra:
