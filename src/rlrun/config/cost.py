@@ -24,7 +24,7 @@ F = peak bf16 FLOP/s. Each phase is a sum of components (in brackets), each scal
   offload    colocated: [engine] offload_s (rollout.offload) + [trainer] 2 x trainer state bytes / host_gb_per_s
   eval, save per event, amortised over eval.interval / checkpoint.save_interval
 `scale` per phase: a number (every component) or {component: number}, fitted by `rlrun plan --calibrate`
-(rlrun.config.calibrate: measured / predicted of the runs it was fitted to).
+(rlrun.config.calibrate: measured / predicted of the runs it was fitted to; eval on top of the rollout's).
 Async (train.async_train): the producer generates while the trainer trains; both wait for the weight push (the
 engines pause for it): step = max(rollout + weight_sync, trainer side), the bubble is the difference. Run: num_rollout steps + start-up + the final save; GPU-hours = run x GPUs."""
 from __future__ import annotations
