@@ -70,7 +70,9 @@ COMMAND_SPECS: dict[str, Command] = {
                                                   "the calibration file to write)", "FILE"),
                           Opt(("--calibrate",), "calibrate", "refit the cost model to the RUN_DIRs given as arguments; "
                               "writes conf/calibration.fitted.yaml ($RLRUN_CALIBRATION, or --out), which the plan merges "
-                              "over conf/calibration.yaml")),
+                              "over conf/calibration.yaml"),
+                          Opt(("--hardware",), "hardware", "with --calibrate: the hardware profile the runs ran on when "
+                              "their configs name another one (e.g. an h100 recipe run on an H200)", "NAME")),
                     examples=("rlrun plan experiment=qwen3-4b-grpo-mi300x", "rlrun plan --json --out plan.json",
                               "rlrun plan --calibrate outputs/steps-a/<stamp> outputs/steps-b/<stamp>"),
                     want="no positional argument (run dirs only with --calibrate)"),
@@ -147,6 +149,7 @@ class Args:
     warnings: list = field(default_factory=list)   # filled by _load (rlrun.config.warn)
     check_paths: bool = False
     calibrate: bool = False
+    hardware: Optional[str] = None     # plan --calibrate: the profile the runs ran on
 
 
 class _Parser(argparse.ArgumentParser):
@@ -316,7 +319,7 @@ def cmd_calibrate(a: Args) -> int:
         if not (Path(d) / "config.yaml").is_file():
             raise UsageError(f"{d}: not a run dir (no config.yaml)")
     try:
-        table, report = calibrate([Path(d) for d in a.positional])
+        table, report = calibrate([Path(d) for d in a.positional], hardware=a.hardware)
     except ValueError as e:
         raise UsageError(str(e), False) from None
     path = Path(a.out) if a.out else calibration_path()

@@ -44,7 +44,7 @@ def _table(**over) -> dict:
                              "distributed": {"gb_per_s": 0.001, "fixed_s": 0.02}},
              "offload": {"host_gb_per_s": HUGE}, "save": {"gb_per_s": 0.01, "fixed_s": 0.05}}
     for k, v in over.items():
-        entry[k] = {**entry[k], **v} if isinstance(v, dict) else v
+        entry[k] = {**entry.get(k, {}), **v} if isinstance(v, dict) else v
     return {"fallback": "cpu", "cpu": entry}
 
 
@@ -262,6 +262,153 @@ def test_the_device_comparison_tool_runs_leave_one_out(tmp_path):
                        capture_output=True, text=True, timeout=120, cwd=root)
     assert r.returncode == 0, r.stderr
     table = (tmp_path / "predict.md").read_text()
-    assert table.count("| tiny 16x8x1 | rollout | 0.200 |") == 1 and "| tiny 8x8x1 | rollout | 0.100 |" in table
-    assert "worst leave-one-out error per phase" in table
+    assert table.count("| 0 (tiny 16x8x1) | rollout | 0.200 |") == 1 and "| 1 (tiny 8x8x1) | rollout | 0.100 |" in table
+    assert "worst leave-one-out error per phase" in table and "worst fitted to all error per phase" in table
     assert yaml.safe_load((tmp_path / "calibration.fitted.yaml").read_text())["cpu"]["fitted_from"] == dirs
+
+
+def test_the_longest_response_sets_the_drain():
+    """Exponential lengths: the longest of n is the mean x H(n) (H(4) = 25/12), capped at max_response_len; a run
+    that truncated (n x fraction >= 1/2) drained to the limit."""
+    from rlrun.config.cost import longest_response
+
+    assert longest_response(10.0, 512, 4) == pytest.approx(10 * 25 / 12, rel=1e-12)
+    assert longest_response(300.0, 512, 4) == 512.0
+    assert longest_response(10.0, 512, 256, truncated=0.002) == 512.0            # 0.51 of a request truncated
+    assert longest_response(10.0, 512, 256, truncated=0.001) == pytest.approx(10 * sum(1 / i for i in range(1, 257)))
+    # above 1,000 requests the harmonic number's expansion ln n + gamma + 1/2n - 1/12n^2 (next term 1/120n^4)
+    assert longest_response(1.0, 10**6, 5000) == pytest.approx(sum(1 / i for i in range(1, 5001)), rel=1e-12)
+
+
+def test_a_measured_workload_replaces_the_assumed_length():
+    """The default job's shape with max_response_len 64: measured mean 4 tokens, nothing truncated: 128 requests at
+    concurrency 64 -> D = 128 x 4 / 64 + (4 x H(128) - 4) decode steps of 2 layers x 0.001 s (bandwidth and FLOP/s
+    huge); with the assumed fraction 1.0 the drain runs to 64."""
+    cfg = load(["rollout.max_response_len=64"])
+    h128 = sum(1 / i for i in range(1, 129))
+    got = predict(cfg, "tensor", _table(), workload={"response_len": 4.0, "truncated_frac": 0.0})
+    steps = 128 * 4 / 64 + (4 * h128 - 4)
+    assert got["generation"]["decode_steps"] == pytest.approx(steps, abs=0.05)
+    assert got["phases_s"]["rollout"] == pytest.approx(128 * 0.002 + steps * 2 * 0.001, rel=1e-9)
+    assumed = predict(cfg, "tensor", _table())
+    assert assumed["generation"]["decode_steps"] == 128 * 64 / 64 + 0  # the mean is the limit: no drain beyond it
+    truncated = predict(cfg, "tensor", _table(), workload={"response_len": 4.0, "truncated_frac": 0.01})
+    assert truncated["generation"]["decode_steps"] == pytest.approx(128 * 4 / 64 + 60)
+
+
+def test_a_decode_step_is_the_slower_of_the_kernel_chain_and_the_weight_read():
+    """2 layers x 0.001 s against 2 x 78,208 B at 1e-4 GB/s (1.56 s): the weight read sets the step; at 1e3 GB/s
+    (0.16 us) the layers do. One decode step (responses of 1 token), 128 requests at 0 s."""
+    eng = {"request_s": 0.0, "step_layer_s": 0.001, "bandwidth_eff": 1.0, "mfu": HUGE, "offload_s": 0.0}
+    cfg = load([])
+    slow = predict(cfg, "tensor", _table(bandwidth_gb_s=1e-4, engines={"hf": eng}))
+    kv = 128 * 16.5 * 256 / 1e5  # each token's KV read at the same bandwidth
+    assert slow["phases_s"]["rollout"] == pytest.approx(2 * 2 * 78208 / 1e5 + kv, rel=1e-9)
+    fast = predict(cfg, "tensor", _table(bandwidth_gb_s=1e3, engines={"hf": eng}))
+    assert fast["phases_s"]["rollout"] == pytest.approx(2 * 0.002, rel=1e-3)
+
+
+def test_train_and_weight_sync_components_by_hand():
+    """sample_s per sample and DP rank (128 samples), layer_s per layer of the pushed model (2 layers)."""
+    t = _table(backends={"torch": {"train_fixed_s": 0.1, "sample_s": 0.001, "micro_batch_layer_s": 0.01, "mfu": HUGE,
+                                   "optimizer_eff": 1.0}},
+               weight_sync={"tensor": {"gb_per_s": 0.001, "fixed_s": 0.02, "layer_s": 0.005}})
+    c = predict(load([]), "tensor", t)
+    assert c["parts_s"]["train"] == pytest.approx({"fixed": 0.1, "sample": 0.128, "micro": 5 * 2 * 0.01,
+                                                   "optimizer": 0.0}, abs=1e-12)
+    assert c["phases_s"]["train"] == pytest.approx(0.328, rel=1e-9)
+    assert c["phases_s"]["weight_sync"] == pytest.approx(0.02 + 2 * 0.005 + 78208 * 4 / 1e6, rel=1e-9)
+
+
+def test_component_scales_apply_per_component():
+    """scale.rollout {request: 2, '*': 0.5}: the request part doubles, the decode steps halve."""
+    c = predict(load([]), "tensor", _table(scale={"rollout": {"request": 2.0, "*": 0.5}}))
+    assert c["phases_s"]["rollout"] == pytest.approx(2 * 128 * 0.002 + 0.5 * 2 * 2 * 0.001, rel=1e-9)
+
+
+def test_fit_scales_by_hand():
+    """Two runs whose truth is request x 2, step x 1: (1 + 1) -> 3 s and (1 + 3) -> 5 s. Without the ridge the fit
+    is exact; a huge ridge keeps both at the common scale g = sqrt(3/2 x 5/4); one run: g alone."""
+    from rlrun.config.calibrate import fit_scales
+
+    runs = [({"request": 1.0, "step": 1.0}, 3.0), ({"request": 1.0, "step": 3.0}, 5.0)]
+    g = math.sqrt(1.5 * 1.25)
+    exact = fit_scales(runs, ridge=0.0)
+    assert exact["request"] == pytest.approx(2.0, abs=1e-4) and exact["step"] == pytest.approx(1.0, abs=1e-4)
+    assert exact["*"] == pytest.approx(g, abs=1e-4)
+    stiff = fit_scales(runs, ridge=1e9)
+    assert stiff["request"] == pytest.approx(g, abs=1e-4) and stiff["step"] == pytest.approx(g, abs=1e-4)
+    assert fit_scales(runs[:1]) == pytest.approx(1.5, abs=1e-4)
+    # a component carrying less than 1/1000 of every run's time is not fitted: the phase's number alone
+    assert fit_scales([({"request": 1.0, "step": 1e-6}, 2.0), ({"request": 2.0, "step": 0.0}, 4.0)]) == 2.0
+
+
+def test_calibrate_takes_the_profile_the_runs_ran_on(tmp_path):
+    """An h100 recipe run on an H200: --hardware h200 fits the h200 entry."""
+    cfg = load([])
+    rows = [{"step": s, "time/rollout_s": 0.2, "time/train_s": 0.1, "time/step_s": 0.34} for s in range(3)]
+    run = _fake_run(tmp_path, cfg, rows)
+    overlay, report = calibrate([run], hardware="h200")
+    assert set(overlay) == {"h200"} and {r["hardware"] for r in report} == {"h200"}
+    assert main(["plan", "--calibrate", str(run), "--hardware", "h200", "--out", str(tmp_path / "c.yaml")]) == 0
+    assert set(yaml.safe_load((tmp_path / "c.yaml").read_text())) == {"h200"}
+
+
+H200_RUNS = ["steps-qwen3-0.6b/20261129-004417-433670", "steps-qwen3-1.7b/20261129-004704-661496",
+             "r3-false/20261129-005848-799869"]
+
+
+def _h200_runs():
+    from pathlib import Path
+
+    from rlrun.config.calibrate import load_run
+
+    root = Path(__file__).resolve().parents[1] / "data/cost_runs/h200-2026-11-29"
+    out = []
+    for name in H200_RUNS:
+        cfg, plan, rows = load_run(root / name)
+        cfg = cfg.model_copy(update={"hardware": cfg.hardware.model_copy(update={"name": "h200"})})
+        out.append((root / name, cfg, plan["weight_sync"], measured_phases(rows)))
+    return out
+
+
+def test_the_shipped_h200_entry_is_the_fit_to_the_three_h200_runs():
+    """conf/calibration.yaml's h200 scales are `rlrun plan --calibrate --hardware h200` on the three runs of
+    tests/data/cost_runs (4 significant digits written, hence rel 1e-3); fitted to all, each run's step without
+    eval and save is within 20% of the measured median and each phase within 30% (the issue's acceptance);
+    leave-one-out (the two other runs fit, this one predicted) the step is within 20% too. The phases'
+    leave-one-out errors (up to 28% for the weight push, 39% for the save) are in docs/benchmarks.md."""
+    from rlrun.config.cost import workload
+
+    runs = _h200_runs()
+    shipped = load_table()
+    overlay, _ = calibrate([d for d, *_ in runs], shipped, hardware="h200")
+    for ph, s in overlay["h200"]["scale"].items():
+        assert s == pytest.approx(shipped["h200"]["scale"][ph], rel=1e-3), ph
+    assert overlay["h200"]["step_overhead_s"] == pytest.approx(shipped["h200"]["step_overhead_s"], rel=1e-3)
+    for d, cfg, transport, meas in runs:
+        got = predicted_phases(predict(cfg, transport, shipped, workload=workload(meas)))
+        assert got["step_core"] == pytest.approx(meas["step_core"], rel=0.2), d
+        for ph in ("rollout", "train", "weight_sync", "offload", "save"):
+            assert got[ph] == pytest.approx(meas[ph], rel=0.3), (d, ph)
+        others = [o for o, *_ in runs if o != d]
+        fit = calibrate(others, shipped, hardware="h200")[0]["h200"]
+        loo = predict(cfg, transport, {**shipped, "h200": {**shipped["h200"], **fit}}, workload=workload(meas))
+        assert loo["step_core_s"] == pytest.approx(meas["step_core"], rel=0.2), d
+
+
+def test_eval_is_fitted_on_top_of_the_rollouts_scales(tmp_path):
+    """Eval is generation: a run whose rollout and eval both took 2x the prediction fits rollout 2 and eval 1 (the
+    rollout's scale already explains it), and the refit predicts the eval event at 2x."""
+    cfg = load(["eval.interval=1", "eval.datasets=[{name: toy, path: toy.jsonl, rm_type: exact_match}]"])
+    c = predict(cfg, "tensor", load_table())
+    pred = predicted_phases(c)
+    assert pred["eval"] > 0
+    rows = [{"step": s, "time/rollout_s": 2 * pred["rollout"], "time/eval_s": 2 * pred["eval"],
+             "time/step_s": 2 * pred["rollout"] + 2 * pred["eval"]} for s in range(3)]
+    overlay, _ = calibrate([_fake_run(tmp_path, cfg, rows)])
+    assert overlay["cpu"]["scale"]["rollout"] == pytest.approx(2.0, rel=1e-3)
+    assert overlay["cpu"]["scale"]["eval"] == pytest.approx(1.0, rel=1e-3)
+    path = tmp_path / "fitted.yaml"
+    write_overlay(overlay, path)
+    assert predict(cfg, "tensor", load_table(path))["events_s"]["eval"] == pytest.approx(2 * pred["eval"], rel=1e-3)

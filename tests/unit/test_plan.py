@@ -35,8 +35,15 @@ def test_seed_params_and_memory_by_hand(seed):
 def test_offload_takes_the_larger_phase():
     plan = make_plan(load(["experiment=glm4-9b-grpo-h100"]))  # H100: offload on for both
     m = plan.memory
-    # an offloaded trainer keeps its CUDA context and NCCL buffers (2 GiB) through the rollout phase
-    assert m["peak"] == pytest.approx(max(m["trainer_total"], m["engine_total"]) + 2.0)
+    # an offloaded trainer keeps its CUDA context and NCCL buffers (2 GiB) through the rollout phase; the push is a
+    # phase of its own: the trainer back whole but its activations, the engines' weights resumed with their runtime
+    # (1 GiB), and two 512 MiB buckets staged
+    rollout_or_train = max(m["trainer_total"], m["engine_total"]) + 2.0
+    push = m["trainer_total"] - m["trainer_activations"] + 2.0 + m["engine_weights"] + 1.0 + 2 * 512 / 1024
+    assert push > rollout_or_train  # GLM4-9B: the engines' 8.75 GiB of weights outweigh the activations (4.2)
+    assert m["peak"] == pytest.approx(push)
+    disk = make_plan(load(["experiment=glm4-9b-grpo-h100", "rollout.weight_sync=disk"])).memory
+    assert disk["peak"] == pytest.approx(rollout_or_train)  # a file push: the trainer leaves before the engines resume
     no_off = make_plan(load(["experiment=glm4-9b-grpo-h100", "train.offload=false", "rollout.offload=false"]))
     assert no_off.memory["peak"] == pytest.approx(m["trainer_total"] + 2.0 + m["engine_total"]) and not no_off.fits
 

@@ -304,3 +304,22 @@ def test_sglang_refuses_a_tied_head_where_its_model_class_never_ties():
                  "rollout.gpus_per_engine=1"]).model.tie_word_embeddings  # transformers' class ties it
     assert load(["hardware=h100", "model=qwen3-0.6b"]).model.tie_word_embeddings  # SGLang's Qwen3 ties
     assert "qwen3" not in UNTIED_HEAD_FAMILIES
+
+
+def test_sglang_refuses_a_qwen3_moe_head_dim_its_fused_rope_kernel_lacks():
+    """SGLang 0.5.16's Qwen3-MoE writes the bf16 KV cache inside its rotary embedding on CUDA, and that path asserts
+    for a head_dim without the fused kernel (seen on an H200 with head_dim 16). An FP8 KV cache, a float16 engine,
+    the hf engine, ROCm and the kernel's own sizes pass."""
+    from rlrun.rollout.engines.sglang.spec import FUSED_ROPE_HEAD_DIMS
+
+    with pytest.raises(ConfigError) as e:
+        load(["hardware=h100", "model=tiny-moe", "model.head_dim=16"])
+    assert [p.path for p in e.value.problems] == ["model.head_dim"]
+    assert "64, 128, 256, 512" in e.value.problems[0].message
+    for extra in (["+rollout.sglang.kv_cache_dtype=fp8_e4m3"], ["+rollout.sglang.dtype=float16"],
+                  ["rollout.engine=hf", "rollout.gpus_per_engine=1"], ["hardware=mi300x"]):
+        assert load(["hardware=h100", "model=tiny-moe", "model.head_dim=16", *extra]).model.head_dim == 16, extra
+    assert FUSED_ROPE_HEAD_DIMS == (64, 128, 256, 512)
+    for d in FUSED_ROPE_HEAD_DIMS:
+        assert load(["hardware=h100", "model=tiny-moe", f"model.head_dim={d}"]).model.head_dim == d
+    assert load(["hardware=h100", "model=qwen3-0.6b", "model.head_dim=96"]).model.head_dim == 96  # dense Qwen3: unfused

@@ -180,6 +180,9 @@ PY
                qwen3-4b) batch="rollout.rollout_batch_size=16 rollout.n_samples_per_prompt=4 rollout.max_response_len=256" ;;
                *) batch="rollout.rollout_batch_size=32 rollout.n_samples_per_prompt=8 rollout.max_response_len=512" ;;
              esac
+             # the device's disk (64 GiB) holds earlier runs' checkpoints: a 4B run's final save (34 GiB) was refused
+             # by the preflight on 25 GiB free (2026-11-29); drop their big files, keep their metrics and logs
+             find /tmp/runs -type f -size +50M -delete 2>/dev/null
              run "steps_$shape" 300 "${RLRUN[@]}" hardware="${STEPS_HW:-h100}" model=$shape model.vocab_size=64 data=toy \
                checkpoint.random_init=true parallelism.tp=1 rollout.gpus_per_engine=1 train.gpus_per_node=1 train.gradient_accumulation_fusion=false rollout.engine=sglang \
                rollout.num_rollout=4 $batch rollout.mem_fraction_static=0.4 \

@@ -4,20 +4,27 @@ memory estimate and the constants of conf/calibration.yaml (per hardware profile
 scaled from another profile by peak bf16 TFLOP/s and HBM bandwidth, flagged as such).
 
 Per rollout step, N = matmul parameters (active layers + lm head), L = layers, P = prompt tokens, R = mean
-response tokens (response_fraction x max_response_len), S = P + R, BW = HBM bandwidth, F = peak bf16 FLOP/s:
+response tokens (response_fraction x max_response_len, or a run's measured mean), S = P + R, BW = HBM bandwidth,
+F = peak bf16 FLOP/s. Each phase is a sum of components (in brackets), each scaled by the profile's fit:
   rollout    per engine (engines in parallel, samples split evenly): n requests, concurrency C = min(n,
-             max_concurrency / engines, KV sequences at mean length), decode steps D = n R / C + (max_len - R)
-             (continuous batching, then the drain of the longest); time = n request_s + D (L step_layer_s +
-             W / (BW bw_eff)) + n R (2N / (g F mfu) + (P + R/2) kv_bytes / (BW bw_eff)) + n P 2N / (g F mfu)
+             max_concurrency / engines, KV sequences at mean length); the longest response Rmax = R x H(n) (the
+             expected longest of n exponentially distributed lengths, H the harmonic number) capped at max_len
+             (a run that truncated: max_len); decode steps D = n R / C + (Rmax - R) (continuous batching, then
+             the drain of the longest); [request] n request_s + [step] D max(L step_layer_s, W / (BW bw_eff))
+             (a small-batch decode step is latency-bound: kernel chain and weight read overlap) + [token]
+             n R (2N / (g F mfu) + (P + R/2) kv_bytes / (BW bw_eff) + token_s) + n P 2N / (g F mfu)
   log_probs  per forward pass the step needs (old / ref log-probs, critic values): tokens 2(N + L q S) / (world F
              mfu) + micro-batches x L/PP x micro_batch_layer_s / 3
-  train      train_fixed_s + per optimizer step:
-             max(L/PP x micro_batch_layer_s, its tokens (6N or 8N with full recompute + 6 L q S) / (world F mfu))
-             x micro-batches x PP bubble (1 + (PP-1)/micro-batches) + 2 x state bytes / (BW optimizer_eff)
-  weight_sync  fixed_s + exported bytes / gb_per_s of the transport (async: / update_weights_interval)
-  offload    colocated: engine offload_s (rollout.offload) + 2 x trainer state bytes / host_gb_per_s (train.offload)
+  train      [fixed] train_fixed_s + per optimizer step: [sample] samples per DP rank x sample_s (packing, the
+             per-sample loss) + [micro] max(L/PP x micro_batch_layer_s, its tokens (6N or 8N with full recompute
+             + 6 L q S) / (world F mfu)) x micro-batches x PP bubble (1 + (PP-1)/micro-batches) + [optimizer]
+             2 x state bytes / (BW optimizer_eff)
+  weight_sync  [fixed] fixed_s + [layer] L layer_s (per-tensor loads) + [bytes] exported bytes / gb_per_s of the
+             transport (async: / update_weights_interval)
+  offload    colocated: [engine] offload_s (rollout.offload) + [trainer] 2 x trainer state bytes / host_gb_per_s
   eval, save per event, amortised over eval.interval / checkpoint.save_interval
-Each phase is multiplied by the profile's fitted `scale` (measured / predicted of the runs it was fitted to).
+`scale` per phase: a number (every component) or {component: number}, fitted by `rlrun plan --calibrate`
+(rlrun.config.calibrate: measured / predicted of the runs it was fitted to; eval on top of the rollout's).
 Async (train.async_train): the producer generates while the trainer trains; both wait for the weight push (the
 engines pause for it): step = max(rollout + weight_sync, trainer side), the bubble is the difference. Run: num_rollout steps + start-up + the final save; GPU-hours = run x GPUs."""
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
-from math import ceil
+from math import ceil, log
 from pathlib import Path
 from typing import Any
 
@@ -163,28 +170,45 @@ def shape(cfg: RunConfig) -> Shape:
     return Shape(matmul, pc.total, m.num_layers, _attention_widths(m)[0], kv_bytes_per_token(cfg))
 
 
+def longest_response(mean: float, max_len: int, n: int, truncated: float | None = None) -> float:
+    """The expected longest of n responses of mean length `mean` (the decode steps an engine runs before its last
+    request ends): exponentially distributed lengths (mean x the n-th harmonic number), capped at max_len; a run's
+    measured truncated fraction says whether one of its n reached the limit (n x fraction >= 1/2)."""
+    if truncated is not None and n * truncated >= 0.5:
+        return float(max_len)
+    harmonic = sum(1.0 / i for i in range(1, max(n, 1) + 1)) if n < 1000 else \
+        log(n) + 0.5772156649015329 + 1 / (2 * n) - 1 / (12 * n * n)  # Euler-Maclaurin, error < 1e-14 here
+    return min(float(max_len), mean * harmonic)
+
+
 def generation(cfg: RunConfig, k: Constants, eng: dict, sh: Shape, mem: Memory, samples: int, max_len: int,
-               prompt: float, frac: float, want: int | None = None) -> dict:
-    """One rollout's (or eval's) generation per engine: the seconds and what they come from."""
+               prompt: float, frac: float, want: int | None = None, truncated: float | None = None) -> dict:
+    """One rollout's (or eval's) generation per engine: the seconds, per component (parts: request, step, token)
+    and what they come from."""
     r = cfg.rollout
     engines = max(r.num_engines, 1)
     g = r.gpus_per_engine
     bw = k.c["bandwidth_gb_s"] * 1e9 * eng["bandwidth_eff"]
     flops = cfg.hardware.peak_bf16_tflops * 1e12 * eng["mfu"] * g
     n = ceil(samples / engines)
-    resp = frac * max_len
+    resp = min(frac * max_len, max_len)
     want = want or max(min(n, ceil(r.max_concurrency / engines)), 1)
     static = ENGINES[r.engine].memory == "static_pool"
     kv_seq = int(mem.kv_tokens // max(prompt + resp, 1)) if static else want
     conc = max(min(want, kv_seq), 1)
-    steps = n * resp / conc + (max_len - resp)
+    longest = longest_response(resp, max_len, n, truncated)
+    steps = n * resp / conc + max(longest - resp, 0.0)
     weights = 2 * sh.total / g
-    per_step = sh.layers * eng["step_layer_s"] + weights / bw
-    per_token = 2 * sh.matmul / flops + (prompt + resp / 2) * sh.kv_bytes / bw
-    seconds = n * eng["request_s"] + steps * per_step + n * resp * per_token + n * prompt * 2 * sh.matmul / flops
-    return {"seconds": seconds, "requests_per_engine": n, "concurrency_wanted": want, "concurrency": conc,
-            "kv_tokens": mem.kv_tokens if static else None, "kv_sequences": kv_seq if static else None,
-            "decode_steps": round(steps, 1), "response_tokens": round(resp, 1), "prompt_tokens": prompt,
+    # a decode step at small batch is latency-bound: the chain of per-layer kernels and the weight read overlap,
+    # the slower sets the floor (SGLang's decode log on one H200: ~1.9 ms a step for the 0.6B and the 1.7B shapes)
+    per_step = max(sh.layers * eng["step_layer_s"], weights / bw)
+    per_token = 2 * sh.matmul / flops + (prompt + resp / 2) * sh.kv_bytes / bw + eng.get("token_s", 0.0)
+    parts = {"request": n * eng["request_s"], "step": steps * per_step,
+             "token": n * resp * per_token + n * prompt * 2 * sh.matmul / flops}
+    return {"seconds": sum(parts.values()), "parts": parts, "requests_per_engine": n, "concurrency_wanted": want,
+            "concurrency": conc, "kv_tokens": mem.kv_tokens if static else None,
+            "kv_sequences": kv_seq if static else None, "decode_steps": round(steps, 1),
+            "longest_response_tokens": round(longest, 1), "response_tokens": round(resp, 1), "prompt_tokens": prompt,
             "full_length_tokens": want * (prompt + max_len)}
 
 
@@ -196,7 +220,7 @@ def _micro_batches(cfg: RunConfig, samples: float, tokens: float, budget: int | 
 
 
 def trainer_phases(cfg: RunConfig, k: Constants, be: dict, sh: Shape, mem: Memory, seq: float) -> dict[str, float]:
-    """log_probs and train seconds of one rollout step on the trainer."""
+    """log_probs and train seconds of one rollout step on the trainer, per component."""
     t, p, a = cfg.train, cfg.parallelism, cfg.algo
     world, dp = t.num_gpus, dp_size(cfg)
     flops = cfg.hardware.peak_bf16_tflops * 1e12 * be["mfu"] * world
@@ -222,14 +246,32 @@ def trainer_phases(cfg: RunConfig, k: Constants, be: dict, sh: Shape, mem: Memor
     optimizer = 2 * state / (k.c["bandwidth_gb_s"] * 1e9 * be["optimizer_eff"])
     # per micro-batch the host's per-layer Python and the GPU's work overlap: the slower sets the pace
     per_micro = max(stage_layers * be["micro_batch_layer_s"], step_flops / micro / flops)
-    per_step = micro * per_micro * bubble * critic + optimizer
-    return {"log_probs": log_probs, "train": be["train_fixed_s"] + steps * per_step,
+    return {"log_probs": {"forward": log_probs},
+            "train": {"fixed": be["train_fixed_s"],
+                      "sample": steps * t.global_batch_size / dp * be.get("sample_s", 0.0) * critic,
+                      "micro": steps * micro * per_micro * bubble * critic,
+                      "optimizer": steps * optimizer},
             "micro_batches": micro, "log_prob_passes": passes}
 
 
-def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memory | None = None) -> dict[str, Any]:
+def component_scale(scale: Any, part: str) -> float:
+    """A phase's fitted scale for one of its components: a number (the whole phase) or {component: number}, '*'
+    standing for the components not named."""
+    if isinstance(scale, dict):
+        return float(scale.get(part, scale.get("*", 1.0)))
+    return float(scale if scale is not None else 1.0)
+
+
+def _scaled(parts: dict[str, float], scale: Any) -> float:
+    return sum(s * component_scale(scale, part) for part, s in parts.items())
+
+
+def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memory | None = None,
+            workload: dict | None = None) -> dict[str, Any]:
     """The cost of one config whose weights go over `transport` (the plan's weight_sync): per-phase seconds of a
-    rollout step, the step, the run, GPU-hours, the KV check, the assumptions and the basis of every constant."""
+    rollout step, the step, the run, GPU-hours, the KV check, the assumptions and the basis of every constant.
+    `workload`: what a run measured of its own samples (measured_phases' response_len and truncated_frac), used
+    instead of the assumed response length (calibration and the predicted-vs-measured tables)."""
     table = load_table() if table is None else table
     if not table:
         return {"basis": "none", "note": "no calibration table (conf/calibration.yaml)"}
@@ -238,45 +280,55 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
     mem = mem or estimate(cfg)
     sh = shape(cfg)
     assume = k.c.get("assume", {})
+    workload = workload or {}
     frac = float(assume.get("response_fraction", 1.0))
+    truncated = None
+    if workload.get("response_len") is not None:
+        frac = min(float(workload["response_len"]) / max(r.max_response_len, 1), 1.0)
+        truncated = workload.get("truncated_frac")
     prompt = float(cfg.data.max_prompt_len if cfg.data.max_prompt_len is not None else
                    min(assume.get("prompt_tokens", 256), max(r.context_length - r.max_response_len, 0)))
     assumptions = [f"prompts {prompt:g} tokens" + (" (data.max_prompt_len, an upper bound)" if cfg.data.max_prompt_len
                                                   is not None else " (assumed: data.max_prompt_len is null)"),
-                   f"responses {frac:g} x rollout.max_response_len (mean; the longest runs to the limit)"]
+                   (f"responses {frac * r.max_response_len:.1f} tokens (measured mean)" if truncated is not None or
+                    workload.get("response_len") is not None else
+                    f"responses {frac:g} x rollout.max_response_len (mean; exponentially distributed: the longest of "
+                    "an engine's requests sets its decode steps)")]
     eng = k.kind("engines", r.engine, table)
     be = k.kind("backends", t.backend, table)
-    scale = {ph: float(k.c.get("scale", {}).get(ph, 1.0)) for ph in PHASES}
+    raw_scale = k.c.get("scale", {}) or {}
+    scale = {ph: raw_scale.get(ph, 1.0) for ph in PHASES}
     samples = r.rollout_batch_size * r.n_samples_per_prompt
-    gen = generation(cfg, k, eng, sh, mem, samples, r.max_response_len, prompt, frac)
-    phases = {"rollout": gen["seconds"]}
-    phases.update({ph: s for ph, s in trainer_phases(cfg, k, be, sh, mem, prompt + frac * r.max_response_len).items()
-                   if ph in PHASES})
+    gen = generation(cfg, k, eng, sh, mem, samples, r.max_response_len, prompt, frac, truncated=truncated)
+    parts: dict[str, dict[str, float]] = {"rollout": gen["parts"]}
+    parts.update({ph: s for ph, s in trainer_phases(cfg, k, be, sh, mem, prompt + frac * r.max_response_len).items()
+                  if ph in PHASES})
     ws = k.c.get("weight_sync", {}).get(transport, {"gb_per_s": 1.0, "fixed_s": 0.0})
     sync_bytes = sh.total * (2 if BACKENDS[t.backend].memory == "sharded" else 4)
     interval = r.update_weights_interval if t.async_train else 1
-    phases["weight_sync"] = (ws["fixed_s"] + sync_bytes / (ws["gb_per_s"] * 1e9)) / interval
+    parts["weight_sync"] = {"fixed": ws["fixed_s"] / interval, "layer": sh.layers * ws.get("layer_s", 0.0) / interval,
+                            "bytes": sync_bytes / (ws["gb_per_s"] * 1e9) / interval}
     state = (mem.trainer_weights + mem.trainer_grads + mem.trainer_optimizer) * GiB
-    off = 0.0
-    if t.colocate and r.offload:
-        off += eng.get("offload_s", 0.0)
-    if t.colocate and trainer_offload(cfg)[0]:
-        off += 2 * state / (k.c.get("offload", {}).get("host_gb_per_s", 10.0) * 1e9)
-    phases["offload"] = off
-    events: dict[str, float] = {}
+    parts["offload"] = {"engine": eng.get("offload_s", 0.0) if t.colocate and r.offload else 0.0,
+                        "trainer": 2 * state / (k.c.get("offload", {}).get("host_gb_per_s", 10.0) * 1e9)
+                        if t.colocate and trainer_offload(cfg)[0] else 0.0}
+    event_parts: dict[str, dict[str, float]] = {}
     if e.interval:
         prompts = int(assume.get("eval_prompts", 30)) * max(len(e.datasets), 1)
-        events["eval"] = generation(cfg, k, eng, sh, mem, prompts * e.n_samples_per_prompt, e.max_response_len,
-                                    prompt, frac)["seconds"]
+        ev = generation(cfg, k, eng, sh, mem, prompts * e.n_samples_per_prompt, e.max_response_len, prompt,
+                        float(assume.get("response_fraction", 1.0)))
+        # eval is generation: the rollout's component scales, times eval's own (a number) when one was fitted
+        event_parts["eval"] = {p: s * component_scale(scale["rollout"], p) for p, s in ev["parts"].items()}
         assumptions.append(f"eval: {prompts} prompts x {e.n_samples_per_prompt} samples (assumed prompt count)")
     spec = BACKENDS[t.backend]
     ckpt_per_param = spec.checkpoint_bytes.get(cfg.optim.state_dtype) or max(spec.checkpoint_bytes.values(), default=14)
     sv = k.c.get("save", {"gb_per_s": 1.0, "fixed_s": 0.0})
-    save_event = sv["fixed_s"] + sh.total * ckpt_per_param / (sv["gb_per_s"] * 1e9)
+    save_parts = {"fixed": sv["fixed_s"], "bytes": sh.total * ckpt_per_param / (sv["gb_per_s"] * 1e9)}
+    save_event = _scaled(save_parts, scale["save"])
     if cfg.checkpoint.save_interval:
-        events["save"] = save_event
-    phases = {ph: s * scale[ph] for ph, s in phases.items()}
-    events = {ph: s * scale[ph] for ph, s in events.items()}
+        event_parts["save"] = save_parts
+    phases = {ph: _scaled(p, scale[ph]) for ph, p in parts.items()}
+    events = {ph: _scaled(p, scale[ph]) for ph, p in event_parts.items()}
     phases["eval"] = events.get("eval", 0.0) / (e.interval or 1)
     phases["save"] = events.get("save", 0.0) / (cfg.checkpoint.save_interval or 1)
     overhead = float(k.c.get("step_overhead_s", 0.0))
@@ -293,26 +345,31 @@ def predict(cfg: RunConfig, transport: str, table: dict | None = None, mem: Memo
     core = step - phases["eval"] - phases["save"] if not t.async_train else \
         max(producer, trainer_side - phases["eval"] - phases["save"]) + overhead
     gpus = t.num_gpus if t.colocate else t.num_gpus + r.num_gpus
-    final_save = save_event * scale["save"] if not cfg.checkpoint.save_interval or r.num_rollout % cfg.checkpoint.save_interval else 0.0
+    final_save = save_event if not cfg.checkpoint.save_interval or r.num_rollout % cfg.checkpoint.save_interval else 0.0
     run_s = r.num_rollout * step + float(k.c.get("startup_s", 0.0)) + final_save
     warnings = kv_warnings(cfg, gen)
     if gen["concurrency"] == gen["concurrency_wanted"] < gen["requests_per_engine"] and \
             (gen["kv_sequences"] or 0) > gen["concurrency"]:  # the client's bound, not the KV cache, limits the batch
         wide = min(gen["requests_per_engine"], gen["kv_sequences"])
-        alt = generation(cfg, k, eng, sh, mem, samples, r.max_response_len, prompt, frac, want=wide)["seconds"]
+        alt = _scaled(generation(cfg, k, eng, sh, mem, samples, r.max_response_len, prompt, frac, want=wide,
+                                 truncated=truncated)["parts"], scale["rollout"])
         warnings.append(f"rollout.max_concurrency {r.max_concurrency} caps each of the {max(r.num_engines, 1)} engine(s) "
                         f"at {gen['concurrency']} requests while its KV cache holds {gen['kv_sequences']} sequences: "
                         f"rollout.max_concurrency={wide * max(r.num_engines, 1)} would cut generation from "
-                        f"{phases['rollout']:.1f} s to {alt * scale['rollout']:.1f} s (predicted)")
+                        f"{phases['rollout']:.1f} s to {alt:.1f} s (predicted)")
     out.update({
         "hardware": k.hardware, "basis": k.basis, "note": "; ".join([k.note, *k.notes]),
         "phases_s": dict(phases), "overhead_s": overhead,
         "events_s": dict(events), "step_s": step,
         "step_core_s": core,
         "run_h": run_s / 3600, "gpus": gpus, "gpu_hours": run_s * gpus / 3600,
-        "generation": {k_: v for k_, v in gen.items() if k_ != "seconds"}, "weight_sync_gb": round(sync_bytes / 1e9, 3),
+        "generation": {k_: v for k_, v in gen.items() if k_ not in ("seconds", "parts")},
+        "weight_sync_gb": round(sync_bytes / 1e9, 3), "final_save_s": final_save,
+        "parts_s": {ph: {p: s * component_scale(scale.get(ph), p) for p, s in ps.items()}
+                    for ph, ps in {**parts, **event_parts}.items()},
         "assumptions": assumptions, "warnings": warnings,
         "scale": {ph: s for ph, s in scale.items() if s != 1.0},
+        "unscaled_parts_s": {ph: dict(ps) for ph, ps in {**parts, **event_parts, "save": save_parts}.items()},
     })
     return out
 
@@ -406,13 +463,24 @@ def measured_phases(rows: list[dict]) -> dict[str, float]:
     lens = [r["rollout/response_len_mean"] for r in rows if "rollout/response_len_mean" in r]
     if lens:
         out["response_len"] = median(lens)
+    trunc = [r["rollout/truncated_frac"] for r in rows if "rollout/truncated_frac" in r]
+    if trunc:
+        out["truncated_frac"] = median(trunc)
     return out
 
 
+def workload(meas: dict) -> dict:
+    """The part of measured_phases that describes the run's samples (predict's `workload`)."""
+    return {k: meas[k] for k in ("response_len", "truncated_frac") if k in meas}
+
+
 def predicted_phases(cost: dict) -> dict[str, float]:
-    """The plan's prediction in measured_phases' terms (eval and save per event)."""
+    """The plan's prediction in measured_phases' terms (eval and save per event; without checkpoint.save_interval
+    the final save)."""
     out = {ph: s for ph, s in cost.get("phases_s", {}).items() if ph not in ("eval", "save")}
     out.update(cost.get("events_s", {}))
+    if "save" not in out and cost.get("final_save_s"):  # no save_interval: the run saves once, at its end
+        out["save"] = cost["final_save_s"]
     if "step_core_s" in cost:
         out["step_core"] = cost["step_core_s"]
     return out

@@ -218,6 +218,11 @@ def auto_transport(cfg: Any) -> str:
     return next(t.name for t in TRANSPORTS.values() if t.auto(cfg))
 
 
+def chosen_transport(cfg: Any) -> str:
+    """The weight-sync transport a run gets: rollout.weight_sync, or auto_transport's pick for auto."""
+    return cfg.rollout.weight_sync if cfg.rollout.weight_sync != "auto" else auto_transport(cfg)
+
+
 @dataclass(frozen=True)
 class EngineKind:
     """A rollout engine kind: one package rlrun.rollout.engines.<kind>/ whose pure spec.py registers this (its

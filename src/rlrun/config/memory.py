@@ -47,14 +47,14 @@ Qwen3-4B with full recompute: measured 71.8 GiB, estimated 72.2 (before: out of 
 2.1 GiB for one megatron rank on the H100 (0.75 for transformers).
 
 Engines: SGLang reserves mem_fraction_static of the GPU for weights + KV cache. Colocated peak = the
-larger of the training and rollout phases, where a side that offloads leaves the GPU during the other
-side's phase. Estimates, not measurements: within ~5% on the calibrated configs, ~10-20% elsewhere."""
+largest of the training, rollout and push phases, where a side that offloads leaves the GPU during the other
+side's phase (the push: the trainer without activations, the engines' weights, two staged buckets). Estimates, not measurements: within ~5% on the calibrated configs, ~10-20% elsewhere."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from math import ceil
 
-from rlrun.config.kinds import BACKENDS, ENGINES, use_critic, use_teacher_engines
+from rlrun.config.kinds import BACKENDS, ENGINES, TRANSPORTS, chosen_transport, needs_rollout, use_critic, use_teacher_engines
 from rlrun.config.params import ParamCount, count_params, lora_params, norms_per_layer
 from rlrun.config.schema import RunConfig
 from rlrun.config.sizes import dp_size, known_sample_tokens
@@ -343,6 +343,12 @@ def _estimate(cfg: RunConfig, offload_train: bool, fraction: float | None = None
 
     trainer_total = sum(trainer)
     overhead = 0.0 if hw.vendor == "cpu" else TRAINER_OVERHEAD_GIB
+    # the weight push (after the block: activations freed, weights, grads and optimizer state still there) stages up
+    # to two buckets on each trainer rank (rlrun.rollout.engines.group.push_tensors' double buffering); a file
+    # transport writes from host memory and leaves first
+    staging = 0.0 if not needs_rollout(cfg) or TRANSPORTS[chosen_transport(cfg)].file else \
+        2 * r.weight_sync_bucket_mb / 1024
+    at_push = trainer_total - trainer[3] + overhead + staging
     if t.colocate:
         # engines that lend their memory (rollout.offload) release everything next to an offloading trainer, only
         # their KV cache next to a resident one (rlrun.parts.offload): weights and runtime stay
@@ -350,9 +356,12 @@ def _estimate(cfg: RunConfig, offload_train: bool, fraction: float | None = None
                                                            "static_pool" else 0.0)
         train_phase = trainer_total + overhead + (kept if r.offload else engine_total)
         rollout_phase = engine_total + overhead + (0 if offload_train else trainer_total)
-        peak = max(train_phase, rollout_phase)
+        # the push lands in the engines' weights, resumed by then when they lent them (Offload.training)
+        push_phase = at_push + (engine_weights + (ENGINE_OVERHEAD_GIB if ENGINES[r.engine].memory == "static_pool"
+                                                  else 0.0) if r.offload else engine_total)
+        peak = max(train_phase, rollout_phase, push_phase if staging else 0.0)
     else:
-        peak = max(trainer_total + overhead, engine_total)
+        peak = max(trainer_total + overhead, at_push, engine_total)
     return Memory(
         trainer_params_per_gpu=n, trainer_weights=trainer[0], trainer_grads=trainer[1],
         trainer_optimizer=trainer[2], trainer_activations=trainer[3], trainer_total=trainer_total,

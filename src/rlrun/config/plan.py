@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from rlrun.config.cost import predict
 from rlrun.config.hfcheck import hf_note
-from rlrun.config.kinds import ENGINES, TRANSPORTS, auto_transport, needs_rollout, use_reward_model, use_teacher_engines
+from rlrun.config.kinds import ENGINES, TRANSPORTS, chosen_transport, needs_rollout, use_reward_model, use_teacher_engines
 from rlrun.config.memory import engine_fraction, estimate, lean_state_hint
 from rlrun.config.params import count_params
 from rlrun.config.schema import RunConfig
@@ -218,9 +218,7 @@ def weight_sync(cfg: RunConfig) -> str:
     (rlrun.config.kinds.TRANSPORTS, rlrun.rollout.transports) whose auto(cfg) holds: IPC colocated on one
     node, a broadcast from trainer rank 0 when the engines have GPUs of their own, a file for colocation
     across nodes."""
-    if cfg.rollout.weight_sync != "auto":
-        return cfg.rollout.weight_sync
-    return auto_transport(cfg)
+    return chosen_transport(cfg)
 
 
 def rank_layout(cfg: RunConfig, dp: int) -> list[RankCoord]:

@@ -22,6 +22,7 @@ def rules(cfg) -> Iterator[Problem]:
         yield from _sglang_pp(r)
     yield from _sglang_fp8(cfg)
     yield from _sglang_tied_head(cfg)
+    yield from _sglang_fused_rope_kv(cfg)
 
 
 # model.family values whose SGLang 0.5.16 model class builds lm_head as a parameter of its own and never ties it to
@@ -41,6 +42,32 @@ def _sglang_tied_head(cfg) -> Iterator[Problem]:
                       "would serve uniform logits, every log-prob -ln(vocab_size))", "set "
                       "model.tie_word_embeddings=false (released Qwen3-MoE checkpoints are untied), or "
                       "rollout.engine=hf", True)
+
+
+# model.family values whose SGLang 0.5.16 model class writes the KV cache inside its rotary embedding on CUDA when
+# the KV pool is bf16 (sglang/srt/models/qwen3_moe.py apply_qk_norm_rope: fused_set_kv_buffer_arg, models/utils.py
+# enable_fused_set_kv_buffer), and whose rotary embedding asserts "save kv cache is not supported for
+# fallback_rotary_embedding" for a head_dim outside FUSED_ROPE_HEAD_DIMS (layers/rotary_embedding/base.py: only
+# those sizes get the fused kernel). Seen on an H200: model=tiny-moe (head_dim 16) crashed every engine at its first
+# forward once the engines served bf16.
+FUSED_ROPE_KV_FAMILIES = frozenset({"qwen3_moe"})
+FUSED_ROPE_HEAD_DIMS = (64, 128, 256, 512)
+
+
+def _sglang_fused_rope_kv(cfg) -> Iterator[Problem]:
+    """A FUSED_ROPE_KV_FAMILIES model on CUDA with a bf16 KV pool (kv_cache_dtype bf16, or auto with the bf16
+    weights rlrun serves: dtype auto or bfloat16) and a head_dim SGLang's fused rope kernel lacks."""
+    m, args = cfg.model, cfg.rollout.args_of() or {}
+    kv, dtype = args.get("kv_cache_dtype", "auto"), args.get("dtype", "auto")
+    bf16_pool = kv in ("bf16", "bfloat16") or (kv == "auto" and dtype in ("auto", "bfloat16"))
+    if (cfg.hardware.vendor == "cuda" and m.family in FUSED_ROPE_KV_FAMILIES and m.mla is None and bf16_pool
+            and m.head_dim not in FUSED_ROPE_HEAD_DIMS):
+        yield Problem("model.head_dim", f"SGLang's {m.family} model class writes the bf16 KV cache inside its rotary "
+                      f"embedding on CUDA, which has a kernel only for head_dim {', '.join(map(str, FUSED_ROPE_HEAD_DIMS))}"
+                      f"; with {m.head_dim} every engine fails at its first forward (\"save kv cache is not supported "
+                      "for fallback_rotary_embedding\")", f"set model.head_dim to one of "
+                      f"{', '.join(map(str, FUSED_ROPE_HEAD_DIMS))}, or rollout.sglang.kv_cache_dtype=fp8_e4m3 (an FP8 "
+                      "KV cache takes the unfused path), or rollout.engine=hf", m.head_dim)
 
 
 def _sglang_fp8(cfg) -> Iterator[Problem]:
