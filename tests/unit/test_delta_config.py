@@ -37,3 +37,20 @@ def test_a_checksum_whose_package_is_missing_is_refused_naming_it():
     else:
         assert got == {}
     assert config_problems(["rollout.weight_sync=delta", "rollout.delta.checksum=md5"])  # not one of slime's three
+
+
+def test_a_run_dir_saved_before_rollout_delta_existed_still_loads_for_calibration(tmp_path):
+    import json
+
+    import yaml
+
+    from rlrun.config.calibrate import load_run, with_later_defaults
+
+    raw = load(["rollout.weight_sync=disk", "optim.lr=3e-4"]).to_dict()
+    del raw["rollout"]["delta"]  # what a run dir of 2026-11-28 holds
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(raw))
+    (tmp_path / "plan.json").write_text(json.dumps({}))
+    cfg, _, _ = load_run(tmp_path)
+    assert (cfg.rollout.weight_sync, cfg.optim.lr) == ("disk", 3e-4)  # the run's own values
+    assert (cfg.rollout.delta.encoding, cfg.rollout.delta.dir) == ("xor", None)  # conf/'s defaults
+    assert with_later_defaults({"a": {"b": 1}}, {"a": {"b": 2, "c": 3}, "d": None}) == {"a": {"b": 1, "c": 3}, "d": None}

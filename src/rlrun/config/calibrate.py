@@ -16,11 +16,27 @@ def load_run(run_dir: Path) -> tuple[RunConfig, dict, list[dict]]:
 
     import yaml
 
-    cfg = RunConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    cfg = RunConfig.model_validate(with_later_defaults(yaml.safe_load((run_dir / "config.yaml").read_text())))
     plan = json.loads((run_dir / "plan.json").read_text()) if (run_dir / "plan.json").exists() else {}
     metrics = run_dir / "metrics.jsonl"
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] if metrics.exists() else []
     return cfg, plan, rows
+
+
+def with_later_defaults(raw: dict, base: dict | None = None) -> dict:
+    """A saved config written before a setting existed (e.g. rollout.delta): that setting's default from conf/ filled
+    in, every value the run had kept as it was."""
+    if base is None:
+        from rlrun.config.compose import compose
+
+        base = compose([]).raw
+    out = dict(raw)
+    for key, default in base.items():
+        if key not in out:
+            out[key] = default
+        elif isinstance(default, dict) and isinstance(out[key], dict) and default:
+            out[key] = with_later_defaults(out[key], default)
+    return out
 
 
 RIDGE = 0.01  # pull of each component's scale towards the phase's common scale (relative-error units, see fit_scales)
