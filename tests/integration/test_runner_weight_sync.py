@@ -92,10 +92,15 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
     # weight-sync phase
     phases = {"tensor": {"pause", "stage", "exchange", "wait", "resume"},
               "distributed": {"pause", "group", "stage", "broadcast", "resume"}}.get(transport, set())
+    # the engines' requests, posted to answered in the posting threads: they overlap staging and cover the wait (up to
+    # the future's hand-over, which the wait also counts: 0.4 ms seen here, so not compared)
+    load = {"load"} if transport == "tensor" else set()
     for r in rows:
         got = {k[len("weight_sync/"):-len("_s")] for k in r if k.startswith("weight_sync/")}
-        assert got == phases and all(r[f"weight_sync/{p}_s"] >= 0 for p in phases)
+        assert got == phases | load and all(r[f"weight_sync/{p}_s"] >= 0 for p in phases)
         assert sum(r[f"weight_sync/{p}_s"] for p in phases) <= r["time/weight_sync_s"]
+        if load:
+            assert 0 < r["weight_sync/load_s"] <= r["time/weight_sync_s"] - r["weight_sync/pause_s"]
     if transport == "delta":  # the trainer rank kept its snapshot between the pushes: the second is a delta on the first
         meta = [json.loads((run_dir / "weight_sync" / f"weight_v{v:06d}" / "model.safetensors.index.json").read_text())
                 ["metadata"] for v in (1, 2)]

@@ -101,10 +101,15 @@ class Phases:
     """Seconds per phase of one push, added into the caller's dict (None: not kept): `with phases("wait"): ...`.
     push_tensors' phases: pause and resume (the engines' /pause_generation and /continue_generation), stage (the
     buckets made, prepared and serialized on this rank), exchange (a gathered push's collectives), wait (the engines'
-    loading that staging did not hide)."""
+    loading that staging did not hide) and load (each bucket's request to the engines, posted to answered, the
+    slowest engine's: the engines' whole load, hidden by staging or not; load >> wait means staging hides it)."""
 
     def __init__(self, into: dict[str, float] | None):
         self.into = into
+
+    def add(self, name: str, seconds: float) -> None:
+        if self.into is not None:
+            self.into[name] = self.into.get(name, 0.0) + seconds
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -112,8 +117,7 @@ class Phases:
         try:
             yield
         finally:
-            if self.into is not None:
-                self.into[name] = self.into.get(name, 0.0) + time.perf_counter() - t0
+            self.add(name, time.perf_counter() - t0)
 
     def timed(self, name: str, items: Iterator) -> Iterator:
         """items, each next() counted in phase `name` (a streamed bucket is made when it is asked for)."""
@@ -261,13 +265,15 @@ def _push_buckets(urls: list[str], parts: Iterator, version: str, transport: str
             if payloads is not None:
                 body = api.update_weights_from_tensor_body(payloads, version if last else None,
                                                            load_format=load_format, flush_cache=last and flush_cache)
-                posts = {url: ex.submit(_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
+                posts = {url: ex.submit(_timed_post, url, "/update_weights_from_tensor", body, timeout_s) for url in urls}
             try:
                 staged = None if last else stage()  # while the engines load bucket i
             finally:  # even when staging failed: the engines may still be reading bucket i
                 with phases("wait"):  # what staging did not hide of the engines' load
                     _bounded(lambda: None, timeout_s, f"{_which(i, last)} ({_nbytes(bucket) / 2**20:.1f} MiB, "
                                                       f"{len(bucket)} tensors from {bucket[0][0]}; {how})", posts)
+            if posts:
+                phases.add("load", max(f.result()[1] for f in posts.values()))
             # the engines answered for bucket i: the next one's payloads (gathered: its exchange is what tells the
             # other ranks that bucket i may go), or the end
             with phases("exchange"):
@@ -277,6 +283,12 @@ def _push_buckets(urls: list[str], parts: Iterator, version: str, transport: str
             if transport == "ipc":
                 W.release_sent()  # ... for real: torch holds sent CUDA blocks until collected
     return nbytes
+
+
+def _timed_post(url: str, path: str, body: dict, timeout_s: float) -> tuple[object, float]:
+    """_post and its seconds, posted to answered."""
+    t0 = time.perf_counter()
+    return _post(url, path, body, timeout_s), time.perf_counter() - t0
 
 
 def _which(i: int, last: bool) -> str:
