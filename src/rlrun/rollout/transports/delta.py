@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rlrun.config.errors import Problem
-from rlrun.config.kinds import TRANSPORTS, TransportKind
+from rlrun.config.kinds import TRANSPORTS, TransportKind, chosen_transport
 from rlrun.rollout.delta import CHECKSUM_MODULES
 
 NAME = "delta"
@@ -46,13 +46,11 @@ SETTINGS = {"encoding": "xor", "checksum": "xxh3-128", "dir": None, "local_dir":
 
 def idle(cfg) -> Iterator[Problem]:
     """rollout.delta.* set while the run's transport is another: refused (it would be ignored)."""
-    from rlrun.config.plan import weight_sync
-
     d = cfg.rollout.delta
     for key, default in SETTINGS.items():
         if getattr(d, key) != default:
             yield Problem(f"rollout.delta.{key}", f"the delta transport's setting, and this run's transport is "
-                          f"{weight_sync(cfg)}" + (" (auto)" if cfg.rollout.weight_sync == "auto" else "") +
+                          f"{chosen_transport(cfg)}" + (" (auto)" if cfg.rollout.weight_sync == "auto" else "") +
                           ": it would be ignored",
                           f"set rollout.weight_sync=delta, or drop rollout.delta.{key}", getattr(d, key))
 
