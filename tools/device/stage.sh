@@ -13,7 +13,7 @@ mkdir -p "$SITE" "$STAGE"
 # Ray's wheel comes in parts (NAME.whl.part-aa, -ab, ... and NAME.whl.nparts) over two calls
 # (.wB/ in the first, .wC/ with the sglang-router wheel in the second, while the machine is still
 # warm): keep what came in $HOME/stage, join once every part is there.
-for p in .wB/* .wC/* .sgl/*.tar.xz; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
+for p in .wB/* .wC/* .wD/* .sgl/*.tar.xz; do [ -e "$p" ] && cp -n "$p" "$STAGE/"; done
 # The SGLang 0.5.16 kit (.sgl/, built by tools/device/sglang_kit.sh: a py3.12 site tree, xz): unpacked
 # first, so that its pins (pydantic 2.14.4, transformers 5.12.1, fastapi, ...) win over the same
 # packages in .wA/.wC: one version of each package in /tmp/site.
