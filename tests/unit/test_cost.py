@@ -130,10 +130,26 @@ def test_seed_recipe_is_an_estimate_with_its_basis():
     cfg = load(["experiment=qwen3-4b-grpo-mi300x"])
     c = make_plan(cfg).cost
     assert c["basis"] == "estimate" and c["hardware"] == "mi300x"
-    assert "no measurement on mi300x" in c["note"] and "h100" in c["note"] and "1307.4" in c["note"] and "5300" in c["note"]
+    assert "no measurement on mi300x" in c["note"] and "h200" in c["note"] and "1307.4" in c["note"] and "5300" in c["note"]
     assert c["step_s"] > 0 and c["gpus"] == 8
     assert c["gpu_hours"] == pytest.approx(c["run_h"] * 8, rel=1e-3)
     assert any("assumed" in a for a in c["assumptions"])  # dapo has no prompt-length filter
+
+
+def test_an_estimate_scaled_from_a_fitted_profile_gets_the_whole_chain():
+    """mi300x scaled_from h200, itself h100's constants with fitted scales: the estimate gets h100's constants, h200's
+    scales and step overhead, and its own bandwidth; what an entry says of itself (source, fitted_from) is not lent;
+    a cycle of scaled_from ends."""
+    from rlrun.config.cost import constants
+
+    table = load_table()
+    c = constants(load(["experiment=qwen3-4b-grpo-mi300x"]), table).c
+    assert c["bandwidth_gb_s"] == 5300 and table["h200"]["bandwidth_gb_s"] == 4800
+    assert c["scale"] == table["h200"]["scale"] and c["step_overhead_s"] == table["h200"]["step_overhead_s"]
+    assert c["engines"] == table["h100"]["engines"]  # h200's entry has no constants of its own
+    assert not {"source", "fitted_from", "scaled_from", "basis"} & set(c)
+    loop = {"a": {"basis": "estimate", "scaled_from": "b", "x": 1}, "b": {"scaled_from": "a", "x": 2, "y": 3}}
+    assert constants(load(["hardware=h100", "hardware.name=a"]), loop).c == {"x": 1, "y": 3}
 
 
 def test_a_profile_without_an_entry_says_whose_constants_it_borrows():

@@ -134,6 +134,19 @@ class Constants:
         return measured.get(other, {})
 
 
+_OWN = ("basis", "source", "fitted_from", "scaled_from")  # what an entry says of itself, never lent on
+
+
+def _resolved(table: dict, name: str, seen: tuple[str, ...] = ()) -> dict:
+    """A profile's constants: its entry over those of the profile it is scaled_from, along the chain (h200 fitted
+    over h100's, an estimate scaled from h200 gets both)."""
+    entry = table.get(name, {})
+    ref = entry.get("scaled_from")
+    if ref is None or ref in seen or ref == name:
+        return {k: v for k, v in entry.items() if k not in _OWN}
+    return _merge(_resolved(table, ref, (*seen, name)), {k: v for k, v in entry.items() if k not in _OWN})
+
+
 def constants(cfg: RunConfig, table: dict) -> Constants:
     hw = cfg.hardware.name
     fallback = table.get("fallback", "h100")
@@ -145,7 +158,7 @@ def constants(cfg: RunConfig, table: dict) -> Constants:
                          dict(base))
     if entry.get("scaled_from"):
         ref = entry["scaled_from"]
-        c = _merge(table.get(ref, {}), {k: v for k, v in entry.items() if k not in ("basis", "source")})
+        c = _resolved(table, hw)
         if entry.get("basis") == "measured":  # fitted to runs on this hardware (rlrun plan --calibrate)
             return Constants(hw, "measured", entry.get("source", f"fitted on {hw}"), c)
         return Constants(hw, "estimate", f"estimate: no measurement on {hw}; {ref}'s measured efficiencies and fixed "
