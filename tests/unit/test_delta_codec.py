@@ -103,3 +103,22 @@ def test_unknown_encoding_or_checksum_is_refused_before_anything_is_written(tmp_
     with pytest.raises(ValueError, match="use one of xxh3-128, blake3, adler32"):
         D.Publisher(tmp_path / "p", "xor", "md5")
     assert not (tmp_path / "p").exists()
+
+
+def test_full_every_bounds_the_directory_and_every_host_still_reaches_the_target(tmp_path, states):
+    """full_every 2: versions 1 and 3 are full; publishing 3 deletes 1 and 2, so the directory holds one full version
+    and its deltas. A host that pulled version 2 before, and a fresh one, both end at version 4's bytes."""
+    pub = D.Publisher(tmp_path / "pub", "xor", "xxh3-128", full_every=2)
+    s1, s2, s3 = states
+    assert [_publish(pub, s)["full"] for s in (s1, s2)] == [1, 0]
+    assert D.pull(tmp_path / "behind", tmp_path / "pub", 2) == 2
+    assert [_publish(pub, s)["full"] for s in (s3, s1)] == [1, 0]  # version 4: s1 again, a delta on s3
+    assert sorted(p.name for p in (tmp_path / "pub").iterdir() if p.is_dir()) == \
+        [D.version_dir(tmp_path / "pub", v).name for v in (3, 4)]
+    for host in ("behind", "fresh"):
+        assert D.pull(tmp_path / host, tmp_path / "pub", 4) == 2  # the full version 3, then the delta 4
+        assert _same(_held(tmp_path / host), s1)
+    keep_all = D.Publisher(tmp_path / "all")  # 0 (the default here, slime's behaviour): nothing deleted
+    for s in (s1, s2, s3, s1):
+        _publish(keep_all, s)
+    assert sum(p.is_dir() for p in (tmp_path / "all").iterdir()) == 4

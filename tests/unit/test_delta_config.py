@@ -17,8 +17,13 @@ def test_valid_delta_run_and_what_plan_says():
     plan = make_plan(cfg)
     assert plan.weight_sync == "delta"
     assert plan.weight_sync_route == ("overwrite-encoded deltas, adler32 per tensor, published to <run dir>/weight_sync, "
-                                      "pulled into /nvme/ckpt on each engine host")
+                                      "pulled into /nvme/ckpt on each engine host; a full version every 50 syncs, "
+                                      "older ones deleted")
     assert any(plan.weight_sync_route in line for line in summary_lines(plan))
+    keep = make_plan(load(["rollout.weight_sync=delta", "rollout.delta.full_every=0"]))
+    assert keep.weight_sync_route.endswith("; every version kept")
+    got = config_problems(["rollout.weight_sync=disk", "rollout.delta.full_every=0"])  # set for another transport
+    assert list(got) == ["rollout.delta.full_every"]
 
 
 def test_relative_dirs_and_settings_for_another_transport_are_refused():

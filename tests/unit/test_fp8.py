@@ -348,7 +348,8 @@ def test_the_fp8_push_hands_the_engine_the_fp8_dir_s_tensors_through_the_tensor_
     Fp8LinearMethod.process_weights_after_loading leaves block-FP8 weights and float32 scales as loaded (docs/rollout.md
     "FP8 weights for the rollout"), so a push is right when it hands load_weights what the FP8 dir holds. Here the
     whole push runs as a run's does, over the real tensor transport (shared memory on the CPU where CUDA IPC on a
-    GPU) in both of its forms: one handle per tensor (what SGLang gets today: EngineKind.flattened_ipc is off for it)
+    GPU) in both of its forms: one handle per tensor (what SGLang got before 2026-11-29, when EngineKind.flattened_ipc
+    was off for it)
     and SGLang's flattened_bucket, to a stand-in engine that records each request and reads each payload as the hf
     engine does (rlrun.rollout.weights.deserialize_named_tensors: for a flattened bucket the slicing of SGLang's
     FlattenedTensorBucket.reconstruct_tensors). What it receives equals write_fp8_dir's safetensors name for name,

@@ -228,6 +228,7 @@ class DeltaSection(Section):
     checksum: Literal["xxh3-128", "blake3", "adler32"]  # rlrun.rollout.delta.CHECKSUMS
     dir: Optional[str]        # where the trainer publishes; null = <run dir>/weight_sync (shared with the engine hosts)
     local_dir: Optional[str]  # each engine host's local checkpoint; null = <tmp>/rlrun-delta/<run dir name>
+    full_every: NonNegInt     # a full version every N syncs, the older versions deleted; 0: never (every version kept)
 
 
 class RouterSection(Section):

@@ -102,13 +102,18 @@ def encode(encoding: str, new, old):
 class Publisher:
     """The trainer's end, kept across its syncs: the snapshot of the bytes last published (what the engines' local
     checkpoints hold after pulling it) and the version counter. publish(arrays) writes the next version: full the
-    first time (or when the tensors' names, shapes or dtypes changed), a delta of the changed tensors after."""
+    first time (or when the tensors' names, shapes or dtypes changed), a delta of the changed tensors after.
+    full_every N > 0: every N-th version is full again and the versions before it are deleted (a pull from any point
+    starts at the newest full version at or below its target, so none needs them): the directory holds at most one
+    full version and N - 1 deltas instead of growing with every sync. 0: every version kept (slime's)."""
 
-    def __init__(self, root: str | Path, encoding: str = "xor", checksum_format: str = "xxh3-128"):
+    def __init__(self, root: str | Path, encoding: str = "xor", checksum_format: str = "xxh3-128",
+                 full_every: int = 0):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown delta encoding {encoding!r}: use one of {', '.join(ENCODINGS)}")
         checksum(checksum_format, b"")  # an unknown or missing algorithm fails here, before anything is written
         self.root, self.encoding, self.checksum_format = Path(root), encoding, checksum_format
+        self.full_every = full_every
         self.stream = uuid.uuid4().hex[:16]
         self.version = 0
         self.snapshot: dict[str, Any] = {}   # name -> its published bytes (uint8, flat)
@@ -125,7 +130,8 @@ class Publisher:
             shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True, exist_ok=True)
         layout = {n: (dt, tuple(shape)) for n, (_, dt, shape) in arrays.items()}
-        full = self.version == 0 or layout != self.layout
+        rebase = bool(self.full_every) and self.version % max(self.full_every, 1) == 0
+        full = self.version == 0 or layout != self.layout or rebase
         self.version += 1
         out = version_dir(self.root, self.version)
         shutil.rmtree(out, ignore_errors=True)
@@ -158,6 +164,9 @@ class Publisher:
         self.layout = layout
         written = sum(f.stat().st_size for f in out.iterdir() if f.name != INDEX)
         _atomic_write(self.root / LATEST, json.dumps({"version": self.version, "stream": self.stream}).encode())
+        if full:  # nothing pulls below the newest full version any more
+            for v in range(1, self.version):
+                shutil.rmtree(version_dir(self.root, v), ignore_errors=True)
         self.last = {"bytes": written, "changed_bytes": changed, "total_bytes": total, "full": int(full),
                      "version": self.version}
         return self.last

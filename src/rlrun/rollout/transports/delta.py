@@ -41,7 +41,7 @@ def rules(cfg) -> Iterator[Problem]:
 
 
 # its settings and their defaults (conf/config.yaml): set while another transport runs, they would be ignored
-SETTINGS = {"encoding": "xor", "checksum": "xxh3-128", "dir": None, "local_dir": None}
+SETTINGS = {"encoding": "xor", "checksum": "xxh3-128", "dir": None, "local_dir": None, "full_every": 50}
 
 
 def idle(cfg) -> Iterator[Problem]:
@@ -62,17 +62,20 @@ def local_dir(cfg, run_dir) -> str:
 
 def file_args(cfg, run_dir) -> dict:
     d = cfg.rollout.delta
-    return {"encoding": d.encoding, "checksum": d.checksum, "dir": d.dir, "local_dir": local_dir(cfg, run_dir)}
+    return {"encoding": d.encoding, "checksum": d.checksum, "dir": d.dir, "local_dir": local_dir(cfg, run_dir),
+            "full_every": d.full_every}
 
 
 def describe(cfg) -> str:
     d = cfg.rollout.delta
     return (f"{d.encoding}-encoded deltas, {d.checksum} per tensor, published to {d.dir or '<run dir>/weight_sync'}, "
-            f"pulled into {d.local_dir or '<tmp>/rlrun-delta/<run>'} on each engine host")
+            f"pulled into {d.local_dir or '<tmp>/rlrun-delta/<run>'} on each engine host; "
+            + (f"a full version every {d.full_every} syncs, older ones deleted" if d.full_every else
+               "every version kept"))
 
 
 def write(state: dict, path: str, keep: dict | None = None, *, encoding: str = "xor", checksum: str = "xxh3-128",
-          dir: str | None = None, local_dir: str | None = None) -> None:
+          dir: str | None = None, local_dir: str | None = None, full_every: int = 0) -> None:
     """Trainer end: the next version of the stream under `dir` (or path). keep holds the Publisher (its snapshot of
     the bytes last published) across this rank's writes; keep None: a new stream, so a full version."""
     import torch
@@ -84,7 +87,7 @@ def write(state: dict, path: str, keep: dict | None = None, *, encoding: str = "
     root = dir or path
     pub = keep.get("publisher")
     if pub is None or str(pub.root) != root or (pub.encoding, pub.checksum_format) != (encoding, checksum):
-        pub = keep["publisher"] = Publisher(root, encoding, checksum)
+        pub = keep["publisher"] = Publisher(root, encoding, checksum, full_every)
     cpu = {n: t.detach().to("cpu").contiguous() for n, t in state.items()}
     arrays = {n: (t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype), tuple(t.shape)) for n, t in cpu.items()}
     pub.publish(arrays, lambda out: save_file(cpu, str(Path(out) / FULL_FILE)))
