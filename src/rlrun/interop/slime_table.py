@@ -399,6 +399,8 @@ NO_FLAG: dict[str, str] = {
     "rollout.max_retries": "slime's rollout client does not retry failed requests",
     "rollout.retry_window_s": "slime's rollout client does not retry failed requests (rlrun's retries outlast a "
     "lost engine's removal from the router, docs/rollout.md)",
+    "rollout.delta.full_every": "slime keeps every published delta version (no flag bounds them); rlrun publishes a "
+    "full version every N syncs and deletes the older ones",
     "rollout.weight_sync_timeout_s": "slime's weight sync waits without a bound (a stuck NCCL collective hangs the "
     "run); rlrun bounds each step of a push and names the stuck one",
     "rollout.router.kind": "slime always starts sglang-router in front of its engines",
