@@ -346,20 +346,20 @@ def _estimate(cfg: RunConfig, offload_train: bool, fraction: float | None = None
     # the weight push (after the block: activations freed, weights, grads and optimizer state still there) stages up
     # to two buckets on each trainer rank (rlrun.rollout.engines.group.push_tensors' double buffering); a file
     # transport writes from host memory and leaves first
-    staging = 0.0 if not needs_rollout(cfg) or TRANSPORTS[chosen_transport(cfg)].file else \
-        2 * r.weight_sync_bucket_mb / 1024
+    from_memory = needs_rollout(cfg) and not TRANSPORTS[chosen_transport(cfg)].file
+    staging = 2 * r.weight_sync_bucket_mb / 1024 if from_memory else 0.0
     at_push = trainer_total - trainer[3] + overhead + staging
     if t.colocate:
         # engines that lend their memory (rollout.offload) release everything next to an offloading trainer, only
         # their KV cache next to a resident one (rlrun.parts.offload): weights and runtime stay
-        kept = 0.0 if offload_train else engine_weights + (ENGINE_OVERHEAD_GIB if ENGINES[r.engine].memory ==
-                                                           "static_pool" else 0.0)
+        weights_and_runtime = engine_weights + (ENGINE_OVERHEAD_GIB if ENGINES[r.engine].memory == "static_pool"
+                                                else 0.0)
+        kept = 0.0 if offload_train else weights_and_runtime
         train_phase = trainer_total + overhead + (kept if r.offload else engine_total)
         rollout_phase = engine_total + overhead + (0 if offload_train else trainer_total)
         # the push lands in the engines' weights, resumed by then when they lent them (Offload.training)
-        push_phase = at_push + (engine_weights + (ENGINE_OVERHEAD_GIB if ENGINES[r.engine].memory == "static_pool"
-                                                  else 0.0) if r.offload else engine_total)
-        peak = max(train_phase, rollout_phase, push_phase if staging else 0.0)
+        push_phase = at_push + (weights_and_runtime if r.offload else engine_total) if from_memory else 0.0
+        peak = max(train_phase, rollout_phase, push_phase)
     else:
         peak = max(trainer_total + overhead, at_push, engine_total)
     return Memory(

@@ -79,9 +79,9 @@ def write(state: dict, path: str, keep: dict | None = None, *, encoding: str = "
     """Trainer end: the next version of the stream under `dir` (or path). keep holds the Publisher (its snapshot of
     the bytes last published) across this rank's writes; keep None: a new stream, so a full version."""
     import torch
-    from safetensors.torch import save_file
 
-    from rlrun.rollout.delta import FULL_FILE, Publisher
+    from rlrun.rollout.delta import Publisher
+    from rlrun.rollout.transports.disk import write as write_full
 
     keep = {} if keep is None else keep
     root = dir or path
@@ -90,7 +90,7 @@ def write(state: dict, path: str, keep: dict | None = None, *, encoding: str = "
         pub = keep["publisher"] = Publisher(root, encoding, checksum, full_every)
     cpu = {n: t.detach().to("cpu").contiguous() for n, t in state.items()}
     arrays = {n: (t.reshape(-1).view(torch.uint8).numpy(), str(t.dtype), tuple(t.shape)) for n, t in cpu.items()}
-    pub.publish(arrays, lambda out: save_file(cpu, str(Path(out) / FULL_FILE)))
+    pub.publish(arrays, lambda out: write_full(cpu, str(out)))  # a full version is the disk transport's file
     keep["last"] = dict(pub.last)
 
 
