@@ -508,6 +508,9 @@ def _main(argv: list[str]) -> int:
             return 0
         if a.command == "plan" and a.calibrate:
             return cmd_calibrate(a)
+        if a.hardware is not None:  # it names the runs' profile for the fit; a plan's hardware is hardware=NAME
+            raise UsageError(f"--hardware is an option of rlrun plan --calibrate only; for a plan on that "
+                             f"hardware use the override hardware={a.hardware}")
         _check_positional(a)
         if a.cfg:
             return cmd_print_cfg(a)

@@ -368,6 +368,7 @@ def test_calibrate_takes_the_profile_the_runs_ran_on(tmp_path):
     assert set(overlay) == {"h200"} and {r["hardware"] for r in report} == {"h200"}
     assert main(["plan", "--calibrate", str(run), "--hardware", "h200", "--out", str(tmp_path / "c.yaml")]) == 0
     assert set(yaml.safe_load((tmp_path / "c.yaml").read_text())) == {"h200"}
+    assert main(["plan", "--hardware", "h200"]) == 2  # without --calibrate it would be ignored: refused
 
 
 H200_RUNS = ["steps-qwen3-0.6b/20261129-004417-433670", "steps-qwen3-1.7b/20261129-004704-661496",
