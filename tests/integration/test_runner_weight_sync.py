@@ -95,10 +95,14 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
     # the engines' requests, posted to answered in the posting threads: they overlap staging and cover the wait (up to
     # the future's hand-over, which the wait also counts: 0.4 ms seen here, so not compared)
     load = {"load"} if transport == "tensor" else set()
+    # the driver's side (rlrun.parts.weight_sync.DRIVER_PARTS): the drain before (the sync loop's pushes flush), the
+    # trainer call beyond its push (memory transports), the verification after; disjoint from the rank's parts
+    driver = {"drain", "verify"} | ({"call"} if phases else set())
     for r in rows:
         got = {k[len("weight_sync/"):-len("_s")] for k in r if k.startswith("weight_sync/")}
-        assert got == phases | load and all(r[f"weight_sync/{p}_s"] >= 0 for p in phases)
-        assert sum(r[f"weight_sync/{p}_s"] for p in phases) <= r["time/weight_sync_s"]
+        assert got == phases | load | driver and all(r[f"weight_sync/{p}_s"] >= 0 for p in phases | driver)
+        assert r["weight_sync/verify_s"] > 0 and r["weight_sync/drain_s"] > 0
+        assert sum(r[f"weight_sync/{p}_s"] for p in phases | driver) <= r["time/weight_sync_s"]
         if load:
             assert 0 < r["weight_sync/load_s"] <= r["time/weight_sync_s"] - r["weight_sync/pause_s"]
     if transport == "delta":  # the trainer rank kept its snapshot between the pushes: the second is a delta on the first

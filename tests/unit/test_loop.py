@@ -261,8 +261,14 @@ def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path, transport):
     r.sync(0, only_if_stale=True)
     assert stale.pushes == ["0"] and r.synced == (0, "abc") and r.versions.version == 0
     assert stale.drained == ["http://e0"]  # the sync loop's engines were idle and flushed before the push
+    got = r.pop_metrics()
+    # the driver's parts of the push (DRIVER_PARTS): drained first, then the call (a memory transport), verified
+    assert {k for k in got if k.startswith("weight_sync/")} == {
+        "weight_sync/drain_s", "weight_sync/verify_s", *(["weight_sync/call_s"] if transport == "tensor" else [])}
     if transport == "tensor":  # 2 MB in 0.5 s
-        assert r.pop_metrics() == {"perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
+        assert {k: v for k, v in got.items() if k.startswith("perf/")} == {
+            "perf/weight_sync_gb_per_s": pytest.approx(0.004), "perf/weight_sync_gb": 0.002}
+    assert r.pop_metrics() == {}  # once
     with pytest.raises(WeightSyncError, match="weight sync to version 3"):
         _sync_run(tmp_path, _SyncEngines(held="old", broken=True), opt).sync(3)
 

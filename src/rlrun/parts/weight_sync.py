@@ -13,6 +13,7 @@ rollout side continues them under the new weights (rlrun.rollout.handle).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rlrun.config.kinds import ENGINES, TRANSPORTS
@@ -20,6 +21,8 @@ from rlrun.config.sizes import push_flushes_cache
 from rlrun.guard.invariants import Invariants, WeightSyncError  # noqa: F401 - WeightSyncError: public name
 
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
+# the driver's parts of a push, beside the pushing rank's (rlrun.rollout.engines.group.Phases): weight_sync/{part}_s
+DRIVER_PARTS = ("drain", "call", "verify")
 
 
 class WeightSync:
@@ -92,11 +95,17 @@ class WeightSync:
 
     def push(self, version: int, urls: list[str], want: str | None = None, resume: bool = True,
              drain: bool = False) -> None:
-        """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is
-        the export's checksum (the file is already written). resume: see push_all. drain: wait until they are idle
-        and flushed first (inside EngineGroup.sync, so that a dead engine is left out as for the push itself)."""
+        """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is the export's
+        checksum (the file is already written). resume: see push_all. drain: wait until they are idle and flushed
+        first (inside EngineGroup.sync, so that a dead engine is left out as for the push itself). The step's row gets
+        this side's parts too (DRIVER_PARTS): drain, call (the trainer's call beyond its lead rank's push: the Ray
+        round trip and what the ranks do before the first bucket), verify."""
+        parts = {}
         if drain:
+            t0 = time.perf_counter()
             self.engines.drain(self.cfg.rollout.weight_sync_timeout_s, urls)
+            parts["drain"] = time.perf_counter() - t0
+        metrics: dict[str, float] = {}
         if self.transport.receive is not None:  # the file is written: the engines' end
             if want is None:
                 raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")
@@ -105,14 +114,19 @@ class WeightSync:
         else:
             # each url's engine id: a push gathered per engine gives its TP ranks the payloads of the trainer ranks on
             # their own GPUs (TrainGroup.push_weights)
+            t0 = time.perf_counter()
             out = self.trainer.push_weights(urls, **self.push_args(version, resume),
                                             engines=[self.engines.index_of(url) for url in urls])
             want = out["fingerprint"]
             # bytes per engine / the lead rank's push seconds (the export's gather is not in it)
-            self.last_metrics = self.transport.metrics(out["bytes"], out["seconds"])
-            if self.last_metrics:  # where the push's time went (rlrun.rollout.engines.group.Phases)
-                self.last_metrics.update({f"weight_sync/{k}_s": v for k, v in out.get("phases", {}).items()})
+            metrics = self.transport.metrics(out["bytes"], out["seconds"])
+            if metrics:  # where the push's time went (rlrun.rollout.engines.group.Phases)
+                metrics.update({f"weight_sync/{k}_s": v for k, v in out.get("phases", {}).items()})
+                parts["call"] = max(time.perf_counter() - t0 - out["seconds"], 0.0)
+        t0 = time.perf_counter()
         self.verify(version, urls, want)
+        parts["verify"] = time.perf_counter() - t0
+        self.last_metrics = {**metrics, **{f"weight_sync/{k}_s": v for k, v in parts.items()}}
         self.synced = (version, want)
 
     def verify(self, version: int, urls: list[str], want: str) -> None:
