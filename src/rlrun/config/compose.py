@@ -57,6 +57,27 @@ def conf_dir() -> Path:
     return CONF_DIR
 
 
+def primary_default(dotted: str) -> Any:
+    """The value at `dotted` in conf/config.yaml itself (before groups and overrides): the default a setting has
+    when nobody set it, from the one place defaults live (e.g. to tell a setting the user changed from its default)."""
+    node: Any = _primary_yaml()
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _primary_yaml() -> dict:
+    global _PRIMARY_YAML
+    if _PRIMARY_YAML is None:
+        import yaml
+
+        _PRIMARY_YAML = yaml.safe_load((conf_dir() / f"{PRIMARY}.yaml").read_text())
+    return _PRIMARY_YAML
+
+
+_PRIMARY_YAML: dict | None = None
+
+
 def _search_path_override(config_dir: str | os.PathLike | None) -> list[str]:
     if config_dir is None:
         return []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rlrun.config.errors import Problem
+from rlrun.config.compose import primary_default
 from rlrun.config.kinds import TRANSPORTS, TransportKind, chosen_transport
 from rlrun.rollout.delta import CHECKSUM_MODULES
 
@@ -40,14 +41,11 @@ def rules(cfg) -> Iterator[Problem]:
                           "working directories", "give an absolute path", value)
 
 
-# its settings and their defaults (conf/config.yaml): set while another transport runs, they would be ignored
-SETTINGS = {"encoding": "xor", "checksum": "xxh3-128", "dir": None, "local_dir": None, "full_every": 50}
-
-
 def idle(cfg) -> Iterator[Problem]:
-    """rollout.delta.* set while the run's transport is another: refused (it would be ignored)."""
+    """rollout.delta.* changed from its default (conf/config.yaml) while the run's transport is another: refused (it
+    would be ignored)."""
     d = cfg.rollout.delta
-    for key, default in SETTINGS.items():
+    for key, default in primary_default("rollout.delta").items():
         if getattr(d, key) != default:
             yield Problem(f"rollout.delta.{key}", f"the delta transport's setting, and this run's transport is "
                           f"{chosen_transport(cfg)}" + (" (auto)" if cfg.rollout.weight_sync == "auto" else "") +
