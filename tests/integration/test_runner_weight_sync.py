@@ -110,6 +110,11 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
                 ["metadata"] for v in (1, 2)]
         assert "delta_encoding" not in meta[0] and meta[1]["delta_encoding"] == "xor"
         assert meta[1]["base_version"] == "000001" and meta[0]["stream"] == meta[1]["stream"]
+        # each push's counts in its step's row (the publish's, read back from LATEST by the engines' end)
+        written = [sum(f.stat().st_size for f in (run_dir / "weight_sync" / f"weight_v{v:06d}").iterdir()
+                       if not f.name.endswith(".json")) for v in (1, 2)]
+        assert [r["delta/full"] for r in rows] == [1.0, 0.0] and [r["delta/bytes"] for r in rows] == written
+        assert rows[0]["delta/changed_frac"] == 1.0 and 0 < rows[1]["delta/changed_frac"] < 1
     print(f"\n{transport}: time/weight_sync_s {[round(r['time/weight_sync_s'], 4) for r in rows]}")
 
 

@@ -186,9 +186,10 @@ class TransportKind:
     gathered: Callable[[dict, dict, int], dict] | None = None
     # file transports: the trainer end (state, dir, keep, **args) writing the file(s) (keep: a dict the lead rank
     # keeps across its writes, e.g. the snapshot a delta diffs against), and the engine end (engines, dir, version,
-    # urls, **args) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup); args: file_args
+    # urls, **args) making each engine at urls load it (rlrun.rollout.engines.group.EngineGroup) and returning the
+    # push's metrics for the step's row, or None; args: file_args
     write: Callable[..., None] | None = None
-    receive: Callable[..., None] | None = None
+    receive: Callable[..., dict | None] | None = None
     # a file transport's settings from the run's config: (cfg, run_dir) -> keyword arguments of write and receive
     file_args: Callable[[Any, Any], dict] = field(default=lambda cfg, run_dir: {})
     # what `rlrun plan` says of it besides its name (cfg -> a line; "" for nothing): e.g. a delta's encoding

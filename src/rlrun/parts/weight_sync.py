@@ -109,8 +109,8 @@ class WeightSync:
         if self.transport.receive is not None:  # the file is written: the engines' end
             if want is None:
                 raise ValueError(f"weight sync by {self.plan.weight_sync}: the push needs the written file's checksum")
-            self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls,
-                                   **self.file_args)
+            metrics = self.transport.receive(self.engines, str(self.run_dir / WEIGHT_SYNC_DIR), str(version), urls,
+                                             **self.file_args) or {}
         else:
             # each url's engine id: a push gathered per engine gives its TP ranks the payloads of the trainer ranks on
             # their own GPUs (TrainGroup.push_weights)

@@ -163,19 +163,26 @@ class Publisher:
         self.snapshot = {n: a.copy() for n, (a, _, _) in arrays.items()}
         self.layout = layout
         written = sum(f.stat().st_size for f in out.iterdir() if f.name != INDEX)
-        _atomic_write(self.root / LATEST, json.dumps({"version": self.version, "stream": self.stream}).encode())
+        self.last = {"bytes": written, "changed_bytes": changed, "total_bytes": total, "full": int(full),
+                     "version": self.version}
+        # LATEST: the newest version and its stream, with this publish's counts (the driver's metrics read them)
+        _atomic_write(self.root / LATEST, json.dumps({**self.last, "stream": self.stream}).encode())
         if full:  # nothing pulls below the newest full version any more
             for v in range(1, self.version):
                 shutil.rmtree(version_dir(self.root, v), ignore_errors=True)
-        self.last = {"bytes": written, "changed_bytes": changed, "total_bytes": total, "full": int(full),
-                     "version": self.version}
         return self.last
 
 
 def latest(root: str | Path) -> int:
     """The newest version published under root (what a pull brings the engines to)."""
+    return int(published(root)["version"])
+
+
+def published(root: str | Path) -> dict:
+    """root's LATEST: the newest version, its stream and its publish's counts (Publisher.last: bytes written,
+    changed_bytes, total_bytes, full)."""
     try:
-        return int(json.loads((Path(root) / LATEST).read_text())["version"])
+        return json.loads((Path(root) / LATEST).read_text())
     except FileNotFoundError:
         raise FileNotFoundError(f"no published weight version under {root} ({LATEST} is missing): the trainer's "
                                 "delta write did not run") from None

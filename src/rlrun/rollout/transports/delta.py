@@ -93,15 +93,22 @@ def write(state: dict, path: str, keep: dict | None = None, *, encoding: str = "
 
 
 def receive(engines, path: str, version: str, urls: list[str] | None = None, *, dir: str | None = None,
-            local_dir: str | None = None, **_settings) -> None:
+            local_dir: str | None = None, **_settings) -> dict[str, float]:
     """Engine end: every engine (or those at urls) pulls the newest published version into its host's local
-    checkpoint, then loads it as `version`."""
-    from rlrun.rollout.delta import latest
+    checkpoint, then loads it as `version`. Returns the publish's metrics for the step's row: delta/bytes (what each
+    host pulled: the version's files), delta/changed_frac (changed bytes / the state's bytes), delta/full (1: a full
+    version)."""
+    from rlrun.rollout.delta import published
 
     root = dir or path
     target = local_dir or str(Path(path) / "local")
-    engines.pull_weights(target, root, latest(root), urls)
+    last = published(root)
+    engines.pull_weights(target, root, int(last["version"]), urls)
     engines.update_weights_from_disk(target, version, urls)
+    if "bytes" not in last:  # a LATEST written before the counts were kept
+        return {}
+    return {"delta/bytes": float(last["bytes"]), "delta/full": float(last["full"]),
+            "delta/changed_frac": last["changed_bytes"] / max(last["total_bytes"], 1)}
 
 
 SPEC = TRANSPORTS.register(TransportKind(NAME, auto=auto, rules=rules, check="sha256", write=write,
