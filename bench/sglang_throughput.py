@@ -119,6 +119,12 @@ def main() -> None:
     finally:
         router.stop()
         engine.stop()
+        # which FP8 GEMM the engine picked (SGLang 0.5.16 logs DeepGEMM's JIT and the Triton fallback's missing tuned
+        # configs): the bench's temp dir is not kept, so its lines go to this output
+        for log in sorted(tmp.glob("sglang-*.log")):
+            lines = [ln.strip()[:300] for ln in log.read_text(errors="replace").splitlines()
+                     if any(k in ln for k in ("DeepGEMM", "deep_gemm", "DEEPGEMM", "W8A8 Block FP8", "fp8_gemm"))]
+            print(f"{log.name}: {len(lines)} FP8 GEMM lines" + "".join(f"\n  {ln}" for ln in lines[:4]))
 
 
 if __name__ == "__main__":

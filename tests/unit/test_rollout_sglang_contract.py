@@ -175,3 +175,38 @@ def test_async_engines_run_without_a_prefix_cache_unless_pushes_can_flush_it():
                                                                  "rollout.partial_rollout=true"]), slot)
     mine = load(base + ["train.async_train=true", "+rollout.sglang.disable_radix_cache=false"])
     assert server_args(mine, slot)["disable_radix_cache"] is False  # the user's rollout.sglang wins
+
+
+def test_choices_named_by_a_module_constant_are_resolved_and_plugin_lists_refuse_only_misspellings():
+    """server_args.py names most flags' choices by a module constant (`choices=ATTENTION_BACKEND_CHOICES`): the
+    extraction resolves names, list/tuple/set literals and `+`; a list a module function extends (SGLang plugins'
+    add_*_choices) is marked extensible. The gate then refuses a value outside a closed list, and outside an
+    extensible one only a near miss (difflib's 0.6 cutoff): another value may be a plugin's."""
+    source = '''
+BACKENDS = ["triton", "fa3"]
+MORE = BACKENDS + ["flashinfer"]
+SAMPLERS = {"pytorch", "flashinfer"}
+def add_backend_choices(choices):
+    BACKENDS.extend(choices)
+class ServerArgs:
+    attention_backend: A[Optional[str], Arg(choices=BACKENDS)] = None
+    decode_backend: A[Optional[str], Arg(choices=MORE)] = None
+    sampling_backend: A[Optional[str], Arg(choices=SAMPLERS)] = None
+    tool_call_parser: A[Optional[str], Arg(choices=["auto"] + parsers)] = None
+'''
+    fields = sglang_schema.extract_server_args(source)["fields"]
+    assert fields["attention_backend"]["cli"]["choices"] == ["triton", "fa3"]
+    assert fields["attention_backend"]["cli"]["choices_extensible"] is True
+    # MORE was copied from BACKENDS at import, before any plugin extends BACKENDS: a closed list
+    assert fields["decode_backend"]["cli"]["choices"] == ["triton", "fa3", "flashinfer"]
+    assert "choices_extensible" not in fields["decode_backend"]["cli"]
+    assert fields["sampling_backend"]["cli"]["choices"] == ["flashinfer", "pytorch"]
+    assert "choices_extensible" not in fields["sampling_backend"]["cli"]
+    assert fields["tool_call_parser"]["cli"]["choices"] == "['auto'] + parsers"  # unresolved: SGLang decides
+    # the shipped snapshot: fp8_gemm_runner_backend's list is resolved and plugin-extensible, sampling_backend's closed
+    got = {p.value: p.message for p in check_sglang_mapping({"fp8_gemm_runner_backend": "deepgem"})}
+    assert 'did you mean "deep_gemm"' in got["deepgem"]
+    assert check_sglang_mapping({"fp8_gemm_runner_backend": "deep_gemm"}) == []
+    assert check_sglang_mapping({"fp8_gemm_runner_backend": "my_vendor_kernel"}) == []  # a plugin's, perhaps
+    assert [p.path for p in check_sglang_mapping({"sampling_backend": "my_vendor_sampler"})] == \
+        ["rollout.sglang.sampling_backend"]

@@ -32,7 +32,7 @@
 #              default 12): train/train_rollout_logp_abs_diff with and without routing replay, the distinct engine
 #              log-probs (1 = uniform logits: a head never loaded), then tests/gpu/test_megatron_routing_replay.py
 #                                                                                            ~2 x 150 + 120 s
-#   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b), bf16 then --fp8: tokens/s of both   ~2 x 200 s
+#   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b): FP8_WAYS (bf16 fp8 fp8dg) tokens/s  ~3 x 140 s
 #   gpu        the whole tests/gpu suite                                                      ~300 s
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
 #              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
@@ -164,11 +164,19 @@ PY
          grep -E '^R3|passed|failed' "$OUT/r3_megatron.log" | tee -a "$RES" ;;
     fp8) run fp8 330 python3 -m pytest -x -q -s -rs -p no:cacheprovider tests/gpu/test_sglang_fp8.py
          grep -E '^SGLANG|passed|failed' "$OUT/fp8.log" | tee -a "$RES" ;;
-    fp8bench) for f in "" --fp8; do
-           run "fp8bench${f:+_fp8}" 280 python3 bench/sglang_throughput.py --model "${FP8_MODEL:-qwen3-4b}" --prompts 64 \
-             --n 1 --new 256 --repeat 3 $f
-           grep -E '^\{' "$OUT/fp8bench${f:+_fp8}.log" | tee -a "$RES"
-         done ;;
+    fp8bench) # FP8_WAYS: bf16, fp8 (SGLang's auto FP8 GEMM: DeepGEMM when deep_gemm imports, else its Triton kernel), fp8dg
+              # (DeepGEMM asked for: SGLang fails loudly without it; JIT-compiled with the device's nvcc, fast warm-up)
+           for w in ${FP8_WAYS:-bf16 fp8 fp8dg}; do
+             case $w in
+               bf16) f=() ;; fp8) f=(--fp8) ;; fp8dg) f=(--fp8 --sglang fp8_gemm_runner_backend=deep_gemm) ;;
+               *) echo "fp8bench: unknown way $w (bf16 | fp8 | fp8dg)" | tee -a "$RES"; continue ;;
+             esac
+             SGLANG_JIT_DEEPGEMM_FAST_WARMUP=1 SGLANG_DG_CACHE_DIR=/tmp/dgcache \
+               run "fp8bench_$w" 280 python3 bench/sglang_throughput.py --model "${FP8_MODEL:-qwen3-4b}" --prompts 64 \
+               --n 1 --new 256 --repeat 3 "${f[@]}"
+             grep -E '^\{' "$OUT/fp8bench_$w.log" | tee -a "$RES"
+             grep -m8 -E "FP8 GEMM lines|DeepGEMM|deep_gemm|DEEPGEMM|W8A8 Block FP8" "$OUT/fp8bench_$w.log" | cut -c1-300 | tee -a "$RES"
+           done ;;
     gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu
          tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
     steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-1.7b qwen3-4b}; do

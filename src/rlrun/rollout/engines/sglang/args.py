@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlrun.config.errors import Problem, did_you_mean
+from rlrun.config.errors import Problem, closest, did_you_mean
 from rlrun.config.memory import engine_fraction
 from rlrun.config.sizes import push_flushes_cache
 from rlrun.rollout.engines.sglang.schema import server_args_schema
@@ -66,6 +66,17 @@ def _type_ok(annotation: str, value: Any) -> bool:
     return True  # Union/Dict/custom types: SGLang's own parser decides
 
 
+def _bad_choice(cli: dict, value: Any) -> bool:
+    """A value outside the flag's choices (server_args.json, resolved from sglang's module constants). A list SGLang
+    plugins extend at import (choices_extensible: add_attention_backend_choices and friends) cannot be known whole
+    before the engine starts: there only a value close to a known one is refused (a misspelling: "deepgem"), and
+    any other is left to SGLang's own parser (a plugin's backend)."""
+    choices = cli["choices"]
+    if not isinstance(choices, list) or value in choices:
+        return False
+    return not cli.get("choices_extensible") or closest(str(value), choices) is not None
+
+
 def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") -> list[Problem]:
     fields = server_args_schema()["fields"]
     version = server_args_schema()["sglang_version"]
@@ -99,8 +110,9 @@ def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") 
         elif not _type_ok(facts["type"], value):
             problems.append(Problem(where, f"{key} must be {facts['type']}, got {value!r}",
                                     f"give a value of type {facts['type']}", value))
-        elif isinstance(facts["cli"]["choices"], list) and value not in facts["cli"]["choices"]:
-            problems.append(Problem(where, f"{key}={value!r} is not one of {facts['cli']['choices']}",
+        elif _bad_choice(facts["cli"], value):
+            problems.append(Problem(where, f"{key}={value!r} is not one of {facts['cli']['choices']}"
+                                           f"{did_you_mean(value, facts['cli']['choices'])}",
                                     f"pick one of {facts['cli']['choices']}", value))
     return problems
 

@@ -9,7 +9,9 @@ Regenerate after bumping the pin:
     python -m rlrun.rollout.engines.sglang.schema /tmp/w/sglang-0.5.16-*.whl
 Since 0.5.13 most ServerArgs fields declare their flag in the annotation, `A[type, "help"]` or
 `A[type, Arg(choices=..., aliases=..., action=..., no_cli=True)]` (sglang/srt/arg_groups/arg_utils.py,
-`add_cli_args_from_dataclass`); the rest still call `parser.add_argument` in `add_cli_args`. Both are read.
+`add_cli_args_from_dataclass`); the rest still call `parser.add_argument` in `add_cli_args`. Both are read; a flag's
+`choices=NAME` is resolved from the module's constants (Constants), and marked extensible where SGLang plugins
+extend that list.
 tests/unit/test_rollout_sglang_schema.py re-extracts from the wheel (when present) and compares.
 """
 from __future__ import annotations
@@ -91,7 +93,57 @@ def _literal(node: ast.expr):
         return ast.unparse(node)
 
 
-def _annotation_cli(name: str, annotation: ast.expr) -> dict | None | bool:
+class Constants:
+    """server_args.py's module-level lists (`ATTENTION_BACKEND_CHOICES = [...]`, `A = B + [...]`), so that a flag's
+    `choices=NAME` becomes the list it names; `extensible`: the lists a module function extends
+    (`add_attention_backend_choices`: SGLang plugins register more values at import)."""
+
+    def __init__(self, tree: ast.Module | None = None):
+        self.values: dict[str, list] = {}
+        self.extensible: set[str] = set()
+        for node in tree.body if tree is not None else []:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    self.values[node.targets[0].id] = self._resolve(node.value)
+                except ValueError:
+                    pass
+            elif isinstance(node, ast.FunctionDef):
+                for call in ast.walk(node):
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                            and call.func.attr in ("extend", "append", "insert")
+                            and isinstance(call.func.value, ast.Name)):
+                        self.extensible.add(call.func.value.id)
+
+    def _resolve(self, node: ast.expr) -> list:
+        """A list of constants, by name, literal or `+` of those; ValueError for anything else."""
+        if isinstance(node, ast.Name) and node.id in self.values:
+            return list(self.values[node.id])
+        if isinstance(node, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) for e in node.elts):
+            return [e.value for e in node.elts]
+        if isinstance(node, ast.Set) and all(isinstance(e, ast.Constant) for e in node.elts):
+            return sorted({e.value for e in node.elts}, key=str)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self._resolve(node.left) + self._resolve(node.right)
+        raise ValueError(ast.unparse(node))
+
+    def choices(self, node: ast.expr) -> tuple[list | str, bool]:
+        """(the choices as a list, or the expression's source when it cannot be resolved; whether plugins extend
+        them)."""
+        try:
+            values = self._resolve(node)
+        except ValueError:
+            return _literal(node), False
+        return values, any(isinstance(n, ast.Name) and n.id in self.extensible for n in ast.walk(node))
+
+
+def _with_choices(facts: dict, kw: dict, consts: Constants) -> dict:
+    facts["choices"], extensible = consts.choices(kw["choices"]) if "choices" in kw else (None, False)
+    if extensible:
+        facts["choices_extensible"] = True
+    return facts
+
+
+def _annotation_cli(name: str, annotation: ast.expr, consts: Constants) -> dict | None | bool:
     """CLI facts of an `A[T, "help"]` / `A[T, Arg(...)]` field, as add_cli_args_from_dataclass
     derives them; None: no_cli; False: not an annotated field (its flag, if any, is added by hand)."""
     inner, meta = _annotated(annotation)
@@ -105,9 +157,8 @@ def _annotation_cli(name: str, annotation: ast.expr) -> dict | None | bool:
     if "no_cli" in kw and _literal(kw["no_cli"]) is True:
         return None
     flag = _literal(kw["cli_name"]) if "cli_name" in kw else "--" + name.replace("_", "-")
-    facts = {"flag": flag, "aliases": list(_literal(kw["aliases"])) if "aliases" in kw else [],
-             "action": "value", "nargs": _literal(kw["nargs"]) if "nargs" in kw else None,
-             "choices": _literal(kw["choices"]) if "choices" in kw else None}
+    facts = _with_choices({"flag": flag, "aliases": list(_literal(kw["aliases"])) if "aliases" in kw else [],
+                           "action": "value", "nargs": _literal(kw["nargs"]) if "nargs" in kw else None}, kw, consts)
     base = _unwrap(inner, "Optional") or inner
     if "action" in kw:
         facts["action"] = ast.unparse(kw["action"]).strip("'\"")
@@ -122,7 +173,7 @@ def _annotation_cli(name: str, annotation: ast.expr) -> dict | None | bool:
     return facts
 
 
-def _argparse_calls(cls: ast.ClassDef) -> dict[str, dict]:
+def _argparse_calls(cls: ast.ClassDef, consts: Constants) -> dict[str, dict]:
     """field name -> CLI facts, from `parser.add_argument(...)` inside ServerArgs.add_cli_args."""
     out = {}
     for node in ast.walk(cls):
@@ -133,12 +184,10 @@ def _argparse_calls(cls: ast.ClassDef) -> dict[str, dict]:
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else flags[0].lstrip("-").replace("-", "_")
         action = ast.unparse(kw["action"]).strip("'\"") if "action" in kw else "value"
-        choices = _literal(kw["choices"]) if "choices" in kw else None
-        facts = {
+        facts = _with_choices({
             "flag": flags[0], "aliases": flags[1:], "action": action, "dest": dest,
             "nargs": kw["nargs"].value if isinstance(kw.get("nargs"), ast.Constant) else None,
-            "choices": choices,
-        }
+        }, kw, consts)
         out.setdefault(dest, facts)
         # `--tensor-parallel-size --tp-size` has dest tensor_parallel_size, and ServerArgs copies it
         # into tp_size: index every spelling so that each field finds the flag that sets it.
@@ -160,13 +209,14 @@ def _switch_or_value(facts: dict) -> dict:
 
 
 def extract_server_args(source: str) -> dict:
-    cls = _class(ast.parse(source), "ServerArgs")
+    tree = ast.parse(source)
+    cls, consts = _class(tree, "ServerArgs"), Constants(tree)
     fields = _own_fields(cls)
-    cli = _argparse_calls(cls)
+    cli = _argparse_calls(cls, consts)
     annotations = {s.target.id: s.annotation for s in cls.body
                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
     for name, facts in fields.items():
-        declared = _annotation_cli(name, annotations[name])
+        declared = _annotation_cli(name, annotations[name], consts)
         # the annotation's own flag first; fields declared no_cli or not annotated may still have a
         # hand-written add_argument (deprecated spellings: DeprecatedStoreTrueAction and friends);
         # None: internal field, not settable from the command line
