@@ -51,6 +51,19 @@ def test_from_config_builds_the_sglang_command(tmp_path):
     assert engine.url == f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
 
 
+def test_an_engine_started_directly_gets_the_runs_actor_env_under_the_callers(tmp_path):
+    """from_config outside a run (a bench, a GPU test) starts the server with what a run's engine actor has
+    (rlrun.config.plan.actor_env_vars: hardware.env, e.g. SGLang's DeepGEMM fast warm-up on an H200), the caller's
+    env over it; the stand-in server prints what it got."""
+    cfg = load(["hardware=h200", "model=qwen3-0.6b", "rollout.engine=sglang", "+hardware.env.RLRUN_TEST_X=from_cfg"])
+    show = (sys.executable, "-c", "import os; print('ENV', os.environ['SGLANG_JIT_DEEPGEMM_FAST_WARMUP'], "
+                                  "os.environ['NCCL_CUMEM_ENABLE'], os.environ['RLRUN_TEST_X'])")
+    engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp_path, launcher=show,
+                                      env={"RLRUN_TEST_X": "from_caller"})
+    engine.process.start().proc.wait(timeout=30)
+    assert "ENV 1 0 from_caller" in engine.process.log_path.read_text()
+
+
 def test_engine_slot_uses_the_first_gpu():
     slot = engine_slot(rank=2, gpus=[5, 4])
     assert slot.base_gpu_id == 4 and slot.port != slot.nccl_port

@@ -67,11 +67,19 @@ def primary_default(dotted: str) -> Any:
 
 
 def _primary_yaml() -> dict:
+    """conf/config.yaml parsed, through the composition cache (a cached `rlrun plan` imports no yaml)."""
     global _PRIMARY_YAML
     if _PRIMARY_YAML is None:
-        import yaml
+        path = conf_dir() / f"{PRIMARY}.yaml"
+        k = cache.key(("<primary>",), [path.parent]) if cache.enabled() else None
+        hit = cache.get(k) if k else None
+        if hit is None:
+            import yaml
 
-        _PRIMARY_YAML = yaml.safe_load((conf_dir() / f"{PRIMARY}.yaml").read_text())
+            hit = {"tree": yaml.safe_load(path.read_text())}
+            if k:
+                cache.put(k, hit["tree"], {})
+        _PRIMARY_YAML = hit["tree"]
     return _PRIMARY_YAML
 
 

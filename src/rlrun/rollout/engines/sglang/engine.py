@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from rlrun.config.plan import actor_env_vars
 from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.process import ServerProcess, free_port, free_port_range
 from rlrun.rollout.engines.sglang.args import EngineSlot, server_args, to_argv
@@ -79,7 +80,10 @@ class SGLangEngine(HTTPEngine):
         another node reaches it); None: rollout.router.host, for an engine on the driver's machine."""
         slot = engine_slot(rank, gpus, host or cfg.rollout.router.host, nnodes=nnodes, node_rank=node_rank,
                            dist_init_addr=dist_init_addr)
-        return cls(server_args(cfg, slot, model_path), log_dir=log_dir, env=env, launcher=launcher)
+        # the plan's actor env (hardware.env: e.g. SGLang's DeepGEMM fast warm-up) under `env`: an engine started
+        # here directly (a bench, a GPU test) runs with what a Ray actor of the run gets
+        return cls(server_args(cfg, slot, model_path), log_dir=log_dir, env={**actor_env_vars(cfg), **(env or {})},
+                   launcher=launcher)
 
     def start(self, timeout_s: float = 900.0) -> str:
         self.process.start()
