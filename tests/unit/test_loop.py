@@ -84,7 +84,7 @@ class _Run:
     def sync(self, version, only_if_stale=False):
         pass
 
-    def push_all(self, version, want=None, resume=True):
+    def push_all(self, version, want=None, resume=True, flushed=False):
         self.calls.append(("push_all", version))
 
     def abort_all(self):

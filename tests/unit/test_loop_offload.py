@@ -117,7 +117,6 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
         ("trainer.onload", ALL),
         ("block", ALL),
         ("/resume_memory_occupation", {"tags": ["weights"]}),
-        ("/flush_cache", None),  # the push drains first (WeightSync.push_all)
         ("trainer.push", ["cuda_graph", "kv_cache"]),  # the engine's weights are back to load into
         # no /continue_generation yet: a request scheduled before the KV cache is back would prefill
         # into released memory (SGLang 0.5.16's scheduler died so, on the lent H100, 2026-11-25)
@@ -126,6 +125,8 @@ def test_colocated_offload_with_the_tensor_push(tmp_path, group, monkeypatch):
         ("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]}),
         ("/continue_generation", {}),
     ]
+    # flushed twice, both in LEND: the lent engines stay paused from there to the push, which does not drain again
+    assert [c[0] for c in calls].count("/flush_cache") == 2
     last = [c[1] for c in calls if c[0] == "/update_weights_from_tensor"][-1]
     # the last bucket sets the version; the engines were drained and flushed before the push (EngineGroup.drain),
     # never inside the update (SGLang asserts an idle engine there and its scheduler dies on a busy one)
@@ -163,7 +164,6 @@ def test_colocated_offload_releases_engines_for_training_and_resumes_around_the_
         ("trainer.export", ALL),
         ("trainer.offload", ALL),
         ("/resume_memory_occupation", {"tags": ["weights"]}),
-        ("/flush_cache", None),  # the push drains first (WeightSync.push_all)
         ("/update_weights_from_disk", api.update_weights_from_disk_body(str(tmp_path / "weight_sync"), "7")),
         ("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]}),
         ("/continue_generation", {}),
@@ -188,12 +188,12 @@ def test_a_resident_trainer_stays_and_the_engines_release_only_their_kv_cache(tm
         *LEND,
         ("/release_memory_occupation", {"tags": ["kv_cache"]}),
         ("block", ["kv_cache"]),
-        ("/flush_cache", None),  # the push drains first (WeightSync.push_all)
         ("trainer.push", ["kv_cache"]),  # into the weights the engine kept
         *PUSH[:-1],  # paused until the KV cache is back, as above
         ("/resume_memory_occupation", {"tags": ["kv_cache"]}),
         ("/continue_generation", {}),
     ]
+    assert [c[0] for c in calls].count("/flush_cache") == 2  # in LEND only (above)
     state = r.trainer.model.state_dict()
     assert group.checksums() == {group.urls[0]: checksum(state)} and set(group.versions().values()) == {"10"}
     assert _released(group) == [] and _generate(group).status_code == 200

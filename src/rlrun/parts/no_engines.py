@@ -9,7 +9,7 @@ class NoEngines:
     def sync(self, version: int, only_if_stale: bool = False) -> None:
         pass
 
-    def push_all(self, version: int, want: str | None = None, resume: bool = True) -> None:
+    def push_all(self, version: int, want: str | None = None, resume: bool = True, flushed: bool = False) -> None:
         pass
 
     def abort_all(self) -> None:  # the fleet of the async loop (rlrun.parts.seams.Fleet): none

@@ -82,8 +82,9 @@ class Offload:
                         self.engines.resume_memory(["weights"])  # SGLang loads the update into these
         if push:
             with timer("weight_sync"):
-                # lent engines stay paused after the push until their KV cache is back (below)
-                self.weights.push_all(version, want, resume=not lend)
+                # lent engines stay paused after the push until their KV cache is back (below); they were drained
+                # and flushed before the release and have been paused since: the push need not drain them again
+                self.weights.push_all(version, want, resume=not lend, flushed=lend)
         if (swap and push and not disk) or lend:
             with timer("offload"):
                 if swap and push and not disk:

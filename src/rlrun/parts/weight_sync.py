@@ -49,13 +49,16 @@ class WeightSync:
             return
         self.push_all(version, self.export() if self.transport.file else None)
 
-    def push_all(self, version: int, want: str | None = None, resume: bool = True) -> None:
+    def push_all(self, version: int, want: str | None = None, resume: bool = True, flushed: bool = False) -> None:
         """Every engine (held restarts included) gets `version`; disk: `want` is the export's checksum.
-        resume=False: a tensor push leaves the engines paused (the caller resumes their KV cache first)."""
+        resume=False: a tensor push leaves the engines paused (the caller resumes their KV cache first).
+        flushed: the caller drained and flushed the engines and kept them paused since (Offload's lent engines; a
+        restart held meanwhile starts empty), so the push does not drain them again."""
         with self.versions.pushing(version):
             if self.cfg.rollout.partial_rollout:
                 self.engines.abort_all()
-            drain = push_flushes_cache(self.cfg)  # idle and flushed before the weights change (EngineGroup.drain)
+            # idle and flushed before the weights change (EngineGroup.drain)
+            drain = push_flushes_cache(self.cfg) and not flushed
             self.engines.sync(lambda urls: self.push(version, urls, want, resume, drain))
 
     def engines_hold(self) -> bool:
