@@ -85,7 +85,8 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="sglbench"))
     cfg = load(["hardware=h100", f"model={a.model}", "model.vocab_size=64", "checkpoint.random_init=true", "rollout.engine=sglang",
-                "train.gpus_per_node=1", "parallelism.tp=1", "rollout.gpus_per_engine=1", "rollout.offload=false", "rollout.mem_fraction_static=0.5",
+                "train.gpus_per_node=1", "parallelism.tp=1", "rollout.gpus_per_engine=1", "rollout.offload=false",
+                "rollout.mem_fraction_static=0.5",
                 f"rollout.fp8={str(a.fp8).lower()}", f"run.output_dir={tmp}",
                 *[f"+rollout.sglang.{kv}" for kv in a.sglang]])
     model_dir = _engine_dir(cfg, tmp / "model")
