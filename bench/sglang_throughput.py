@@ -12,6 +12,7 @@ same work, --prompts GRPO groups of --n samples, is sent two ways, alternately, 
 --n 1 --prompts 64 is the earlier form of the bench (64 different prompts, one request each).
 Every request generates exactly --new tokens (ignore_eos, T=1). Prints one JSON line per way: median
 tokens/s and rlrun / sglang. Random-init weights of the model's shape, the toy tokenizer (vocab 64).
+--sglang KEY=VALUE ...: ServerArgs over SGLANG_DEFAULTS (the kit's kernels), e.g. fp8_gemm_runner_backend=deep_gemm.
 --fp8: the engine serves the block-wise FP8 dir rollout.fp8 writes (rlrun.runner.write_engine_init_dir), for an
 FP8-vs-bf16 comparison of the same model (run it twice, with and without; tools/device/sglang.sh ITEMS=fp8).
 """
@@ -66,6 +67,21 @@ async def through_rlrun(url: str, prompts: list[list[int]], new: int, seeded: bo
         return time.perf_counter() - t0, sum(counts), client.batches
 
 
+# the engine's kernels on the device kit (no FA3, no flashinfer sampling JIT); --sglang KEY=VALUE entries go over these
+SGLANG_DEFAULTS = {"attention_backend": "triton", "sampling_backend": "pytorch", "cuda_graph_backend_decode": "full",
+                   "cuda_graph_max_bs_decode": "64", "cuda_graph_backend_prefill": "disabled"}
+
+
+def overrides(model: str, fp8: bool, out_dir: str | Path, sglang: list[str] = ()) -> list[str]:
+    """The bench's config: one engine of `model`'s shape on one GPU (TP 1 whatever the model group says), random
+    init, the toy vocab, SGLANG_DEFAULTS with `sglang` (KEY=VALUE) over them."""
+    extra = dict(kv.split("=", 1) for kv in sglang)
+    return ["hardware=h100", f"model={model}", "model.vocab_size=64", "checkpoint.random_init=true",
+            "rollout.engine=sglang", "train.gpus_per_node=1", "parallelism.tp=1", "rollout.gpus_per_engine=1",
+            "rollout.offload=false", "rollout.mem_fraction_static=0.5", f"rollout.fp8={str(fp8).lower()}",
+            f"run.output_dir={out_dir}", *[f"+rollout.sglang.{k}={v}" for k, v in {**SGLANG_DEFAULTS, **extra}.items()]]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen3-0.6b")
@@ -74,9 +90,7 @@ def main() -> None:
     p.add_argument("--new", type=int, default=256)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--fp8", action="store_true", help="serve block-wise FP8 weights (rollout.fp8)")
-    p.add_argument("--sglang", nargs="*", default=["attention_backend=triton", "sampling_backend=pytorch",
-                                                   "cuda_graph_backend_decode=full", "cuda_graph_max_bs_decode=64",
-                                                   "cuda_graph_backend_prefill=disabled"])
+    p.add_argument("--sglang", nargs="*", default=[], help="KEY=VALUE ServerArgs over SGLANG_DEFAULTS")
     a = p.parse_args()
     from rlrun.config import load
     from rlrun.config.kinds import ENGINES
@@ -84,11 +98,7 @@ def main() -> None:
     from rlrun.rollout.engines.sglang.engine import SGLangEngine
 
     tmp = Path(tempfile.mkdtemp(prefix="sglbench"))
-    cfg = load(["hardware=h100", f"model={a.model}", "model.vocab_size=64", "checkpoint.random_init=true", "rollout.engine=sglang",
-                "train.gpus_per_node=1", "parallelism.tp=1", "rollout.gpus_per_engine=1", "rollout.offload=false",
-                "rollout.mem_fraction_static=0.5",
-                f"rollout.fp8={str(a.fp8).lower()}", f"run.output_dir={tmp}",
-                *[f"+rollout.sglang.{kv}" for kv in a.sglang]])
+    cfg = load(overrides(a.model, a.fp8, tmp, a.sglang))
     model_dir = _engine_dir(cfg, tmp / "model")
     engine = SGLangEngine.from_config(cfg, rank=0, gpus=[0], log_dir=tmp, model_path=model_dir)
     t0 = time.perf_counter()
