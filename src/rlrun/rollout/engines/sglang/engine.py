@@ -31,6 +31,7 @@ from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.process import ServerProcess, free_port, free_port_range
 from rlrun.rollout.engines.sglang.args import EngineSlot, server_args, to_argv
 from rlrun.rollout.engines.sglang.spec import SPEC
+from rlrun.rollout.engines.starting import start_surviving_node_loss
 
 LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 # Consecutive free ports reserved at node 0's --dist-init-addr: SGLang's TCP store binds the port itself and
@@ -216,4 +217,5 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
                                [placement.part_options(p) for p in parts], runtime_env, log_dir,
                                model_path=model_dir, launcher=launcher or LAUNCHER)
 
-    return [make(i) for i in range(plan.num_engines)], make
+    return [start_surviving_node_loss(i, lambda i=i: make(i), cfg.rollout.max_engine_restarts)
+            for i in range(plan.num_engines)], make
