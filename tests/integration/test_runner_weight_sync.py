@@ -95,7 +95,7 @@ def test_each_transport_brings_every_engine_to_the_trainers_weights(tmp_path, pu
     # the engines' requests, posted to answered in the posting threads: they overlap staging and cover the wait (up to
     # the future's hand-over, which the wait also counts: 0.4 ms seen here, so not compared)
     load = {"load"} if transport == "tensor" else set()
-    # the driver's side (rlrun.parts.weight_sync.DRIVER_PARTS): the drain before (the sync loop's pushes flush), the
+    # the driver's side (rlrun.parts.weight_sync.WeightSync.push): the drain before (the sync loop's pushes flush), the
     # trainer call beyond its push (memory transports), the verification after; disjoint from the rank's parts
     driver = {"drain", "verify"} | ({"call"} if phases else set())
     for r in rows:

@@ -262,7 +262,7 @@ def test_sync_pushes_only_to_stale_engines_and_verifies(tmp_path, transport):
     assert stale.pushes == ["0"] and r.synced == (0, "abc") and r.versions.version == 0
     assert stale.drained == ["http://e0"]  # the sync loop's engines were idle and flushed before the push
     got = r.pop_metrics()
-    # the driver's parts of the push (DRIVER_PARTS): drained first, then the call (a memory transport), verified
+    # the driver's parts of the push (WeightSync.push): drained first, then the call (a memory transport), verified
     assert {k for k in got if k.startswith("weight_sync/")} == {
         "weight_sync/drain_s", "weight_sync/verify_s", *(["weight_sync/call_s"] if transport == "tensor" else [])}
     if transport == "tensor":  # 2 MB in 0.5 s

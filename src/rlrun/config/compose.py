@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -66,24 +67,19 @@ def primary_default(dotted: str) -> Any:
     return node
 
 
+@lru_cache(maxsize=1)
 def _primary_yaml() -> dict:
     """conf/config.yaml parsed, through the composition cache (a cached `rlrun plan` imports no yaml)."""
-    global _PRIMARY_YAML
-    if _PRIMARY_YAML is None:
-        path = conf_dir() / f"{PRIMARY}.yaml"
-        k = cache.key(("<primary>",), [path.parent]) if cache.enabled() else None
-        hit = cache.get(k) if k else None
-        if hit is None:
-            import yaml
+    path = conf_dir() / f"{PRIMARY}.yaml"
+    k = cache.key(("<primary>",), [path.parent]) if cache.enabled() else None
+    hit = cache.get(k) if k else None
+    if hit is None:
+        import yaml
 
-            hit = {"tree": yaml.safe_load(path.read_text())}
-            if k:
-                cache.put(k, hit["tree"], {})
-        _PRIMARY_YAML = hit["tree"]
-    return _PRIMARY_YAML
-
-
-_PRIMARY_YAML: dict | None = None
+        hit = {"tree": yaml.safe_load(path.read_text())}
+        if k:
+            cache.put(k, hit["tree"], {})
+    return hit["tree"]
 
 
 def _search_path_override(config_dir: str | os.PathLike | None) -> list[str]:

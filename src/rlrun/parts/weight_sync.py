@@ -21,8 +21,6 @@ from rlrun.config.sizes import push_flushes_cache
 from rlrun.guard.invariants import Invariants, WeightSyncError  # noqa: F401 - WeightSyncError: public name
 
 WEIGHT_SYNC_DIR = "weight_sync"  # the latest trainer weights, read by the engines (and restarts)
-# the driver's parts of a push, beside the pushing rank's (rlrun.rollout.engines.group.Phases): weight_sync/{part}_s
-DRIVER_PARTS = ("drain", "call", "verify")
 
 
 class WeightSync:
@@ -101,8 +99,9 @@ class WeightSync:
         """The engines at `urls` get the trainer's weights as `version`; verified. disk: `want` is the export's
         checksum (the file is already written). resume: see push_all. drain: wait until they are idle and flushed
         first (inside EngineGroup.sync, so that a dead engine is left out as for the push itself). The step's row gets
-        this side's parts too (DRIVER_PARTS): drain, call (the trainer's call beyond its lead rank's push: the Ray
-        round trip and what the ranks do before the first bucket), verify."""
+        the driver's parts of the push too, beside the pushing rank's (rlrun.rollout.engines.group.Phases), as
+        weight_sync/{part}_s: drain, call (the trainer's call beyond its lead rank's push: the Ray round trip and what
+        the ranks do before the first bucket), verify."""
         parts = {}
         if drain:
             t0 = time.perf_counter()

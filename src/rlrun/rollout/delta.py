@@ -130,7 +130,7 @@ class Publisher:
             shutil.rmtree(self.root, ignore_errors=True)
         self.root.mkdir(parents=True, exist_ok=True)
         layout = {n: (dt, tuple(shape)) for n, (_, dt, shape) in arrays.items()}
-        rebase = bool(self.full_every) and self.version % max(self.full_every, 1) == 0
+        rebase = bool(self.full_every) and self.version % self.full_every == 0
         full = self.version == 0 or layout != self.layout or rebase
         self.version += 1
         out = version_dir(self.root, self.version)
@@ -171,11 +171,6 @@ class Publisher:
             for v in range(1, self.version):
                 shutil.rmtree(version_dir(self.root, v), ignore_errors=True)
         return self.last
-
-
-def latest(root: str | Path) -> int:
-    """The newest version published under root (what a pull brings the engines to)."""
-    return int(published(root)["version"])
 
 
 def published(root: str | Path) -> dict:
