@@ -33,7 +33,8 @@
 #              log-probs (1 = uniform logits: a head never loaded), then tests/gpu/test_megatron_routing_replay.py
 #                                                                                            ~2 x 150 + 120 s
 #   fp8bench   bench/sglang_throughput.py on FP8_MODEL (default qwen3-4b): FP8_WAYS (bf16 fp8 fp8dg) tokens/s  ~3 x 140 s
-#   gpu        the whole tests/gpu suite                                                      ~300 s
+#   gpu        the whole tests/gpu suite in one pytest (ITEM_LIMIT, default 560; on two GPUs it takes ~20 minutes: run it
+#              under tools/device/detached.sh, which outlives the call), a junit XML and the tests' engine logs   ~20 min
 #   steps      per-phase step times, Qwen3-0.6B/1.7B/4B shapes colocated (SHAPES=...)         ~150 s each
 #              (shape = model x batch x response length: 0.6b 32x8x512, 1.7b 16x8x1024, 4b 16x4x256)
 #   lay:A,B    tests/gpu/test_gpu_multi_layouts.py, the layouts named A and B only (one rlrun run each, every run's
@@ -177,8 +178,11 @@ PY
              grep -E '^\{' "$OUT/fp8bench_$w.log" | tee -a "$RES"
              grep -m8 -E "FP8 GEMM lines|DeepGEMM|deep_gemm|DEEPGEMM|W8A8 Block FP8" "$OUT/fp8bench_$w.log" | cut -c1-300 | tee -a "$RES"
            done ;;
-    gpu) run gpu 560 python3 -m pytest -q -p no:cacheprovider tests/gpu
-         tail -3 "$OUT/gpu.log" | tee -a "$RES" ;;
+    gpu) mkdir -p /tmp/pyt  # the whole suite in one pytest; past a call's 10 minutes under tools/device/detached.sh
+         run gpu "${ITEM_LIMIT:-560}" python3 -m pytest -q -rs -p no:cacheprovider --durations=40 \
+           --junitxml "$OUT/gpu.xml" --basetemp /tmp/pyt/gpu tests/gpu
+         find /tmp/pyt/gpu -name '*.log' -size -20M 2>/dev/null | tar czf "$OUT/gpu_logs.tgz" -T - 2>/dev/null
+         grep -E "passed|failed|error" "$OUT/gpu.log" | tail -5 | tee -a "$RES" ;;
     steps) for shape in ${SHAPES:-qwen3-0.6b qwen3-1.7b qwen3-4b}; do
              # Qwen3-4B's full-precision state (110 GiB planned) does not fit one H100: the memory gate refuses it
              lean=""; [ "$shape" = qwen3-4b ] && lean="train.recompute.granularity=full train.recompute.method=uniform \
