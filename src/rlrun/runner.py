@@ -73,9 +73,10 @@ def write_engine_init_dir(cfg, tokenizer, out: Path) -> str:
     return str(out)
 
 
-def start_trainer(cfg, plan, run_dir: Path, stack: ExitStack):
+def start_trainer(cfg, plan, run_dir: Path, stack: ExitStack, wait: bool = True):
     """Ray (embedded, or the caller's / cluster.address), the placement group and the trainer ranks,
-    each torn down by `stack`; returns (placement, actor env, TrainGroup). rlrun replay uses only this."""
+    each torn down by `stack`; returns (placement, actor env, TrainGroup). rlrun replay uses only this.
+    wait=False: the ranks may still be building (TrainGroup.ready waits)."""
     import ray  # fail here, before any work, if the runtime stack is missing
 
     from rlrun.launch import cluster
@@ -93,9 +94,14 @@ def start_trainer(cfg, plan, run_dir: Path, stack: ExitStack):
     placement = Placement(plan, vendor)
     stack.callback(placement.remove)
     env = actor_env(vendor, cfg.hardware.env, plan.env)
-    trainer = TrainGroup(cfg, plan, placement, env, str(run_dir))  # run_dir: profiles, OOM snapshots
+    trainer = TrainGroup(cfg, plan, placement, env, str(run_dir), wait=wait)  # run_dir: profiles, OOM snapshots
     stack.callback(trainer.shutdown)
     return placement, env, trainer
+
+
+def plan_gpus(role: str, plan) -> set[tuple[int, int]]:
+    """The (node, GPU) slots the plan gives `role`."""
+    return {(s.node, s.gpu) for s in plan.placement if s.role == role}
 
 
 def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
@@ -103,10 +109,14 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     run_dir = Path(run_dir)
     if not needs_rollout(cfg):
         return build_trainer_only(cfg, plan, run_dir, stack)
-    placement, env, trainer = start_trainer(cfg, plan, run_dir, stack)
+    # Engines on GPUs of their own start while the trainer ranks build (both take a minute or more at scale); an
+    # engine sharing a rank's GPU starts after it, as SGLang sizes its pool by the memory it finds free.
+    overlap = not plan_gpus("trainer", plan) & plan_gpus("engine", plan)
+    placement, env, trainer = start_trainer(cfg, plan, run_dir, stack, wait=not overlap)
     tokenizer = tokenizer_for(cfg)
     model_dir = write_engine_init_dir(cfg, tokenizer, run_dir / ENGINE_INIT_DIR)
     rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack)
+    trainer.ready()
     if plan.reward_engines:  # reward.model: a reward model served as engines judges the samples (rm_type reward_model)
         rollout.judge = RewardEngines.start(cfg, plan, placement, env, run_dir, stack).judge
     teacher = None

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import torch
-from test_sglang_engine import KIT_ARGS as KIT  # the kit's backends (no FA3), no prefill CUDA graphs
+from test_sglang_engine import TEST_ARGS as KIT  # the kit's backends (no FA3), fewer CUDA graphs
 
 ROLLOUTS = 3
 

@@ -24,7 +24,7 @@ import requests
 import torch
 import torch.multiprocessing as mp
 
-from test_sglang_engine import KIT_ARGS, _check_matches, _save
+from test_sglang_engine import TEST_ARGS, _check_matches, _save
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                  reason="needs SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)"),
@@ -39,7 +39,7 @@ def _cfg(tmp, gpus: int):
 
     return load(["hardware=h100", "model=qwen3-4b", f"model.vocab_size={VOCAB}", f"model.num_layers={LAYERS}",
                  "checkpoint.random_init=true", "rollout.engine=sglang", f"train.gpus_per_node={gpus}",
-                 "rollout.gpus_per_engine=2", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *KIT_ARGS])
+                 "rollout.gpus_per_engine=2", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *TEST_ARGS])
 
 
 class _State:

@@ -36,6 +36,11 @@ KIT = {"attention_backend": "triton", "sampling_backend": "pytorch"}  # what the
 # + no piecewise CUDA graphs for prefill: their capture took 65 s of each server start (2026-11-28, H200) and
 # these tests send a handful of short prompts
 KIT_ARGS = [*(f"+rollout.sglang.{k}={v}" for k, v in KIT.items()), "+rollout.sglang.disable_piecewise_cuda_graph=true"]
+# + decode CUDA graphs for batch sizes up to 16 only: SGLang captures 36 sizes up to 256 by default, and a first start
+# on a machine compiles kernels for each (the suite's first engine took 57 s to capture, the FP8 test's 178 s with
+# DeepGEMM, 2026-11-29); these tests send a handful of requests at once. Runs whose step times are measured
+# (test_gpu_multi_layouts.py) keep SGLang's default.
+TEST_ARGS = [*KIT_ARGS, "+rollout.sglang.cuda_graph_max_bs=16"]
 
 
 def _cfg(tmp):
@@ -43,7 +48,7 @@ def _cfg(tmp):
 
     return load(["hardware=h100", *SHAPE, "rollout.engine=sglang", "train.gpus_per_node=1",
                  "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}",
-                 *KIT_ARGS])
+                 *TEST_ARGS])
 
 
 def _model(cfg, seed):

@@ -20,7 +20,7 @@ import pytest
 import requests
 import torch
 
-from test_sglang_engine import _check_matches, _model, _save
+from test_sglang_engine import TEST_ARGS, _check_matches, _model, _save
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                  reason="needs SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)"),
@@ -36,7 +36,7 @@ def _cfg(tmp):
     return load(["hardware=h100", "model=qwen3-0.6b", f"model.vocab_size={os.environ.get('RLRUN_FLAT_VOCAB', 151936)}",
                  "checkpoint.random_init=true", "rollout.engine=sglang", "train.gpus_per_node=1",
                  "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}",
-                 "+rollout.sglang.attention_backend=triton", "+rollout.sglang.sampling_backend=pytorch"])
+                 *TEST_ARGS])
 
 
 def _push(url, model, version, flattened, bucket_mb):

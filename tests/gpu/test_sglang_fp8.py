@@ -49,7 +49,7 @@ import pytest
 import requests
 import torch
 
-from test_sglang_engine import KIT_ARGS, _generate, _hf_logprobs, _model, _save
+from test_sglang_engine import TEST_ARGS, _generate, _hf_logprobs, _model, _save
 
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("sglang") is None,
                                  reason="needs SGLang 0.5.16 (tools/device/stage.sh with the kit in .sgl/)"),
@@ -65,7 +65,7 @@ def _cfg(tmp):
 
     return load(["hardware=h100", "model=qwen3-0.6b", "model.num_layers=4", "model.vocab_size=64",
                  "checkpoint.random_init=true", "rollout.engine=sglang", "rollout.fp8=true", "train.gpus_per_node=1",
-                 "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *KIT_ARGS])
+                 "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *TEST_ARGS])
 
 
 def _served(url, greedy=False):

@@ -26,7 +26,7 @@ import torch
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("sglang") is None or torch.cuda.device_count() < 2,
                                 reason="needs SGLang 0.5.16 and 2 CUDA GPUs (nvidia-h100-x2)")
 
-from test_sglang_engine import KIT_ARGS, SHAPE, _check_matches, _save  # noqa: E402
+from test_sglang_engine import TEST_ARGS, SHAPE, _check_matches, _save  # noqa: E402
 
 
 def _cfg(tmp):
@@ -36,7 +36,7 @@ def _cfg(tmp):
     return load(["hardware=h100", "hardware.gpus_per_node=1", *SHAPE, "rollout.engine=sglang",
                  "train.gpus_per_node=1", "train.colocate=false", "rollout.num_gpus=2", "rollout.gpus_per_engine=2",
                  "cluster.num_nodes=3", "rollout.offload=false", "rollout.mem_fraction_static=0.3",
-                 f"run.output_dir={tmp}", *KIT_ARGS])
+                 f"run.output_dir={tmp}", *TEST_ARGS])
 
 
 def test_an_engine_over_two_nodes_serves_from_node_rank_0_and_updates_every_tp_rank(tmp_path):

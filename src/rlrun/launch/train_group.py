@@ -226,7 +226,10 @@ class _Rank:
 
 
 class TrainGroup:
-    def __init__(self, cfg, plan, placement: Placement, env: dict[str, str], run_dir: str | None = None):
+    def __init__(self, cfg, plan, placement: Placement, env: dict[str, str], run_dir: str | None = None,
+                 wait: bool = True):
+        """The ranks' actors, each asked to build its backend (model, optimizer, process group); wait=False returns
+        before they have (ready() waits), so that the engines' start can overlap the trainer's."""
         if plan.tp * plan.pp * plan.cp != 1 and not BACKENDS[cfg.train.backend].model_parallel:
             raise ValueError(f"train.backend={cfg.train.backend} is data-parallel only, but the plan has tp={plan.tp} "
                              f"pp={plan.pp} cp={plan.cp}; use parallelism=tp1 or train.backend=megatron")
@@ -243,8 +246,18 @@ class TrainGroup:
             self.actors.append(actor.options(**opts, runtime_env=runtime_env(env)).remote(
                 cfg.train.backend, cfg, rank, self.world, gpus[0] if gpus else None, plan.total_steps,
                 run_dir, plan.memory_gib.get("trainer")))
-        addr, port = ray.get(self.actors[0].call.remote(B.master_address.__name__))
-        self._all(B.init, addr, port)
+        # rank 0's address goes to every rank's init as object refs: nothing here waits for a rank
+        addr, port = self.actors[0].call.options(num_returns=2).remote(B.master_address.__name__)
+        self._init = [a.call.remote(B.init.__name__, addr, port) for a in self.actors]
+        if wait:
+            self.ready()
+
+    def ready(self) -> "TrainGroup":
+        """Every rank built (raises the first rank's error)."""
+        if self._init:
+            ray.get(self._init)
+            self._init = []
+        return self
 
     def _all(self, method: Callable, *args) -> list:
         """TrainerBackend `method` on every rank (named by the contract's own function: a rename fails here)."""

@@ -16,7 +16,9 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -25,31 +27,78 @@ _LIVE: set["ServerProcess"] = set()
 PORT_TAKEN = "Address already in use"  # what a server that lost a free_port() race to another process logs
 
 
+# Ports free_port() handed out on this machine, shared by its processes: engines started at once (each Ray actor
+# picks its server's ports on its node) bind them only after their imports and model load, a minute later, and the
+# kernel may give the same free port to two binds meanwhile. A port handed out is not handed out again for LEASE_S.
+PORT_LEASES = Path(tempfile.gettempdir()) / f"rlrun-port-leases-{os.getuid()}.json"
+LEASE_S = 900.0
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on host now and not handed out by free_port to any process of this machine in the last LEASE_S."""
+    with _leases() as leased:
+        for _ in range(64):
+            port = _bind_free(host)
+            if str(port) not in leased:
+                break
+        leased[str(port)] = time.time()  # after 64 leased ones in a row (not seen): the kernel's pick
+        return port
+
+
+def _bind_free(host: str) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def free_port_range(n: int, host: str = "127.0.0.1", tries: int = 50) -> int:
-    """The first of n consecutive ports that are all free on host now (a server that derives its other ports
-    from one base, as SGLang does from --dist-init-addr, needs them all). Raises after `tries` bases."""
-    for _ in range(tries):
-        base = free_port(host)
-        if base + n > 65535:
-            continue
-        socks = []
+@contextmanager
+def _leases():
+    """The live leases {port: time handed out}, under an exclusive lock of the file; written back on exit."""
+    import fcntl
+    import json
+
+    with open(PORT_LEASES, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((host, port))
-            return base
-        except OSError:
-            continue
+            f.seek(0)
+            try:
+                leased = json.loads(f.read() or "{}")
+            except ValueError:  # a torn or foreign file: start again
+                leased = {}
+            now = time.time()
+            leased = {p: t for p, t in leased.items() if isinstance(t, (int, float)) and now - t < LEASE_S}
+            yield leased
+            f.seek(0)
+            f.truncate()
+            f.write(json.dumps(leased))
+            f.flush()  # before the lock goes: the next holder reads the file, not this process's buffer
         finally:
-            for s in socks:
-                s.close()
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def free_port_range(n: int, host: str = "127.0.0.1", tries: int = 50) -> int:
+    """The first of n consecutive ports that are all free on host now and none leased (a server that derives its
+    other ports from one base, as SGLang does from --dist-init-addr, needs them all); all n leased. Raises after
+    `tries` bases."""
+    with _leases() as leased:
+        for _ in range(tries):
+            base = _bind_free(host)
+            if base + n > 65535 or any(str(p) in leased for p in range(base, base + n)):
+                continue
+            socks = []
+            try:
+                for port in range(base, base + n):
+                    s = socket.socket()
+                    socks.append(s)
+                    s.bind((host, port))
+            except OSError:
+                continue
+            finally:
+                for s in socks:
+                    s.close()
+            now = time.time()
+            leased.update({str(p): now for p in range(base, base + n)})
+            return base
     raise RuntimeError(f"no {n} consecutive free ports on {host} after {tries} tries")
 
 

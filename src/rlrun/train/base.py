@@ -92,14 +92,13 @@ class TrainerBackend(abc.ABC):
 
     @staticmethod
     def master_address() -> tuple[str, int]:
-        """Address for the process group, taken by rank 0 on its own node."""
-        import socket
-
+        """Address for the process group, taken by rank 0 on its own node (a port leased as the engines' are: they
+        may pick theirs on this node while the ranks build)."""
         import ray
 
-        with socket.socket() as s:
-            s.bind(("", 0))
-            return ray.util.get_node_ip_address(), s.getsockname()[1]
+        from rlrun.rollout.process import free_port
+
+        return ray.util.get_node_ip_address(), free_port("")
 
     @abc.abstractmethod
     def init(self, master_addr: str = "127.0.0.1", master_port: int = 0) -> None:

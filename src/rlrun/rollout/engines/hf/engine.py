@@ -10,7 +10,7 @@ import ray
 from rlrun.config.engine_health import ALIVE_TIMEOUT_S as _ALIVE_TIMEOUT_S
 from rlrun.config.engine_health import STOP_GRACE_S as _STOP_GRACE_S
 from rlrun.rollout.engines.http import HTTPEngine
-from rlrun.rollout.engines.starting import start_surviving_node_loss
+from rlrun.rollout.engines.starting import start_all
 from rlrun.rollout.hf_engine import HFEngineActor
 
 _START_TIMEOUT_S = 600.0  # loading a large HF checkpoint from network storage takes minutes
@@ -94,26 +94,8 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str)
                          wait=wait)
 
     # every engine's actor first, then the waits: their start-ups (a worker process, torch, the model) overlap
-    engines: list[RayEngine | None] = [make(i, wait=False) for i in range(plan.num_engines)]
-
-    def started(i: int) -> RayEngine:
-        if engines[i] is None:  # its first actor died of its node's loss: a new one (Ray places its bundle anew)
-            engines[i] = make(i, wait=False)
-        try:
-            return engines[i].wait_started()
-        except ray.exceptions.ActorDiedError:
-            _kill(engines[i])
-            engines[i] = None
-            raise
-
-    try:
-        for i in range(len(engines)):
-            engines[i] = start_surviving_node_loss(i, lambda i=i: started(i), cfg.rollout.max_engine_restarts)
-    except BaseException:
-        for engine in engines:  # none is registered anywhere yet: the ones that started would outlive the run
-            if engine is not None:
-                _kill(engine)
-        raise
+    engines = start_all(plan.num_engines, lambda i: make(i, wait=False), lambda e: e.wait_started(), _kill,
+                        cfg.rollout.max_engine_restarts)
     return engines, make
 
 

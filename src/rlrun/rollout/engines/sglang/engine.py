@@ -31,7 +31,7 @@ from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.process import ServerProcess, free_port, free_port_range
 from rlrun.rollout.engines.sglang.args import EngineSlot, server_args, to_argv
 from rlrun.rollout.engines.sglang.spec import SPEC
-from rlrun.rollout.engines.starting import start_surviving_node_loss
+from rlrun.rollout.engines.starting import start_all
 
 LAUNCHER = (sys.executable, "-m", "sglang.launch_server")
 # Consecutive free ports reserved at node 0's --dist-init-addr: SGLang's TCP store binds the port itself and
@@ -143,7 +143,6 @@ class SGLangEngineActor:
 
 
 class RaySGLangEngine(HTTPEngine):
-    probe_path = SPEC.probe_path
     """What EngineGroup drives (.url, .alive(), .stop()) around the SGLangEngineActor(s) of one engine.
 
         parts = placement.engine_parts(i)   # the engine's bundles, one group per node
@@ -155,11 +154,13 @@ class RaySGLangEngine(HTTPEngine):
     node-rank 0's actor first (it picks the dist_init_addr on its node), then the others, and waits for
     all k servers; `.url` is node-rank 0's (the only one the router and the weight pushes see), `.parts`
     what each part runs (node ip, url, argv). alive() is false as soon as any part is gone, and stop() ends
-    every part, so EngineGroup replaces the engine as a whole."""
+    every part, so EngineGroup replaces the engine as a whole. wait=False returns once the servers are asked to
+    start; wait_started() waits for them (start several, then wait, and their start-ups overlap)."""
+    probe_path = SPEC.probe_path
 
     def __init__(self, cfg, rank: int, gpus: list, actor_options, runtime_env: dict | None,
                  log_dir: str | Path, *, model_path: str | None = None, launcher: tuple[str, ...] = LAUNCHER,
-                 timeout_s: float = 900.0):
+                 timeout_s: float = 900.0, wait: bool = True):
         import ray
 
         self._ray = ray
@@ -173,17 +174,30 @@ class RaySGLangEngine(HTTPEngine):
             cls = ray.remote(SGLangEngineActor).options(**actor_options[i], runtime_env=runtime_env)
             return cls.remote(cfg, rank, gpus[i], str(log_dir), env, model_path, tuple(launcher), nnodes, i, addr)
 
+        self.rank, self.url, self.parts, self.node = rank, "", [], ""  # url, parts and node: once started
         self.actors = [part(0, None)]
         try:
-            addr = ray.get(self.actors[0].info.remote(), timeout=timeout_s)["dist_init_addr"]
-            self.actors += [part(i, addr) for i in range(1, nnodes)]
-            urls = ray.get([a.start.remote(timeout_s) for a in self.actors])
-            self.parts = ray.get([a.info.remote() for a in self.actors], timeout=60)
+            if nnodes > 1:  # node-rank 0 picked the dist_init_addr on its node: the other parts are given it
+                addr = ray.get(self.actors[0].info.remote(), timeout=timeout_s)["dist_init_addr"]
+                self.actors += [part(i, addr) for i in range(1, nnodes)]
+            self._started = [a.start.remote(timeout_s) for a in self.actors]
+        except BaseException:
+            self.stop()  # never leave some of an engine's processes running
+            raise
+        if wait:
+            self.wait_started()
+
+    def wait_started(self) -> "RaySGLangEngine":
+        """Every part's server healthy (each bounded by its own timeout_s); the engine stopped whole otherwise."""
+        try:
+            urls = self._ray.get(self._started)
+            self.parts = self._ray.get([a.info.remote() for a in self.actors], timeout=60)
         except BaseException:
             self.stop()  # never leave some of an engine's processes running
             raise
         self.url = urls[0]
         self.node = ", ".join(p["node_ip"] for p in self.parts)  # named when the engine keeps failing
+        return self
 
     def pull_weights(self, local_dir: str, source_dir: str, version: int) -> None:
         """Every node of the engine pulls (SGLangEngineActor.pull_weights) before /update_weights_from_disk, which
@@ -211,11 +225,16 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
           launcher: tuple[str, ...] | None = None):
     """The kind's start (rlrun.rollout.engines.protocol): the plan's engines and their restart callable.
     launcher: `python -m sglang.launch_server` unless a test passes a stand-in server."""
-    def make(i: int) -> RaySGLangEngine:
+    def make(i: int, wait: bool = True) -> RaySGLangEngine:
         parts = placement.engine_parts(i)  # one per node: an engine spanning nodes is a server per node
         return RaySGLangEngine(cfg, i, [[b.gpu_id for b in p if b.gpu_id is not None] for p in parts],
                                [placement.part_options(p) for p in parts], runtime_env, log_dir,
-                               model_path=model_dir, launcher=launcher or LAUNCHER)
+                               model_path=model_dir, launcher=launcher or LAUNCHER, wait=wait)
 
-    return [start_surviving_node_loss(i, lambda i=i: make(i), cfg.rollout.max_engine_restarts)
-            for i in range(plan.num_engines)], make
+    def launch(i: int) -> RaySGLangEngine:
+        return make(i, wait=False)
+
+    # every engine's servers asked to start first, then the waits: their start-ups (SGLang's imports, the weights,
+    # CUDA graph capture: a minute or more each) overlap instead of adding up
+    return start_all(plan.num_engines, launch, lambda e: e.wait_started(), lambda e: e.stop(),
+                     cfg.rollout.max_engine_restarts), make

@@ -1,0 +1,119 @@
+"""The SGLang kind's start (rlrun.rollout.engines.sglang.engine.start) on a real Ray instance with 4 logical GPUs,
+the plan's placement group and rlrun's Placement: every engine's server is launched before any is waited for, so
+their start-ups (a minute or more each for SGLang: imports, weights, CUDA graphs) overlap instead of adding up; an
+engine whose server fails ends the start with every other engine's server stopped.
+
+What is a test double: the server each engine actor launches (SGLang needs CUDA). The stand-in below marks its
+start with its pid, then answers health only once every engine of the test has marked its start: a start that
+waited for engine 0 before launching engine 1 would never see engine 0 healthy (its stand-in gives up after 60 s and
+exits, and the start fails). No timing is asserted."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from rlrun.config import load  # noqa: E402
+from rlrun.config.plan import make_plan  # noqa: E402
+from rlrun.launch.env import actor_env, runtime_env  # noqa: E402
+from rlrun.launch.placement import Placement  # noqa: E402
+from rlrun.rollout.engines.sglang.engine import start  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+ENGINES = 3
+JOB = ["hardware=h100", "hardware.gpus_per_node=4", "model=tiny", "train.colocate=false", "train.gpus_per_node=1",
+       f"rollout.num_gpus={ENGINES}", "rollout.gpus_per_engine=1", "rollout.max_engine_restarts=0"]
+
+# python -c STANDIN MARKS N FAIL_SEED <SGLang's flags>: marks MARKS/<port> with its pid; exits 3 if its --random-seed
+# is FAIL_SEED; waits (60 s at most) until N marks exist, then serves 200 on every GET at --host/--port.
+STANDIN = r"""
+import argparse, os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+marks, n, fail = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+p = argparse.ArgumentParser()
+p.add_argument('--host'); p.add_argument('--port', type=int); p.add_argument('--random-seed', type=int)
+a, _ = p.parse_known_args(sys.argv[4:])
+open(os.path.join(marks, str(a.port)), 'w').write(str(os.getpid()))
+print('marked', a.port, flush=True)
+if a.random_seed == fail:
+    print('stand-in: failing as asked', flush=True); sys.exit(3)
+t0 = time.time()
+while len(os.listdir(marks)) < n:
+    if time.time() - t0 > 60:
+        print('stand-in: the other engines never started', flush=True); sys.exit(4)
+    time.sleep(0.2)
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+ThreadingHTTPServer((a.host, a.port), H).serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=4, num_gpus=4,  # logical: one CPU per bundle
+             include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _start(tmp_path, fail_seed: int):
+    cfg = load(JOB)
+    plan = make_plan(cfg)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    placement = Placement(plan, "cuda", timeout_s=60)
+    launcher = (sys.executable, "-c", STANDIN, str(marks), str(ENGINES), str(fail_seed))
+    return cfg, plan, placement, marks, lambda: start(cfg, plan, placement, runtime_env(actor_env("cuda", {})),
+                                                       str(tmp_path / "model"), str(tmp_path / "logs"),
+                                                       launcher=launcher)
+
+
+def _gone(pid: int, wait_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if f.read().split("State:")[1].split()[0] in ("Z", "X"):
+                    return True
+        except (FileNotFoundError, IndexError):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_the_engines_start_ups_overlap(cluster, tmp_path):
+    cfg, plan, placement, marks, go = _start(tmp_path, fail_seed=-1)
+    try:
+        assert plan.num_engines == ENGINES
+        engines, restart = go()
+        try:
+            assert len(engines) == ENGINES and all(e.alive() for e in engines)
+            assert len({e.url for e in engines}) == ENGINES  # every server on its own port
+            assert sorted(os.listdir(marks)) == sorted(e.url.rsplit(":", 1)[1] for e in engines)
+        finally:
+            for e in engines:
+                e.stop()
+    finally:
+        placement.remove()
+
+
+def test_an_engine_that_fails_to_start_stops_the_others(cluster, tmp_path):
+    cfg, plan, placement, marks, go = _start(tmp_path, fail_seed=load(JOB).run.seed + 1)  # engine 1's seed
+    try:
+        with pytest.raises(RuntimeError, match=r"(?s)exited with code 3.*failing as asked"):
+            go()
+        pids = {port: int((marks / port).read_text()) for port in os.listdir(marks)}
+        assert len(pids) == ENGINES  # all three were launched before engine 1's failure was seen
+        assert all(_gone(pid) for pid in pids.values()), pids  # and none outlives the failed start
+    finally:
+        placement.remove()
