@@ -40,7 +40,7 @@ KIT_ARGS = [*(f"+rollout.sglang.{k}={v}" for k, v in KIT.items()), "+rollout.sgl
 # on a machine compiles kernels for each (the suite's first engine took 57 s to capture, the FP8 test's 178 s with
 # DeepGEMM, 2026-11-29); these tests send a handful of requests at once. Runs whose step times are measured
 # (test_gpu_multi_layouts.py) keep SGLang's default.
-TEST_ARGS = [*KIT_ARGS, "+rollout.sglang.cuda_graph_max_bs=16"]
+TEST_ARGS = [*KIT_ARGS, "+rollout.sglang.cuda_graph_max_bs_decode=16"]
 
 
 def _cfg(tmp):
