@@ -65,7 +65,11 @@ def _cfg(tmp):
 
     return load(["hardware=h100", "model=qwen3-0.6b", "model.num_layers=4", "model.vocab_size=64",
                  "checkpoint.random_init=true", "rollout.engine=sglang", "rollout.fp8=true", "train.gpus_per_node=1",
-                 "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *TEST_ARGS])
+                 "rollout.offload=true", "rollout.mem_fraction_static=0.3", f"run.output_dir={tmp}", *TEST_ARGS,
+                 # DeepGEMM (SGLang's `auto` FP8 GEMM on Hopper) compiles the shapes this test uses on first use instead
+                 # of warming 2,560 batch sizes per GEMM at start: 178 s of a 202 s start on a fresh machine
+                 # (docs/benchmarks.md, "Tenth session"); what is served is the same kernels
+                 "+hardware.env.SGLANG_JIT_DEEPGEMM_PRECOMPILE='0'"])
 
 
 def _served(url, greedy=False):
