@@ -81,6 +81,31 @@ def test_fields_declared_in_annotations_and_renamed_spellings():
         "rollout.sglang.disable_piecewise_cuda_graph"]
 
 
+def test_one_sglang_field_set_under_two_names_is_refused_unless_the_same_value():
+    """SGLang's parser keeps the last of a field's spellings on the command line: a second one would vanish."""
+    assert check_sglang_mapping({"cuda_graph_max_bs": 64, "cuda_graph_max_bs_decode": 64}) == []
+    problems = check_sglang_mapping({"cuda_graph_max_bs": 32, "cuda_graph_max_bs_decode": 16})
+    assert [(p.path, p.fix) for p in problems] == [
+        ("rollout.sglang.cuda_graph_max_bs", "keep one of them: rollout.sglang.cuda_graph_max_bs_decode")]
+    assert "cuda_graph_max_bs=32, rollout.sglang.cuda_graph_max_bs_decode=16" in problems[0].message
+    # a switch that stores a constant into the field: refused beside the field itself, whatever the value
+    assert [p.path for p in check_sglang_mapping({"disable_piecewise_cuda_graph": True,
+                                                  "cuda_graph_backend_prefill": "breakable"})] == [
+        "rollout.sglang.disable_piecewise_cuda_graph"]
+    assert [p.path for p in check_sglang_mapping({"disable_piecewise_cuda_graph": True,
+                                                  "enforce_piecewise_cuda_graph": True})] == [
+        "rollout.sglang.disable_piecewise_cuda_graph"]
+    # a switch left off passes no flag
+    assert check_sglang_mapping({"disable_piecewise_cuda_graph": False, "cuda_graph_backend_prefill": "breakable"}) == []
+
+
+def test_older_spellings_get_their_fields_type_and_their_own_choices_checked():
+    assert [p.fix for p in check_sglang_mapping({"cuda_graph_max_bs": "many"})] == ["give a value of type Optional[int]"]
+    problems = check_sglang_mapping({"nsa_decode_backend": "flashmla_sprase"})
+    assert len(problems) == 1 and 'did you mean "flashmla_sparse"' in problems[0].message
+    assert check_sglang_mapping({"nsa_decode_backend": "fa3", "cuda_graph_bs": [1, 2, 4]}) == []
+
+
 def test_typed_fields_cannot_be_set_twice_and_types_are_checked():
     problems = check_sglang_mapping({"tp_size": 4, "disable_radix_cache": "yes", "log_level": "info"})
     assert {p.path: p.fix for p in problems} == {

@@ -80,18 +80,27 @@ def _bad_choice(cli: dict, value: Any) -> bool:
 def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") -> list[Problem]:
     fields = server_args_schema()["fields"]
     version = server_args_schema()["sglang_version"]
-    problems = []
     renamed = server_args_schema()["renamed"]
+    problems = _one_field_twice(mapping, renamed, path)
     for key, value in mapping.items():
         where = f"{path}.{key}"
         if key in renamed:  # an older spelling SGLang still accepts (with a warning): check it as its field
-            if renamed[key]["field"] in TYPED_FIELDS:
-                problems.append(Problem(where, f"{key} sets {renamed[key]['field']}, which rlrun sets from "
-                                               f"{TYPED_FIELDS[renamed[key]['field']]}",
-                                        f"remove {where} and set {TYPED_FIELDS[renamed[key]['field']]} instead",
-                                        value))
-            elif renamed[key]["action"] == "store_true" and not isinstance(value, bool):
-                problems.append(Problem(where, f"{key} is a switch, got {value!r}", "give true or false", value))
+            alias, field = renamed[key], fields.get(renamed[key]["field"], {})
+            if alias["field"] in TYPED_FIELDS:
+                problems.append(Problem(where, f"{key} sets {alias['field']}, which rlrun sets from "
+                                               f"{TYPED_FIELDS[alias['field']]}",
+                                        f"remove {where} and set {TYPED_FIELDS[alias['field']]} instead", value))
+            elif alias["action"] == "store_true":
+                if not isinstance(value, bool):
+                    problems.append(Problem(where, f"{key} is a switch, got {value!r}", "give true or false", value))
+            elif alias["nargs"] is None and "type" in field and not _type_ok(field["type"], value):
+                problems.append(Problem(where, f"{key} (SGLang's older name of {alias['field']}) must be "
+                                               f"{field['type']}, got {value!r}",
+                                        f"give a value of type {field['type']}", value))
+            elif _bad_choice(alias, value):
+                problems.append(Problem(where, f"{key}={value!r} is not one of {alias['choices']}"
+                                               f"{did_you_mean(value, alias['choices'])}",
+                                        f"pick one of {alias['choices']}", value))
             continue
         if key not in fields:
             problems.append(Problem(where, f"{key!r} is not a field of sglang {version} ServerArgs"
@@ -114,6 +123,30 @@ def check_sglang_mapping(mapping: dict[str, Any], path: str = "rollout.sglang") 
             problems.append(Problem(where, f"{key}={value!r} is not one of {facts['cli']['choices']}"
                                            f"{did_you_mean(value, facts['cli']['choices'])}",
                                     f"pick one of {facts['cli']['choices']}", value))
+    return problems
+
+
+def _one_field_twice(mapping: dict[str, Any], renamed: dict, path: str) -> list[Problem]:
+    """Keys that set the same ServerArgs field: a field and an older spelling of it (cuda_graph_max_bs_decode and
+    cuda_graph_max_bs), or two older spellings. SGLang's parser keeps whichever comes last on the command line, so
+    the other would be dropped without a word; refused unless they are plain aliases given the same value. A switch
+    set to false passes no flag and sets nothing."""
+    by_field: dict[str, list[tuple[str, Any]]] = {}
+    for key, value in mapping.items():
+        alias = renamed.get(key)
+        if alias is not None and alias["action"] == "store_true" and value is not True:
+            continue
+        by_field.setdefault(alias["field"] if alias else key, []).append((key, value))
+    problems = []
+    for field, keys in by_field.items():
+        plain = all(k not in renamed or renamed[k]["action"] == "value" for k, _ in keys)
+        if len(keys) < 2 or (plain and len({repr(v) for _, v in keys}) == 1):
+            continue
+        given = ", ".join(f"{path}.{k}={v!r}" for k, v in keys)
+        problems.append(Problem(f"{path}.{keys[0][0]}", f"{given} all set SGLang's {field} (older names SGLang still "
+                                f"accepts set it too); its parser keeps whichever comes last on the command line "
+                                f"and drops the others without a word",
+                                f"keep one of them: {path}.{field}", keys[0][1]))
     return problems
 
 
