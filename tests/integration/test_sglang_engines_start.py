@@ -29,19 +29,22 @@ ENGINES = 3
 JOB = ["hardware=h100", "hardware.gpus_per_node=4", "model=tiny", "train.colocate=false", "train.gpus_per_node=1",
        f"rollout.num_gpus={ENGINES}", "rollout.gpus_per_engine=1", "rollout.max_engine_restarts=0"]
 
-# python -c STANDIN MARKS N FAIL_SEED <SGLang's flags>: marks MARKS/<port> with its pid; exits 3 if its --random-seed
-# is FAIL_SEED; waits (60 s at most) until N marks exist, then serves 200 on every GET at --host/--port.
+# python -c STANDIN MARKS N FAIL_SEED HOLD <SGLang's flags>: marks MARKS/<port> with its pid; exits 3 if its
+# --random-seed is FAIL_SEED; HOLD=1: the others never get healthy (an engine still loading, as SGLang for minutes);
+# else waits (60 s at most) until N marks exist, then serves 200 on every GET at --host/--port.
 STANDIN = r"""
 import argparse, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-marks, n, fail = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+marks, n, fail, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == '1'
 p = argparse.ArgumentParser()
 p.add_argument('--host'); p.add_argument('--port', type=int); p.add_argument('--random-seed', type=int)
-a, _ = p.parse_known_args(sys.argv[4:])
+a, _ = p.parse_known_args(sys.argv[5:])
 open(os.path.join(marks, str(a.port)), 'w').write(str(os.getpid()))
 print('marked', a.port, flush=True)
 if a.random_seed == fail:
     print('stand-in: failing as asked', flush=True); sys.exit(3)
+while hold:
+    time.sleep(1)
 t0 = time.time()
 while len(os.listdir(marks)) < n:
     if time.time() - t0 > 60:
@@ -66,13 +69,13 @@ def cluster():
     ray.shutdown()
 
 
-def _start(tmp_path, fail_seed: int):
+def _start(tmp_path, fail_seed: int, hold: bool = False):
     cfg = load(JOB)
     plan = make_plan(cfg)
     marks = tmp_path / "marks"
     marks.mkdir()
     placement = Placement(plan, "cuda", timeout_s=60)
-    launcher = (sys.executable, "-c", STANDIN, str(marks), str(ENGINES), str(fail_seed))
+    launcher = (sys.executable, "-c", STANDIN, str(marks), str(ENGINES), str(fail_seed), "1" if hold else "0")
     return cfg, plan, placement, marks, lambda: start(cfg, plan, placement, runtime_env(actor_env("cuda", {})),
                                                        str(tmp_path / "model"), str(tmp_path / "logs"),
                                                        launcher=launcher)
@@ -115,5 +118,24 @@ def test_an_engine_that_fails_to_start_stops_the_others(cluster, tmp_path):
         pids = {port: int((marks / port).read_text()) for port in os.listdir(marks)}
         assert len(pids) == ENGINES  # all three were launched before engine 1's failure was seen
         assert all(_gone(pid) for pid in pids.values()), pids  # and none outlives the failed start
+    finally:
+        placement.remove()
+
+
+def test_engines_still_starting_are_killed_at_once_when_another_fails(cluster, tmp_path):
+    """Engine 0's server exits; engines 1 and 2 are still loading (their actors busy in start, which takes a stop
+    only after it). They are killed at once, not after a graceful stop's 30 s timeout each (60 s and more before)."""
+    cfg, plan, placement, marks, go = _start(tmp_path, fail_seed=load(JOB).run.seed, hold=True)  # engine 0's seed
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"(?s)exited with code 3.*failing as asked"):
+            go()
+        took = time.monotonic() - t0
+        deadline = time.monotonic() + 60
+        while len(os.listdir(marks)) < ENGINES and time.monotonic() < deadline:
+            time.sleep(0.2)  # a killed actor may not have launched its server: nothing to find then
+        pids = [int((marks / port).read_text()) for port in os.listdir(marks)]
+        assert all(_gone(pid) for pid in pids), pids
+        assert took < 45, f"the failed start took {took:.0f} s to return"
     finally:
         placement.remove()

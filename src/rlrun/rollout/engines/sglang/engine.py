@@ -211,7 +211,13 @@ class RaySGLangEngine(HTTPEngine):
             return False
 
     def stop(self) -> None:
-        refs = [a.stop.remote() for a in self.actors]
+        """Each part's server stopped by its actor, then the actors killed. An actor still in its server's start
+        would take the stop only after it (the actor runs one call at a time): it is killed at once, which takes its
+        server down (rlrun.rollout.process: a server dies with the thread that started it; SGLang's own processes
+        die with their parent)."""
+        started = getattr(self, "_started", [])
+        _, starting = self._ray.wait(started, num_returns=len(started), timeout=0) if started else ([], [])
+        refs = [] if starting else [a.stop.remote() for a in self.actors]
         for ref in refs:
             try:
                 self._ray.get(ref, timeout=30)
