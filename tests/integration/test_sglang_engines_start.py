@@ -69,8 +69,8 @@ def cluster():
     ray.shutdown()
 
 
-def _start(tmp_path, fail_seed: int, hold: bool = False):
-    cfg = load(JOB)
+def _start(tmp_path, fail_seed: int, hold: bool = False, extra: tuple[str, ...] = ()):
+    cfg = load([*JOB, *extra])
     plan = make_plan(cfg)
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -137,5 +137,17 @@ def test_engines_still_starting_are_killed_at_once_when_another_fails(cluster, t
         pids = [int((marks / port).read_text()) for port in os.listdir(marks)]
         assert all(_gone(pid) for pid in pids), pids
         assert took < 45, f"the failed start took {took:.0f} s to return"
+    finally:
+        placement.remove()
+
+
+def test_an_engine_not_healthy_within_the_start_timeout_fails_the_start_naming_the_key(cluster, tmp_path):
+    """rollout.engine_start_timeout_s bounds each engine's start (a large checkpoint on network storage may need more
+    than the default; a hung start must end): the stand-ins never get healthy, the start fails after it."""
+    cfg, plan, placement, marks, go = _start(tmp_path, fail_seed=-1, hold=True,
+                                             extra=("rollout.engine_start_timeout_s=4",))
+    try:
+        with pytest.raises(TimeoutError, match=r"not healthy .* after 4s .*rollout\.engine_start_timeout_s"):
+            go()
     finally:
         placement.remove()

@@ -283,6 +283,7 @@ class RolloutSection(Section):
     max_retries: NonNegInt
     retry_window_s: PosFloat                  # derived: null -> rlrun.config.engine_health.engine_loss_s()
     max_engine_restarts: NonNegInt          # restarts of one engine before the run stops (naming its node)
+    engine_start_timeout_s: PosFloat          # an engine healthy within this after its launch (each restart too)
     balance_data: bool
     max_turns: PosInt
     tool_timeout_s: PosFloat

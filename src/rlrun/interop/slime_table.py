@@ -401,6 +401,8 @@ NO_FLAG: dict[str, str] = {
     "lost engine's removal from the router, docs/rollout.md)",
     "rollout.delta.full_every": "slime keeps every published delta version (no flag bounds them); rlrun publishes a "
     "full version every N syncs and deletes the older ones",
+    "rollout.engine_start_timeout_s": "slime waits for its engines' health without a bound (a server that hangs "
+    "while it starts stalls the run); rlrun bounds each engine's start and shows its log's tail",
     "rollout.weight_sync_timeout_s": "slime's weight sync waits without a bound (a stuck NCCL collective hangs the "
     "run); rlrun bounds each step of a push and names the stuck one",
     "rollout.router.kind": "slime always starts sglang-router in front of its engines",

@@ -31,7 +31,7 @@ PORT_TAKEN = "Address already in use"  # what a server that lost a free_port() r
 # picks its server's ports on its node) bind them only after their imports and model load, a minute later, and the
 # kernel may give the same free port to two binds meanwhile. A port handed out is not handed out again for LEASE_S.
 PORT_LEASES = Path(tempfile.gettempdir()) / f"rlrun-port-leases-{os.getuid()}.json"
-LEASE_S = 900.0
+LEASE_S = 3600.0  # longer than an engine's start (rollout.engine_start_timeout_s, 1800 s by default)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -188,7 +188,8 @@ class ServerProcess:
             time.sleep(interval_s)
         self.stop()
         raise TimeoutError(f"{self.name} not healthy at {url} after {timeout_s:.0f}s (last: {last}); "
-                           f"raise the timeout if the model is large.\n--- last lines of {self.log_path} ---\n"
+                           f"raise its start timeout (rollout.engine_start_timeout_s for a run's engines) if the model "
+                           f"is large or still loading.\n--- last lines of {self.log_path} ---\n"
                            f"{log_tail(self.log_path)}")
 
     def _signal_group(self, sig: int) -> None:

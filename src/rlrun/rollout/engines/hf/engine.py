@@ -13,8 +13,6 @@ from rlrun.rollout.engines.http import HTTPEngine
 from rlrun.rollout.engines.starting import start_all
 from rlrun.rollout.hf_engine import HFEngineActor
 
-_START_TIMEOUT_S = 600.0  # loading a large HF checkpoint from network storage takes minutes
-
 
 class _PlacedHFEngine(HFEngineActor):
     """HFEngineActor that moves its model to the GPU its bundle holds (it loads on the CPU)."""
@@ -38,7 +36,7 @@ class _PlacedHFEngine(HFEngineActor):
 
 class RayEngine(HTTPEngine):
     def __init__(self, engine_id: int, placement, runtime_env: dict, model_dir: str, seed: int,
-                 max_batch_size: int, threads: int, wait: bool = True):
+                 max_batch_size: int, threads: int, wait: bool = True, start_timeout_s: float = 1800.0):
         """Creates engine `engine_id`'s actor and asks it to start; wait=False returns at once (wait_started()
         waits: start several, then wait, and their start-ups overlap)."""
         gpus = placement.gpu_ids("engine", engine_id)
@@ -55,16 +53,18 @@ class RayEngine(HTTPEngine):
                                   max_batch_size=max_batch_size)
         self._started = self.actor.start.remote()
         self.url = ""  # known after wait_started()
+        self.start_timeout_s = start_timeout_s  # rollout.engine_start_timeout_s
         if wait:
             self.wait_started()
 
     def wait_started(self) -> "RayEngine":
         try:  # bounded: a replacement whose bundle's node is gone is never placed (EngineGroup retries)
-            self.url = ray.get(self._started, timeout=_START_TIMEOUT_S)
+            self.url = ray.get(self._started, timeout=self.start_timeout_s)
         except ray.exceptions.GetTimeoutError:
             ray.kill(self.actor)
-            raise TimeoutError(f"engine {self.engine_id} did not start within {_START_TIMEOUT_S:.0f} s (its bundle "
-                               f"on node {self.node} may be gone, or the node is out of memory)") from None
+            raise TimeoutError(f"engine {self.engine_id} did not start within {self.start_timeout_s:.0f} s "
+                               f"(rollout.engine_start_timeout_s; its bundle on node {self.node} may be gone, or the "
+                               f"node is out of memory)") from None
         return self
 
     def alive(self) -> bool:
@@ -91,7 +91,7 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str)
 
     def make(i: int, wait: bool = True) -> RayEngine:
         return RayEngine(i, placement, runtime_env, model_dir, cfg.run.seed + i, cfg.rollout.max_concurrency, threads,
-                         wait=wait)
+                         wait=wait, start_timeout_s=cfg.rollout.engine_start_timeout_s)
 
     # every engine's actor first, then the waits: their start-ups (a worker process, torch, the model) overlap
     engines = start_all(plan.num_engines, lambda i: make(i, wait=False), lambda e: e.wait_started(), _kill,

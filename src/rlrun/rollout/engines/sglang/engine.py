@@ -235,7 +235,8 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
         parts = placement.engine_parts(i)  # one per node: an engine spanning nodes is a server per node
         return RaySGLangEngine(cfg, i, [[b.gpu_id for b in p if b.gpu_id is not None] for p in parts],
                                [placement.part_options(p) for p in parts], runtime_env, log_dir,
-                               model_path=model_dir, launcher=launcher or LAUNCHER, wait=wait)
+                               model_path=model_dir, launcher=launcher or LAUNCHER,
+                               timeout_s=cfg.rollout.engine_start_timeout_s, wait=wait)
 
     def launch(i: int) -> RaySGLangEngine:
         return make(i, wait=False)
