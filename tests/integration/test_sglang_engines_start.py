@@ -123,9 +123,11 @@ def test_an_engine_that_fails_to_start_stops_the_others(cluster, tmp_path):
 
 
 def test_engines_still_starting_are_killed_at_once_when_another_fails(cluster, tmp_path):
-    """Engine 0's server exits; engines 1 and 2 are still loading (their actors busy in start, which takes a stop
-    only after it). They are killed at once, not after a graceful stop's 30 s timeout each (60 s and more before)."""
-    cfg, plan, placement, marks, go = _start(tmp_path, fail_seed=load(JOB).run.seed, hold=True)  # engine 0's seed
+    """Engine 1's server exits; engines 0 and 2 are still loading (their actors busy in start, which takes a stop
+    only after it). The start fails at once, without waiting for engine 0 first (in order, it would have waited for
+    engine 0's start timeout), and the loading engines are killed at once, not after a graceful stop's 30 s timeout
+    each (a failed start with two engines loading took 62 s before)."""
+    cfg, plan, placement, marks, go = _start(tmp_path, fail_seed=load(JOB).run.seed + 1, hold=True)  # engine 1's
     try:
         t0 = time.monotonic()
         with pytest.raises(RuntimeError, match=r"(?s)exited with code 3.*failing as asked"):
