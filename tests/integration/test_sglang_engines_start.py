@@ -115,8 +115,9 @@ def test_an_engine_that_fails_to_start_stops_the_others(cluster, tmp_path):
     try:
         with pytest.raises(RuntimeError, match=r"(?s)exited with code 3.*failing as asked"):
             go()
+        time.sleep(3)  # a server whose actor was killed before it launched it leaves no mark; one it launched, does
         pids = {port: int((marks / port).read_text()) for port in os.listdir(marks)}
-        assert len(pids) == ENGINES  # all three were launched before engine 1's failure was seen
+        assert pids  # engine 1's own, at least: the first failure ends the start, the others may still be loading
         assert all(_gone(pid) for pid in pids.values()), pids  # and none outlives the failed start
     finally:
         placement.remove()

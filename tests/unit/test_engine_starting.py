@@ -137,3 +137,18 @@ def test_a_launch_that_raises_stops_the_engines_launched_before_it():
 
 def test_no_engines():
     assert start_all(0, Kind().launch, Kind().wait, Kind().stop, 1) == []
+
+
+def test_a_watch_that_raises_ends_the_start_and_stops_every_engine():
+    """watch(): the runner's check of the trainer ranks that build beside the engines' start (TrainGroup.check): a
+    rank's failed build ends the start at once, every engine launched stopped."""
+    k = Kind(hold={0, 1})
+    calls = []
+
+    def watch():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("trainer rank 1: CUDA out of memory while building the model")
+    with pytest.raises(RuntimeError, match="trainer rank 1"):
+        start_all(2, k.launch, k.wait, k.stop, 1, watch=watch)
+    assert k.stops() == ["stop e0.1", "stop e1.1"] and len(calls) == 2

@@ -252,6 +252,13 @@ class TrainGroup:
         if wait:
             self.ready()
 
+    def check(self) -> None:
+        """Raises the error of a rank whose build failed, without waiting for the others (a watch for work that runs
+        beside the build: the engines' start)."""
+        if self._init:
+            done, _ = ray.wait(self._init, num_returns=len(self._init), timeout=0)
+            ray.get(done)
+
     def ready(self) -> "TrainGroup":
         """Every rank built (raises the first rank's error)."""
         if self._init:

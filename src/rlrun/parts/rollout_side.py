@@ -3,6 +3,7 @@ generate function (rollout.generate_fn, rlrun.rollout.generate_api), rewards, dy
 Both loops use it; the async loop runs `collect` in its producer thread."""
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from contextlib import contextmanager
@@ -54,11 +55,14 @@ class RolloutSide:
                                                               model_dir)
 
     @classmethod
-    def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack) -> "RolloutSide":
+    def start(cls, cfg, plan, placement, env, model_dir: str, tokenizer, run_dir: Path, stack,
+              watch=None) -> "RolloutSide":
         """Engines (Ray actors) -> the router -> the engines registered and watched; each
-        stopped by `stack` in reverse order."""
-        engines, restart = resolve(ENGINES[cfg.rollout.engine].start)(cfg, plan, placement, runtime_env(env), model_dir,
-                                                                      str(Path(run_dir) / "logs"))
+        stopped by `stack` in reverse order. watch: raises to end the engines' start (the kind's start)."""
+        start = resolve(ENGINES[cfg.rollout.engine].start)
+        # a kind's start that takes no watch (a plugin written before it) starts as before: without one
+        kw = {"watch": watch} if watch is not None and "watch" in inspect.signature(start).parameters else {}
+        engines, restart = start(cfg, plan, placement, runtime_env(env), model_dir, str(Path(run_dir) / "logs"), **kw)
         router = run_router(cfg.rollout, Path(run_dir) / "logs")
         stack.callback(router.stop)
         router.start()

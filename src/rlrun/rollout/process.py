@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import os
 import signal
 import socket
@@ -102,11 +103,13 @@ def free_port_range(n: int, host: str = "127.0.0.1", tries: int = 50) -> int:
     raise RuntimeError(f"no {n} consecutive free ports on {host} after {tries} tries")
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent(parent: int) -> None:  # runs in the child between fork and exec
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
-        pass  # not Linux: atexit and stop() still apply
+        return  # not Linux: atexit and stop() still apply
+    if os.getppid() != parent:  # the parent died between the fork and the line above: the signal will never come
+        os._exit(1)
 
 
 def log_tail(path: str | Path, lines: int = 40) -> str:
@@ -128,7 +131,8 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         self.log_start = log.tell()  # a restart appends: what this process wrote begins here
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env, start_new_session=True, preexec_fn=_die_with_parent)
+                                     env=self.env, start_new_session=True,
+                                     preexec_fn=functools.partial(_die_with_parent, os.getpid()))
         log.close()
         _LIVE.add(self)
         return self

@@ -3,8 +3,10 @@ drives it. The data plane is the engine's `url` behind the router (generation ne
 An engine kind (rlrun.rollout.engines.<kind>/) has a pure spec.py registering its EngineKind, whose `start`
 ("module:function") builds the engines:
 
-    start(cfg, plan, placement, runtime_env, model_dir, log_dir) -> (engines, restart)
-        engines: a RolloutEngine per engine of the plan, started and healthy; restart(i): engine i again
+    start(cfg, plan, placement, runtime_env, model_dir, log_dir, watch=None) -> (engines, restart)
+        engines: a RolloutEngine per engine of the plan, started and healthy; restart(i): engine i again;
+        watch(): called about once a second while the engines start, raises to end the start (every engine it
+        launched stopped): the runner's check of trainer ranks that build meanwhile
 
 Engines that speak SGLang's HTTP API (both built-in kinds: the hf engine implements it) get every method but
 alive/stop from rlrun.rollout.engines.http.HTTPEngine. Pure typing: no torch, no ray.

@@ -21,10 +21,11 @@ E = TypeVar("E")
 
 
 def start_all(n: int, launch: Callable[[int], E], wait: Callable[[E], E], stop: Callable[[E], None],
-              restarts: int) -> list[E]:
+              restarts: int, watch: Callable[[], None] | None = None) -> list[E]:
     """Engines 0..n-1: launch(i) for each (returns at once), then wait(engine) for all of them, each in a thread of
     its own (returns it started and healthy; raises what stopped it). stop(engine) ends one, whatever its state: a
-    wait blocked on an engine that is stopped returns or raises."""
+    wait blocked on an engine that is stopped returns or raises. watch(), about once a second meanwhile, raises to
+    end the start (something the engines' start runs beside failed: the trainer ranks' build)."""
     import ray
 
     engines: list[E | None] = [None] * n
@@ -65,6 +66,8 @@ def start_all(n: int, launch: Callable[[int], E], wait: Callable[[E], E], stop: 
             done, pending = cf.wait(pending, timeout=1.0, return_when=cf.FIRST_EXCEPTION)
             for future in done:
                 future.result()  # the first engine that failed ends the start
+            if watch is not None:
+                watch()
     except BaseException:
         ending.set()
         with lock:

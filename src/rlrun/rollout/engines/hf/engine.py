@@ -82,7 +82,7 @@ class RayEngine(HTTPEngine):
         ray.kill(self.actor)
 
 
-def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str):
+def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str, watch=None):
     """The plan's hf engines, started, and the restart callable EngineGroup needs."""
     # Several engines share the machine's cores on the cpu profile; one thread each keeps them
     # from oversubscribing (threads=0 leaves torch's default, fine on GPU nodes).
@@ -95,7 +95,7 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str)
 
     # every engine's actor first, then the waits: their start-ups (a worker process, torch, the model) overlap
     engines = start_all(plan.num_engines, lambda i: make(i, wait=False), lambda e: e.wait_started(), _kill,
-                        cfg.rollout.max_engine_restarts)
+                        cfg.rollout.max_engine_restarts, watch)
     return engines, make
 
 

@@ -228,7 +228,7 @@ class RaySGLangEngine(HTTPEngine):
 
 
 def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
-          launcher: tuple[str, ...] | None = None):
+          watch=None, launcher: tuple[str, ...] | None = None):
     """The kind's start (rlrun.rollout.engines.protocol): the plan's engines and their restart callable.
     launcher: `python -m sglang.launch_server` unless a test passes a stand-in server."""
     def make(i: int, wait: bool = True) -> RaySGLangEngine:
@@ -244,4 +244,4 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
     # every engine's servers asked to start first, then the waits: their start-ups (SGLang's imports, the weights,
     # CUDA graph capture: a minute or more each) overlap instead of adding up
     return start_all(plan.num_engines, launch, lambda e: e.wait_started(), lambda e: e.stop(),
-                     cfg.rollout.max_engine_restarts), make
+                     cfg.rollout.max_engine_restarts, watch), make
