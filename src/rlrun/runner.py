@@ -115,8 +115,8 @@ def build(cfg, plan, run_dir: Path, stack: ExitStack) -> Parts:
     placement, env, trainer = start_trainer(cfg, plan, run_dir, stack, wait=not overlap)
     tokenizer = tokenizer_for(cfg)
     model_dir = write_engine_init_dir(cfg, tokenizer, run_dir / ENGINE_INIT_DIR)
-    rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack,
-                                watch=trainer.check if overlap else None)  # a rank's failed build ends the start
+    # a rank's failed build ends the engines' start (once the ranks are built, the check has nothing to do)
+    rollout = RolloutSide.start(cfg, plan, placement, env, model_dir, tokenizer, run_dir, stack, watch=trainer.check)
     trainer.ready()
     if plan.reward_engines:  # reward.model: a reward model served as engines judges the samples (rm_type reward_model)
         rollout.judge = RewardEngines.start(cfg, plan, placement, env, run_dir, stack).judge

@@ -36,7 +36,7 @@ class _PlacedHFEngine(HFEngineActor):
 
 class RayEngine(HTTPEngine):
     def __init__(self, engine_id: int, placement, runtime_env: dict, model_dir: str, seed: int,
-                 max_batch_size: int, threads: int, wait: bool = True, start_timeout_s: float = 1800.0):
+                 max_batch_size: int, threads: int, *, start_timeout_s: float, wait: bool = True):
         """Creates engine `engine_id`'s actor and asks it to start; wait=False returns at once (wait_started()
         waits: start several, then wait, and their start-ups overlap)."""
         gpus = placement.gpu_ids("engine", engine_id)

@@ -174,7 +174,8 @@ class RaySGLangEngine(HTTPEngine):
             cls = ray.remote(SGLangEngineActor).options(**actor_options[i], runtime_env=runtime_env)
             return cls.remote(cfg, rank, gpus[i], str(log_dir), env, model_path, tuple(launcher), nnodes, i, addr)
 
-        self.rank, self.url, self.parts, self.node = rank, "", [], ""  # url, parts and node: once started
+        self.url, self.parts, self.node = "", [], ""  # once started
+        self._started: list = []  # each part's start call; stop() kills the actors of a start still running
         self.actors = [part(0, None)]
         try:
             if nnodes > 1:  # node-rank 0 picked the dist_init_addr on its node: the other parts are given it
@@ -215,7 +216,7 @@ class RaySGLangEngine(HTTPEngine):
         would take the stop only after it (the actor runs one call at a time): it is killed at once, which takes its
         server down (rlrun.rollout.process: a server dies with the thread that started it; SGLang's own processes
         die with their parent)."""
-        started = getattr(self, "_started", [])
+        started = self._started
         _, starting = self._ray.wait(started, num_returns=len(started), timeout=0) if started else ([], [])
         refs = [] if starting else [a.stop.remote() for a in self.actors]
         for ref in refs:
@@ -238,10 +239,7 @@ def start(cfg, plan, placement, runtime_env: dict, model_dir: str, log_dir: str,
                                model_path=model_dir, launcher=launcher or LAUNCHER,
                                timeout_s=cfg.rollout.engine_start_timeout_s, wait=wait)
 
-    def launch(i: int) -> RaySGLangEngine:
-        return make(i, wait=False)
-
     # every engine's servers asked to start first, then the waits: their start-ups (SGLang's imports, the weights,
     # CUDA graph capture: a minute or more each) overlap instead of adding up
-    return start_all(plan.num_engines, launch, lambda e: e.wait_started(), lambda e: e.stop(),
+    return start_all(plan.num_engines, lambda i: make(i, wait=False), lambda e: e.wait_started(), lambda e: e.stop(),
                      cfg.rollout.max_engine_restarts, watch), make
